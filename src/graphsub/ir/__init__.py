@@ -1,0 +1,18 @@
+"""Graph IR: interned nodes, immutable graphs with O(change) edits, builder, text format.
+
+>>> from graphsub.ir import Builder
+>>> b = Builder()
+>>> g = b.build(b.relu(b.input("x", (2, 2))))
+>>> g.num_ops
+1
+"""
+
+from __future__ import annotations
+
+import graphsub.ops  # noqa: F401  (registers the operators the IR needs)
+from graphsub.ir.builder import Builder, Value
+from graphsub.ir.graph import Graph, GraphEdit
+from graphsub.ir.node import Node, OpSig, Ref, make_sig
+from graphsub.ir.types import TensorType, make_type
+
+__all__ = ["Builder", "Graph", "GraphEdit", "Node", "OpSig", "Ref", "TensorType", "Value", "make_sig", "make_type"]

@@ -1,0 +1,146 @@
+"""Helpers shared by op families: fused activations and spatial padding arithmetic.
+
+Padding attributes (kind ``pads``) are ``"SAME"`` (TF/ONNX SAME_UPPER: total padding
+``max((ceil(in/stride)-1)*stride + eff_k - in, 0)``, the smaller half before), ``"VALID"``
+(no padding) or explicit ``(top, left, bottom, right)``.
+
+>>> resolve_pads("SAME", (224, 224), (3, 3), (2, 2))
+(0, 0, 1, 1)
+>>> conv_out_hw((224, 224), (3, 3), (2, 2), (0, 0, 1, 1))
+(112, 112)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import ShapeError
+from graphsub.ops.registry import OnnxExportCtx
+
+ACTS = ("none", "relu", "sigmoid", "tanh")
+_ONNX_ACT = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
+
+
+def apply_act(x: np.ndarray, act: str) -> np.ndarray:
+    """Apply a fused activation (numpy)."""
+    if act == "none":
+        return x
+    if act == "relu":
+        return np.maximum(x, 0).astype(x.dtype, copy=False)
+    if act == "sigmoid":
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype, copy=False)
+    if act == "tanh":
+        return np.tanh(x)
+    raise ShapeError(f"unknown activation {act!r}")
+
+
+def emit_with_act(
+    ctx: OnnxExportCtx,
+    op_type: str,
+    inputs: Sequence[str],
+    attrs: dict[str, Any],
+    act: str,
+    outputs: Sequence[str],
+) -> None:
+    """Emit ``op_type`` then, if ``act`` is not ``none``, the activation node."""
+    if act == "none":
+        ctx.emit(op_type, inputs, attrs, outputs=outputs)
+        return
+    (tmp,) = ctx.emit(op_type, inputs, attrs)
+    ctx.emit(_ONNX_ACT[act], [tmp], outputs=outputs)
+
+
+def same_pads_1d(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
+    eff = (k - 1) * d + 1
+    out = -(-size // s)
+    total = max((out - 1) * s + eff - size, 0)
+    return total // 2, total - total // 2
+
+
+def resolve_pads(
+    pads: Any,
+    in_hw: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int] = (1, 1),
+) -> tuple[int, int, int, int]:
+    """Explicit ``(top, left, bottom, right)`` padding for a ``pads`` attribute value."""
+    if pads == "VALID":
+        return (0, 0, 0, 0)
+    if pads == "SAME":
+        t, b = same_pads_1d(in_hw[0], kernel[0], strides[0], dilations[0])
+        left, r = same_pads_1d(in_hw[1], kernel[1], strides[1], dilations[1])
+        return (t, left, b, r)
+    return tuple(int(p) for p in pads)  # type: ignore[return-value]
+
+
+def conv_out_hw(
+    in_hw: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    dilations: Sequence[int] = (1, 1),
+    ceil_mode: bool = False,
+) -> tuple[int, int]:
+    """Output spatial size of a sliding window (conv/pool) with explicit pads."""
+    out = []
+    for i in range(2):
+        eff = (kernel[i] - 1) * dilations[i] + 1
+        span = in_hw[i] + pads[i] + pads[i + 2] - eff
+        if span < 0:
+            raise ShapeError(
+                f"window {kernel[0]}x{kernel[1]} (dilation {dilations[i]}) is larger than the "
+                f"padded input {in_hw[0]}x{in_hw[1]} (pads {tuple(pads)})"
+            )
+        o = (math.ceil(span / strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= in_hw[i] + pads[i]:
+            o -= 1  # last window must start inside the input or left padding
+        out.append(o)
+    return out[0], out[1]
+
+
+def onnx_pads(pads: Sequence[int]) -> list[int]:
+    """IR ``(top, left, bottom, right)`` -> ONNX ``[top, left, bottom, right]`` (same order)."""
+    return [int(p) for p in pads]
+
+
+def import_pads(ctx: Any, kernel: Sequence[int], strides: Sequence[int],
+                dilations: Sequence[int] = (1, 1)) -> Any:
+    """The IR ``pads`` attribute for an ONNX Conv/Pool node (auto_pad or explicit pads)."""
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    if auto == "SAME_UPPER":
+        return "SAME"
+    if auto == "VALID":
+        return "VALID"
+    if auto == "SAME_LOWER":
+        hw = ctx.input_type(0).shape[2:4]
+        t, b = same_pads_1d(hw[0], kernel[0], strides[0], dilations[0])
+        left, r = same_pads_1d(hw[1], kernel[1], strides[1], dilations[1])
+        return (b, r, t, left)  # the larger half goes before
+    p = ctx.attr("pads", None)
+    if p is None:
+        return (0, 0, 0, 0)
+    p = [int(v) for v in p]
+    if len(p) != 4:
+        from graphsub.ops.registry import Unsupported
+
+        raise Unsupported(f"pads of length {len(p)} (only 2-D windows are modelled)")
+    return tuple(p)
+
+
+__all__ = [
+    "ACTS",
+    "apply_act",
+    "conv_out_hw",
+    "emit_with_act",
+    "import_pads",
+    "onnx_pads",
+    "resolve_pads",
+    "same_pads_1d",
+]

@@ -1,0 +1,107 @@
+"""Leaf and opaque operators: ``input``, ``weight``, ``opaque``.
+
+* ``input``/``weight`` have no inputs; their type is in their attributes (``name``, ``shape``,
+  ``dtype``).  Weight data, when present, lives in ``Graph.params`` under the same name.
+* ``opaque`` stands for an ONNX node graphsub does not model.  It keeps the node's op type,
+  domain, serialized attributes and inferred output types, so it round-trips untouched; the
+  reference executor runs it through a hook installed by the ONNX frontend (onnxruntime).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import ExecutionError, ShapeError
+from graphsub.ir.types import TensorType
+from graphsub.ops.registry import (
+    AttrSpec,
+    ExportNode,
+    OnnxExportCtx,
+    OpDef,
+    register,
+    zero_cost,
+)
+
+
+def _leaf_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
+    return (TensorType(tuple(a["shape"]), a["dtype"]),)
+
+
+_LEAF_ATTRS = (
+    AttrSpec("name", "str", doc="unique name (ONNX value name)"),
+    AttrSpec("shape", "ints", doc="static shape"),
+    AttrSpec("dtype", "dtype", "float32"),
+)
+
+register(OpDef(
+    name="input", family="leaf", doc="A graph input: data supplied at run time.",
+    inputs=(), attrs=_LEAF_ATTRS, infer=_leaf_infer, reference=None,
+    flops=zero_cost, bytes_moved=zero_cost, onnx_export=None, leaf=True,
+    onnx_import_note="graph inputs are imported by the frontend itself",
+))
+register(OpDef(
+    name="weight", family="leaf",
+    doc="A weight or constant (ONNX initializer / Constant); data optional.",
+    inputs=(), attrs=_LEAF_ATTRS, infer=_leaf_infer, reference=None,
+    flops=zero_cost, bytes_moved=zero_cost, onnx_export=None, leaf=True,
+    onnx_import_note="initializers and Constant nodes are imported by the frontend itself",
+))
+
+# ----------------------------------------------------------------------------- opaque
+
+OpaqueRunner = Callable[[Mapping[str, Any], Sequence[np.ndarray]], list[np.ndarray]]
+_OPAQUE_RUNNER: list[OpaqueRunner] = []
+
+
+def set_opaque_runner(fn: OpaqueRunner) -> None:
+    """Install the function that executes opaque nodes (the ONNX frontend does this)."""
+    _OPAQUE_RUNNER[:] = [fn]
+
+
+def _opaque_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
+    if len(ins) != len(a["input_slots"]):
+        raise ShapeError(
+            f"opaque {a['op_type']}: {len(ins)} inputs but {len(a['input_slots'])} input slots"
+        )
+    return tuple(TensorType(tuple(s), d) for s, d in a["out_types"])
+
+
+def _opaque_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> list[np.ndarray]:
+    if not _OPAQUE_RUNNER:
+        from graphsub.frontends import onnx_io  # noqa: F401  (installs the runner)
+    if not _OPAQUE_RUNNER:
+        raise ExecutionError(f"no executor for opaque op {a['op_type']!r}")
+    return _OPAQUE_RUNNER[0](a, xs)
+
+
+def _opaque_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
+    exporter = getattr(ctx, "emit_opaque", None)
+    if exporter is None:
+        raise ShapeError("this exporter cannot write opaque nodes")
+    exporter(node)
+
+
+register(OpDef(
+    name="opaque", family="leaf",
+    doc="An ONNX node graphsub does not model; kept verbatim (attributes serialized).",
+    inputs=("inputs",), min_inputs=0, variadic=True,
+    attrs=(
+        AttrSpec("op_type", "str"),
+        AttrSpec("domain", "str", ""),
+        AttrSpec("version", "int", 0, doc="opset version of the node's domain"),
+        AttrSpec("onnx_attrs", "bytes", b"", doc="serialized NodeProto holding the attributes"),
+        AttrSpec("out_types", "any", doc="((shape, dtype), ...) from ONNX shape inference"),
+        AttrSpec("input_slots", "ints", (), doc="ONNX input position of each IR input"),
+        AttrSpec("num_onnx_inputs", "int", 0),
+        AttrSpec("num_onnx_outputs", "int", 0, doc="0 = one per out_type"),
+        AttrSpec("reason", "str", "", doc="why the node is opaque"),
+    ),
+    infer=_opaque_infer, reference=_opaque_ref, flops=zero_cost,
+    onnx_export=_opaque_export,
+    onnx_import_note="any node without an importer becomes opaque",
+))
+
+__all__ = ["set_opaque_runner"]

@@ -1,0 +1,3 @@
+"""Operator family: linalg (see graphsub.ops.registry)."""
+
+from __future__ import annotations

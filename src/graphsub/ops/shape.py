@@ -1,0 +1,3 @@
+"""Operator family: shape (see graphsub.ops.registry)."""
+
+from __future__ import annotations
