@@ -27,15 +27,17 @@ leaf names are unique; the graph is acyclic when built by :class:`~graphsub.ir.b
 checks everything).
 
 >>> from graphsub.ir.builder import Builder
+>>> from graphsub.ir.node import Ref
 >>> b = Builder()
 >>> x = b.input("x", (2, 4))
 >>> g = b.build(b.relu(b.relu(x)))
 >>> e = g.edit()
->>> inner = g.outputs[0]
->>> e.replace(inner, e.op("sigmoid", g.node(inner.node).inputs[0]))
+>>> e.replace(g.outputs[0], e.op("sigmoid", Ref(g.inputs[0])))  # relu(relu(x)) -> sigmoid(x)
 >>> g2 = e.commit()
 >>> sorted(n.op for n in g2.nodes.values()), sorted(n.op for n in g.nodes.values())
 (['input', 'sigmoid'], ['input', 'relu', 'relu'])
+>>> g.structural_hash() != g2.structural_hash()
+True
 """
 
 from __future__ import annotations
@@ -171,6 +173,10 @@ class Graph:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Graph is immutable; use graph.edit()")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {k: getattr(self, k) for k in self.__slots__ if k not in ("__weakref__", "_cache")}
+        return (_restore_graph, (fields,))
 
     # ------------------------------------------------------------------ queries
     def node(self, nid: int) -> Node:
@@ -407,6 +413,10 @@ class Graph:
             if key in self._cache:
                 g._cache[key] = self._cache[key]
         return g
+
+
+def _restore_graph(fields: dict[str, Any]) -> Graph:
+    return Graph._make(**fields)
 
 
 class GraphEdit:

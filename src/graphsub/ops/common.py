@@ -54,6 +54,12 @@ def emit_with_act(
     ctx.emit(_ONNX_ACT[act], [tmp], outputs=outputs)
 
 
+def check_pair(op: str, name: str, value: Sequence[int], minimum: int = 1) -> None:
+    """ShapeError unless ``value`` is two ints >= ``minimum`` (strides, dilations, kernels)."""
+    if len(value) != 2 or any(v < minimum for v in value):
+        raise ShapeError(f"{op}: {name} must be two ints >= {minimum}, got {tuple(value)}")
+
+
 def same_pads_1d(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
     eff = (k - 1) * d + 1
     out = -(-size // s)
@@ -103,6 +109,37 @@ def conv_out_hw(
     return out[0], out[1]
 
 
+def sliding_windows(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    pads: Sequence[int],
+    out_hw: Sequence[int],
+    dilations: Sequence[int] = (1, 1),
+    fill: Any = 0,
+) -> np.ndarray:
+    """Read-only view ``[N, C, Ho, Wo, kh, kw]`` of the windows of NCHW ``x``.
+
+    ``x`` is padded with ``fill`` by ``pads`` (top, left, bottom, right) and, where ``out_hw``
+    needs it (pooling with ``ceil_mode``), further at the bottom/right so that every one of the
+    ``out_hw`` windows lies inside the array.
+    """
+    extra = [
+        max((out_hw[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+            - (x.shape[2 + i] + pads[i] + pads[i + 2]), 0)
+        for i in range(2)
+    ]
+    xp = np.pad(
+        x,
+        ((0, 0), (0, 0), (pads[0], pads[2] + extra[0]), (pads[1], pads[3] + extra[1])),
+        constant_values=fill,
+    )
+    eff = [(kernel[i] - 1) * dilations[i] + 1 for i in range(2)]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (eff[0], eff[1]), axis=(2, 3))
+    win = win[:, :, :: strides[0], :: strides[1], :: dilations[0], :: dilations[1]]
+    return win[:, :, : out_hw[0], : out_hw[1]]
+
+
 def onnx_pads(pads: Sequence[int]) -> list[int]:
     """IR ``(top, left, bottom, right)`` -> ONNX ``[top, left, bottom, right]`` (same order)."""
     return [int(p) for p in pads]
@@ -137,10 +174,12 @@ def import_pads(ctx: Any, kernel: Sequence[int], strides: Sequence[int],
 __all__ = [
     "ACTS",
     "apply_act",
+    "check_pair",
     "conv_out_hw",
     "emit_with_act",
     "import_pads",
     "onnx_pads",
     "resolve_pads",
     "same_pads_1d",
+    "sliding_windows",
 ]

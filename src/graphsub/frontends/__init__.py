@@ -1,0 +1,1 @@
+"""Frontends: the only modules that import onnx (and, later, torch)."""

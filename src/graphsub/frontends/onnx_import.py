@@ -1,0 +1,514 @@
+"""ONNX ModelProto -> Graph.
+
+* Opsets 13+ of the default domain (older models are upgraded with onnx's version converter).
+* Inputs must get static shapes: symbolic dims come from ``input_shapes`` or ``default_dim``.
+* Initializers and ``Constant`` nodes become weights (with data).  Small all-constant
+  subgraphs (shape arithmetic such as ``Shape -> Gather -> Concat -> Reshape``) are folded with
+  the reference implementations, so shape-dependent ops get static attributes.
+* Each node is imported by the first OpDef importer that accepts it; a node no importer
+  accepts becomes an ``opaque`` node carrying its serialized attributes and the output types
+  from ONNX shape inference, so it survives the round trip untouched.
+* Problems raise :class:`~graphsub.errors.ImportError_` naming the node and value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from graphsub.errors import GraphsubError, ImportError_, ShapeError
+from graphsub.ir.graph import Graph
+from graphsub.ir.node import Node, Ref, make_sig
+from graphsub.ir.types import DTYPE_OF_ONNX_CODE, TensorType, dtype_of
+from graphsub.ops.registry import ONNX_IMPORTERS, Imported, Unsupported
+
+log = logging.getLogger("graphsub")
+
+MIN_OPSET = 13
+#: all-constant nodes whose outputs have at most this many elements are folded at import
+FOLD_LIMIT = 4096
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _tensor_type(name: str, tp: onnx.TypeProto, *, what: str) -> TensorType | None:
+    """TensorType of a value's TypeProto; None when the shape is not fully static."""
+    if not tp.HasField("tensor_type"):
+        raise ImportError_(f"{what} {name!r} is not a tensor (sequence/map/optional unsupported)")
+    tt = tp.tensor_type
+    if tt.elem_type not in DTYPE_OF_ONNX_CODE:
+        dt = onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type else "undefined"
+        raise ImportError_(f"{what} {name!r} has unsupported dtype {dt}")
+    if not tt.HasField("shape"):
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value"):
+            return None
+        dims.append(d.dim_value)
+    return TensorType(tuple(dims), DTYPE_OF_ONNX_CODE[tt.elem_type])
+
+
+def _attr_to_python(a: onnx.AttributeProto) -> Any:
+    v = helper.get_attribute_value(a)
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode("utf-8", errors="replace") for x in v]
+    return v
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray:
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if a.name == "value":
+            return numpy_helper.to_array(v)
+        if a.name == "value_float":
+            return np.asarray(v, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.asarray(v, dtype=np.float32)
+        if a.name == "value_int":
+            return np.asarray(v, dtype=np.int64)
+        if a.name == "value_ints":
+            return np.asarray(v, dtype=np.int64)
+    raise ImportError_(f"Constant node {node.name!r}: unsupported value kind (sparse/string)")
+
+
+class _NodeCtx:
+    """:class:`graphsub.ops.registry.OnnxImportCtx` for one ONNX node."""
+
+    def __init__(self, imp: _Importer, node: onnx.NodeProto):
+        self._imp = imp
+        self._node = node
+        self.op_type = node.op_type
+        self.domain = node.domain
+        self.opset = imp.opset
+        self.name = node.name
+        self.num_inputs = len(node.input)
+        self.num_outputs = len(node.output)
+        self._attrs = {a.name: a for a in node.attribute}
+
+    def attr(self, name: str, default: Any = ...) -> Any:
+        a = self._attrs.get(name)
+        if a is None:
+            if default is ...:
+                raise Unsupported(f"missing attribute {name!r}")
+            return default
+        return _attr_to_python(a)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self._node.input) and self._node.input[i] != ""
+
+    def input_type(self, i: int) -> TensorType:
+        return self._imp.type_of(self._node.input[i], self._node)
+
+    def const_input(self, i: int) -> np.ndarray | None:
+        if not self.has_input(i):
+            return None
+        return self._imp.consts.get(self._node.input[i])
+
+    def output_used(self, i: int) -> bool:
+        if i >= len(self._node.output) or not self._node.output[i]:
+            return False
+        return self._node.output[i] in self._imp.used
+
+
+class _Importer:
+    def __init__(self, model: onnx.ModelProto, opset: int, inferred: Mapping[str, TensorType]):
+        self.model = model
+        self.opset = opset
+        self.inferred = dict(inferred)
+        self.consts: dict[str, np.ndarray] = {}
+        self.env: dict[str, Ref] = {}
+        self.types: dict[str, TensorType] = {}
+        self.nodes: dict[int, Node] = {}
+        self.params: dict[str, np.ndarray] = {}
+        self.inputs: list[int] = []
+        self.graph_outputs: set[str] = {o.name for o in model.graph.output}
+        self.used_by_nodes: set[str] = set()
+        for n in model.graph.node:
+            self.used_by_nodes.update(x for x in n.input if x)
+        self.used = self.graph_outputs | self.used_by_nodes
+        self._next = 0
+        self.opaque_reasons: dict[str, int] = {}
+
+    # -- arena --------------------------------------------------------------------------
+    def add(self, op: str, attrs: Mapping[str, Any], inputs: Sequence[Ref]) -> int:
+        sig = make_sig(op, attrs, tuple(self.nodes[r.node].sig.out_types[r.index] for r in inputs))
+        nid = self._next
+        self._next += 1
+        self.nodes[nid] = Node(sig, tuple(inputs))
+        return nid
+
+    def type_of(self, name: str, node: onnx.NodeProto | None = None) -> TensorType:
+        if name in self.env:
+            r = self.env[name]
+            return self.nodes[r.node].sig.out_types[r.index]
+        if name in self.consts:
+            c = self.consts[name]
+            return TensorType(tuple(c.shape), dtype_of(c))
+        t = self.inferred.get(name)
+        if t is None:
+            where = f" (input of {node.op_type} node {node.name!r})" if node is not None else ""
+            raise ImportError_(f"the type/shape of value {name!r}{where} is unknown")
+        return t
+
+    def ref(self, name: str, node: onnx.NodeProto) -> Ref:
+        """Ref of a value, materializing constants as weight leaves."""
+        r = self.env.get(name)
+        if r is not None:
+            return r
+        if name in self.consts:
+            arr = self.consts[name]
+            nid = self.add("weight", {"name": name, "shape": arr.shape, "dtype": dtype_of(arr)}, ())
+            self.params[name] = arr
+            self.env[name] = Ref(nid, 0)
+            return self.env[name]
+        raise ImportError_(
+            f"{node.op_type} node {node.name!r} reads {name!r}, which no earlier node produces"
+        )
+
+    # -- nodes --------------------------------------------------------------------------
+    def import_node(self, node: onnx.NodeProto) -> None:
+        domain_default = node.domain in _DEFAULT_DOMAINS
+        if domain_default and node.op_type == "Constant":
+            self.consts[node.output[0]] = _constant_value(node)
+            return
+        present = [x for x in node.input if x]
+        if domain_default and node.op_type == "Identity" and self._alias_leaf_output(node):
+            return
+        if domain_default and node.op_type == "Shape" and self._fold_shape(node):
+            return
+        if domain_default and present and all(x in self.consts for x in present) and self._fold(node):
+            return
+        ctx = _NodeCtx(self, node)
+        reason = f"no importer for {node.domain + '::' if node.domain else ''}{node.op_type}"
+        for op, fn in ONNX_IMPORTERS.get(("" if domain_default else node.domain, node.op_type), []):
+            try:
+                imported = fn(ctx)
+            except Unsupported as e:
+                reason = f"{node.op_type}: {e}"
+                continue
+            except GraphsubError as e:
+                reason = f"{node.op_type}: {e}"
+                continue
+            if self._add_imported(node, imported):
+                return
+            reason = f"{node.op_type}: imported as {op} but types disagree with ONNX shape inference"
+        self._add_opaque(node, reason)
+
+    def _alias_leaf_output(self, node: onnx.NodeProto) -> bool:
+        """``Identity(leaf) -> graph output`` is how a leaf is exported as an output: alias it."""
+        src, dst = node.input[0], node.output[0]
+        if dst not in self.graph_outputs or dst in self.used_by_nodes:
+            return False
+        r = self.env.get(src)
+        if r is None and src in self.consts:
+            r = self.ref(src, node)
+        if r is None or self.nodes[r.node].sig.op not in ("input", "weight"):
+            return False
+        self.env[dst] = r
+        return True
+
+    def _add_imported(self, node: onnx.NodeProto, imp: Imported) -> bool:
+        try:
+            refs = [self.ref(node.input[i], node) for i in imp.inputs]
+            sig = make_sig(imp.op, imp.attrs, tuple(self.nodes[r.node].sig.out_types[r.index] for r in refs))
+        except ShapeError as e:
+            log.debug("import of %s as %s failed: %s", node.name, imp.op, e)
+            return False
+        n_out = len(sig.out_types)
+        for k, out in enumerate(node.output):
+            if k >= n_out and out and out in self.used:
+                return False  # an output the IR op does not produce is used
+        for k in range(min(n_out, len(node.output))):
+            t = self.inferred.get(node.output[k])
+            if t is not None and t != sig.out_types[k]:
+                log.warning(
+                    "%s node %r: graphsub infers %s for %r but ONNX inferred %s; keeping it opaque",
+                    node.op_type, node.name, sig.out_types[k], node.output[k], t,
+                )
+                return False
+        nid = self._next
+        self._next += 1
+        self.nodes[nid] = Node(sig, tuple(refs))
+        for k in range(min(n_out, len(node.output))):
+            if node.output[k]:
+                self.env[node.output[k]] = Ref(nid, k)
+        return True
+
+    def _add_opaque(self, node: onnx.NodeProto, reason: str) -> None:
+        for a in node.attribute:
+            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                self._check_closed_subgraphs(node, a)
+        slots = [i for i, x in enumerate(node.input) if x]
+        refs = [self.ref(node.input[i], node) for i in slots]
+        out_slots = [k for k, x in enumerate(node.output) if x]
+        out_types = []
+        for k in out_slots:
+            t = self.inferred.get(node.output[k])
+            if t is None:
+                raise ImportError_(
+                    f"{node.op_type} node {node.name!r} is not modelled by graphsub ({reason}) and "
+                    f"ONNX shape inference could not determine the shape of its output "
+                    f"{node.output[k]!r}; give static input shapes or add value_info to the model"
+                )
+            out_types.append((t.shape, t.dtype))
+        holder = onnx.NodeProto()
+        holder.attribute.extend(node.attribute)
+        version = self.opset if node.domain in _DEFAULT_DOMAINS else next(
+            (o.version for o in self.model.opset_import if o.domain == node.domain), 1
+        )
+        attrs = {
+            "op_type": node.op_type,
+            "domain": node.domain,
+            "version": version,
+            "onnx_attrs": holder.SerializeToString(deterministic=True) if node.attribute else b"",
+            "out_types": tuple(out_types),
+            "input_slots": tuple(slots),
+            "num_onnx_inputs": len(node.input),
+            "output_slots": tuple(out_slots),
+            "num_onnx_outputs": len(node.output),
+            "reason": reason,
+        }
+        nid = self.add("opaque", attrs, refs)
+        for j, k in enumerate(out_slots):
+            self.env[node.output[k]] = Ref(nid, j)
+        self.opaque_reasons[reason] = self.opaque_reasons.get(reason, 0) + 1
+
+    def _check_closed_subgraphs(self, node: onnx.NodeProto, a: onnx.AttributeProto) -> None:
+        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for sub in graphs:
+            defined = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+            for n in sub.node:
+                for x in n.input:
+                    if x and x not in defined:
+                        raise ImportError_(
+                            f"{node.op_type} node {node.name!r}: its subgraph reads outer value {x!r}; "
+                            "control flow capturing outer values is not supported"
+                        )
+                defined.update(n.output)
+
+    def _fold_shape(self, node: onnx.NodeProto) -> bool:
+        try:
+            t = self.type_of(node.input[0], node)
+        except ImportError_:
+            return False
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        dims = list(t.shape)
+        start, end = int(attrs.get("start", 0)), attrs.get("end")
+        sel = dims[start:] if end is None else dims[start:int(end)]
+        self.consts[node.output[0]] = np.asarray(sel, dtype=np.int64)
+        return True
+
+    def _fold(self, node: onnx.NodeProto) -> bool:
+        """Evaluate an all-constant node with the reference implementation if it is small."""
+        ctx = _NodeCtx(self, node)
+        for op, fn in ONNX_IMPORTERS.get(("", node.op_type), []):
+            try:
+                imp = fn(ctx)
+                in_arrays = [self.consts[node.input[i]] for i in imp.inputs]
+                sig = make_sig(imp.op, imp.attrs, tuple(TensorType(a.shape, dtype_of(a)) for a in in_arrays))
+            except (Unsupported, GraphsubError):
+                continue
+            if sum(t.numel for t in sig.out_types) > FOLD_LIMIT or sig.opdef.reference is None:
+                return False
+            if op == "opaque":
+                return False
+            outs = sig.opdef.reference(in_arrays, sig.attr)
+            for k, arr in enumerate(outs):
+                if k < len(node.output) and node.output[k]:
+                    self.consts[node.output[k]] = np.asarray(arr)
+            return True
+        return False
+
+
+def _topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Nodes in a valid order (ONNX requires one, but be lenient); errors on undefined inputs."""
+    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    pending = list(graph.node)
+    order: list[onnx.NodeProto] = []
+    while pending:
+        rest = []
+        for n in pending:
+            if all(x in available for x in n.input):
+                order.append(n)
+                available.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            n = rest[0]
+            missing = [x for x in n.input if x not in available]
+            produced = {o for m in rest for o in m.output}
+            if all(m in produced for m in missing):
+                raise ImportError_(f"the model's graph has a cycle through node {n.name!r} ({n.op_type})")
+            raise ImportError_(
+                f"{n.op_type} node {n.name!r} reads undefined value(s) {missing}: malformed model"
+            )
+        pending = rest
+    return order
+
+
+def _static_inputs(
+    graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]], default_dim: int | None
+) -> dict[str, TensorType]:
+    init_names = {t.name for t in graph.initializer}
+    out: dict[str, TensorType] = {}
+    for vi in graph.input:
+        if vi.name in init_names:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise ImportError_(f"graph input {vi.name!r} is not a tensor")
+        if tt.elem_type not in DTYPE_OF_ONNX_CODE:
+            raise ImportError_(f"graph input {vi.name!r} has an unsupported dtype")
+        if vi.name in input_shapes:
+            shape = tuple(int(d) for d in input_shapes[vi.name])
+            declared = list(tt.shape.dim) if tt.HasField("shape") else []
+            if declared and len(declared) != len(shape):
+                raise ImportError_(
+                    f"--input-shape for {vi.name!r} has rank {len(shape)}, the model says {len(declared)}"
+                )
+            for d, s in zip(declared, shape, strict=False):
+                if d.HasField("dim_value") and d.dim_value != s:
+                    raise ImportError_(
+                        f"input shape for {vi.name!r}: dimension {s} contradicts the model's {d.dim_value}"
+                    )
+        else:
+            if not tt.HasField("shape"):
+                raise ImportError_(f"graph input {vi.name!r} has no shape; pass input_shapes")
+            dims: list[int] = []
+            symbolic = []
+            for d in tt.shape.dim:
+                if d.HasField("dim_value"):
+                    dims.append(d.dim_value)
+                else:
+                    symbolic.append(d.dim_param or "?")
+                    if default_dim is None:
+                        dims.append(-1)
+                    else:
+                        dims.append(default_dim)
+            if symbolic and default_dim is None:
+                raise ImportError_(
+                    f"graph input {vi.name!r} has symbolic dimensions {symbolic}; give static shapes "
+                    f"(e.g. --input-shape {vi.name}=1x3x224x224)"
+                )
+            if symbolic:
+                log.warning(
+                    "input %r: symbolic dimension(s) %s set to %d (use --input-shape to choose)",
+                    vi.name, symbolic, default_dim,
+                )
+            shape = tuple(dims)
+        if any(s <= 0 for s in shape) and shape:
+            raise ImportError_(f"input {vi.name!r}: impossible shape {shape}")
+        out[vi.name] = TensorType(shape, DTYPE_OF_ONNX_CODE[tt.elem_type])
+    unknown = set(input_shapes) - set(out)
+    if unknown:
+        raise ImportError_(f"input_shapes names unknown inputs {sorted(unknown)}; inputs: {sorted(out)}")
+    return out
+
+
+def _infer_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType]) -> dict[str, TensorType]:
+    """ONNX shape inference on a light copy (large initializers become typed inputs)."""
+    skel = onnx.ModelProto()
+    skel.CopyFrom(model)
+    g = skel.graph
+    keep, move = [], []
+    for t in g.initializer:
+        (keep if np.prod(t.dims, dtype=np.int64) <= FOLD_LIMIT else move).append(t)
+    for t in move:
+        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    init_names = {t.name for t in g.initializer}
+    for vi in g.input:
+        if vi.name in inputs and vi.name not in init_names:
+            t = inputs[vi.name]
+            vi.type.tensor_type.ClearField("shape")
+            for d in t.shape:
+                vi.type.tensor_type.shape.dim.add().dim_value = d
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=False, data_prop=True)
+    except Exception as e:  # onnx raises InferenceError and others
+        log.warning("ONNX shape inference failed (%s); relying on graphsub's own inference", e)
+        inferred = skel
+    out: dict[str, TensorType] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in DTYPE_OF_ONNX_CODE:
+            t = _tensor_type(vi.name, vi.type, what="value")
+            if t is not None:
+                out[vi.name] = t
+    return out
+
+
+def import_model(
+    model: onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    default_dim: int | None = 1,
+    name: str | None = None,
+) -> Graph:
+    """Convert an ONNX model into a :class:`Graph` (see the module docstring)."""
+    if not isinstance(model, onnx.ModelProto) or not model.HasField("graph"):
+        raise ImportError_("not an ONNX model: no graph")
+    opset = next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), None)
+    if opset is None:
+        raise ImportError_("the model declares no opset for the default ONNX domain")
+    if opset < MIN_OPSET:
+        try:
+            model = onnx.version_converter.convert_version(model, MIN_OPSET)
+        except Exception as e:
+            raise ImportError_(
+                f"opset {opset} is older than {MIN_OPSET} and the ONNX version converter failed: {e}"
+            ) from e
+        opset = MIN_OPSET
+    graph = model.graph
+    static = _static_inputs(graph, input_shapes or {}, default_dim)
+    order = _topological_nodes(graph)
+    inferred = _infer_types(model, static)
+    inferred.update(static)
+    imp = _Importer(model, opset, inferred)
+    for t in graph.initializer:
+        try:
+            arr = numpy_helper.to_array(t)
+        except Exception as e:
+            raise ImportError_(f"initializer {t.name!r} cannot be read (missing external data?): {e}") from e
+        imp.consts[t.name] = arr
+    for vi in graph.input:
+        if vi.name in static:
+            t = static[vi.name]
+            nid = imp.add("input", {"name": vi.name, "shape": t.shape, "dtype": t.dtype}, ())
+            imp.inputs.append(nid)
+            imp.env[vi.name] = Ref(nid, 0)
+            imp.consts.pop(vi.name, None)
+    for node in order:
+        try:
+            imp.import_node(node)
+        except ImportError_:
+            raise
+        except GraphsubError as e:
+            raise ImportError_(f"{node.op_type} node {node.name!r}: {e}") from e
+    outputs = []
+    for o in graph.output:
+        if o.name not in imp.env and o.name not in imp.consts:
+            raise ImportError_(f"graph output {o.name!r} is not produced by any node")
+        outputs.append(imp.ref(o.name, onnx.NodeProto(op_type="Output", name=o.name)))
+    if imp.opaque_reasons:
+        for reason, count in sorted(imp.opaque_reasons.items()):
+            log.info("kept %d node(s) opaque: %s", count, reason)
+    try:
+        return Graph.from_arena(
+            imp.nodes, imp.inputs, outputs, [o.name for o in graph.output], imp.params,
+            name=name or graph.name or "model",
+        )
+    except GraphsubError as e:
+        raise ImportError_(str(e)) from e
+
+
+__all__ = ["FOLD_LIMIT", "MIN_OPSET", "import_model"]

@@ -1,0 +1,174 @@
+"""ONNX frontend facade: load/save files, convert models, run opaque nodes.
+
+>>> from graphsub.ir import Builder
+>>> b = Builder("tiny")
+>>> g = b.build(b.relu(b.input("x", (2, 3))))
+>>> g2 = from_onnx(to_onnx(g))
+>>> g2 == g
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+
+from graphsub.errors import ExecutionError, ExportError, ImportError_
+from graphsub.frontends.onnx_export import export_graph, value_info
+from graphsub.frontends.onnx_import import import_model
+from graphsub.frontends.ort import make_session, run_session
+from graphsub.ir.graph import Graph
+from graphsub.ir.types import ONNX_DTYPE_CODES, TensorType
+from graphsub.ops.leaf import set_opaque_runner
+
+#: models whose serialized size would exceed this are saved with external data
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+def read_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """Read an ONNX file (with external data), raising ImportError_ with the cause."""
+    p = Path(path)
+    if not p.exists():
+        raise ImportError_(f"{p}: no such file")
+    if p.is_dir():
+        raise ImportError_(f"{p}: is a directory, expected an .onnx file")
+    try:
+        return onnx.load(str(p), load_external_data=True)
+    except DecodeError as e:
+        raise ImportError_(f"{p}: not an ONNX model (protobuf parse failed: {e})") from e
+    except FileNotFoundError as e:
+        raise ImportError_(f"{p}: external data file missing: {e}") from e
+    except Exception as e:  # onnx raises ValueError/OSError variants for broken files
+        raise ImportError_(f"{p}: cannot read ONNX model: {e}") from e
+
+
+def from_onnx(
+    model: onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    default_dim: int | None = 1,
+    name: str | None = None,
+) -> Graph:
+    """Import an in-memory ONNX model (see :mod:`graphsub.frontends.onnx_import`)."""
+    return import_model(model, input_shapes=input_shapes, default_dim=default_dim, name=name)
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    default_dim: int | None = 1,
+) -> Graph:
+    """Load an ONNX file into a Graph (weights with data)."""
+    model = read_model(path)
+    return from_onnx(model, input_shapes=input_shapes, default_dim=default_dim,
+                     name=model.graph.name or Path(path).stem)
+
+
+def to_onnx(
+    graph: Graph,
+    *,
+    opset: int | None = None,
+    params: Mapping[str, np.ndarray] | None = None,
+    allow_missing_weights: bool = False,
+) -> onnx.ModelProto:
+    """Export a Graph to an in-memory ONNX model (see :mod:`graphsub.frontends.onnx_export`)."""
+    return export_graph(graph, opset=opset, params=params, allow_missing_weights=allow_missing_weights)
+
+
+def write_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, check: bool = True) -> Path:
+    """Write ``model`` atomically: files appear complete or not at all.
+
+    Large models (> ~1.8 GB) get their weights in ``<name>.data`` beside the file.  With
+    ``check``, the model is validated by ``onnx.checker`` first.
+    """
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.exists():
+        raise ExportError(f"{out}: directory {parent} does not exist")
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except Exception as e:
+            raise ExportError(f"refusing to write an invalid ONNX model: {e}") from e
+    large = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    tmpdir = Path(tempfile.mkdtemp(prefix=".graphsub-", dir=parent))
+    try:
+        tmp_model = tmpdir / out.name
+        if large:
+            data_name = out.name + ".data"
+            onnx.save_model(model, str(tmp_model), save_as_external_data=True,
+                            all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
+            os.replace(tmpdir / data_name, parent / data_name)
+        else:
+            onnx.save_model(model, str(tmp_model))
+        os.replace(tmp_model, out)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return out
+
+
+def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None) -> Path:
+    """Export ``graph`` and write it atomically to ``path``."""
+    return write_model(to_onnx(graph, opset=opset), path)
+
+
+# ----------------------------------------------------------------------------- opaque runner
+
+
+@functools.lru_cache(maxsize=256)
+def _opaque_session(key: tuple[Any, ...]) -> Any:
+    op_type, domain, version, onnx_attrs, in_types, out_types, slots, n_in, out_slots, n_out = key
+    node = onnx.NodeProto()
+    if onnx_attrs:
+        node.ParseFromString(onnx_attrs)
+    node.op_type = op_type
+    node.domain = domain
+    ins = [""] * max(n_in, len(slots))
+    for k, s in enumerate(slots):
+        ins[s] = f"in{k}"
+    outs = [""] * max(n_out, len(out_types))
+    for k, s in enumerate(out_slots or range(len(out_types))):
+        outs[s] = f"out{k}"
+    while outs and outs[-1] == "":
+        outs.pop()
+    node.input.extend(ins)
+    node.output.extend(outs)
+    g = onnx.helper.make_graph(
+        [node], "opaque",
+        [value_info(f"in{k}", t) for k, t in enumerate(in_types)],
+        [value_info(f"out{k}", t) for k, t in enumerate(out_types)],
+    )
+    opsets = [onnx.helper.make_opsetid("", version if domain in ("", "ai.onnx") else 17)]
+    if domain not in ("", "ai.onnx"):
+        opsets.append(onnx.helper.make_opsetid(domain, version or 1))
+    model = onnx.helper.make_model(g, opset_imports=opsets)
+    model.ir_version = min(model.ir_version, 10)
+    return make_session(model)
+
+
+def _run_opaque(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    in_types = tuple(TensorType(tuple(x.shape), str(x.dtype)) for x in inputs)
+    for t in in_types:
+        if t.dtype not in ONNX_DTYPE_CODES:
+            raise ExecutionError(f"opaque {attrs['op_type']}: unsupported input dtype {t.dtype}")
+    out_types = tuple(TensorType(tuple(s), d) for s, d in attrs["out_types"])
+    key = (attrs["op_type"], attrs["domain"], attrs["version"], attrs["onnx_attrs"], in_types, out_types,
+           tuple(attrs["input_slots"]), attrs["num_onnx_inputs"], tuple(attrs["output_slots"]),
+           attrs["num_onnx_outputs"])
+    sess = _opaque_session(key)
+    return run_session(sess, {f"in{k}": x for k, x in enumerate(inputs)})
+
+
+set_opaque_runner(_run_opaque)
+
+__all__ = ["from_onnx", "load", "read_model", "save", "to_onnx", "write_model"]

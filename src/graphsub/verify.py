@@ -1,0 +1,141 @@
+"""Numeric equivalence of two graphs in onnxruntime.
+
+:func:`equivalent` feeds both graphs the same random inputs (and, for weights without data,
+the same random weights -- seeded by name, see :mod:`graphsub.data`) and compares every output
+with ``|a - b| <= atol + rtol * |b|`` (NaNs must coincide).  It reports the worst output.
+
+>>> from graphsub.ir import Builder
+>>> def g(swap):
+...     b = Builder(); x = b.input("x", (4, 4)); y = b.input("y", (4, 4))
+...     return b.build(b.add(y, x) if swap else b.add(x, y))
+>>> equivalent(g(False), g(True)).equivalent
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphsub.data import random_inputs, random_weights
+from graphsub.errors import VerificationError
+from graphsub.ir.graph import Graph
+
+DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    name: str
+    max_abs_diff: float
+    max_rel_diff: float
+    max_abs_ref: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class EquivalenceReport:
+    """Result of :func:`equivalent`; ``worst_output`` is the output with the largest excess
+    over tolerance (or the largest difference when all pass)."""
+
+    equivalent: bool
+    max_abs_diff: float
+    max_rel_diff: float
+    worst_output: str
+    outputs: list[OutputDiff] = field(default_factory=list)
+    trials: int = 1
+    seed: int = 0
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_arrays(name: str, a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[OutputDiff, float]:
+    """Compare ``a`` (candidate) to ``b`` (reference); returns the diff and the worst excess."""
+    if a.shape != b.shape:
+        return OutputDiff(name, float("inf"), float("inf"), 0.0, False), float("inf")
+    if a.size == 0:
+        return OutputDiff(name, 0.0, 0.0, 0.0, True), -1.0
+    af = a.astype(np.float64)
+    bf = b.astype(np.float64)
+    nan_a, nan_b = np.isnan(af), np.isnan(bf)
+    if not np.array_equal(nan_a, nan_b):
+        return OutputDiff(name, float("nan"), float("nan"), 0.0, False), float("inf")
+    mask = ~nan_a
+    same_inf = np.isinf(af) & (af == bf)
+    diff = np.where(mask & ~same_inf, np.abs(af - bf), 0.0)
+    diff = np.nan_to_num(diff, nan=np.inf)
+    ref = np.where(mask & np.isfinite(bf), np.abs(bf), 0.0)
+    excess = diff - (atol + rtol * ref)
+    worst = float(excess.max())
+    max_abs = float(diff.max())
+    max_rel = float((diff / np.maximum(ref, np.finfo(np.float64).tiny)).max()) if max_abs > 0 else 0.0
+    return OutputDiff(name, max_abs, max_rel, float(ref.max()), worst <= 0), worst
+
+
+def equivalent(
+    g1: Graph,
+    g2: Graph,
+    *,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    trials: int = 1,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    threads: int | None = None,
+) -> EquivalenceReport:
+    """Compare ``g2`` against ``g1`` (the reference) on random inputs in onnxruntime.
+
+    Interfaces must match: same input names/types and same number of outputs with the same
+    types (outputs are matched by position).  Raises VerificationError when they do not.
+    """
+    from graphsub.frontends.onnx_export import export_graph
+    from graphsub.frontends.ort import make_session, run_session
+
+    if dict(zip(g1.input_names, g1.input_types, strict=True)) != dict(
+        zip(g2.input_names, g2.input_types, strict=True)
+    ):
+        raise VerificationError(
+            f"inputs differ: {dict(zip(g1.input_names, g1.input_types, strict=True))} vs "
+            f"{dict(zip(g2.input_names, g2.input_types, strict=True))}"
+        )
+    if g1.output_types != g2.output_types:
+        raise VerificationError(f"outputs differ: {list(g1.output_types)} vs {list(g2.output_types)}")
+    shared = dict(g1.params)
+    for k, v in g2.params.items():
+        shared.setdefault(k, v)
+    w1 = random_weights(g1, seed, known=shared)
+    w2 = random_weights(g2, seed, known=shared)
+    s1 = make_session(export_graph(g1, params=w1), threads=threads)
+    s2 = make_session(export_graph(g2, params=w2), threads=threads)
+    worst: dict[str, tuple[float, OutputDiff]] = {}  # per output: largest excess seen
+    for t in range(trials):
+        feeds = dict(inputs) if inputs is not None and t == 0 else random_inputs(g1, seed + t)
+        o1 = run_session(s1, feeds)
+        o2 = run_session(s2, feeds)
+        for name, a, b in zip(g1.output_names, o2, o1, strict=True):
+            d, excess = compare_arrays(name, a, b, rtol, atol)
+            if name not in worst or excess > worst[name][0]:
+                worst[name] = (excess, d)
+    outs = [d for _, d in worst.values()]
+    worst_name = max(worst, key=lambda k: worst[k][0]) if worst else ""
+    return EquivalenceReport(
+        equivalent=all(d.ok for d in outs),
+        max_abs_diff=max((d.max_abs_diff for d in outs), default=0.0),
+        max_rel_diff=max((d.max_rel_diff for d in outs), default=0.0),
+        worst_output=worst_name,
+        outputs=outs,
+        trials=trials,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+__all__ = ["DEFAULT_ATOL", "DEFAULT_RTOL", "EquivalenceReport", "OutputDiff", "compare_arrays", "equivalent"]
