@@ -216,9 +216,10 @@ def zoo_list(as_json: JsonOpt = False) -> None:
     """List the built-in models with their default op counts."""
     from graphsub import zoo
 
-    rows = []
-    for m in zoo.list_models():
-        g = zoo.get(m.name)
+    rows: list[dict[str, Any]] = []
+    for name in zoo.list_models():
+        m = zoo.MODELS[name]
+        g = zoo.get(name)
         rows.append({"name": m.name, "num_ops": g.num_ops, "description": m.description,
                      "params": dict(m.params)})
     if as_json:

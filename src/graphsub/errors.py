@@ -16,7 +16,7 @@ class GraphsubError(Exception):
     """Base class of all errors raised on purpose by graphsub."""
 
 
-class ImportError_(GraphsubError):  # noqa: N801 - trailing underscore avoids shadowing the builtin
+class ImportError_(GraphsubError):
     """A model file could not be read or converted into the IR (malformed, unsupported)."""
 
 

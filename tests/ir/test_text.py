@@ -64,9 +64,9 @@ def test_golden(name: str) -> None:
 def test_parse_errors_name_the_line() -> None:
     good = to_text(conv_block()).splitlines()
     with pytest.raises(GraphError, match="line 3"):
-        from_text("\n".join(good[:2] + ["%2 = conv2d(%0, %9) : f32[1,8,16,16]"] + good[3:]))
+        from_text("\n".join([*good[:2], "%2 = conv2d(%0, %9) : f32[1,8,16,16]", *good[3:]]))
     with pytest.raises(GraphError, match="infers"):
-        from_text("\n".join(good[:3] + [good[3].replace("f32[1,8,16,16]", "f32[1,8,15,16]")] + good[4:]))
+        from_text("\n".join([*good[:3], good[3].replace("f32[1,8,16,16]", "f32[1,8,15,16]"), *good[4:]]))
     with pytest.raises(GraphError, match="no 'output'"):
         from_text("\n".join(line for line in good if not line.startswith("output")))
     with pytest.raises(GraphError, match="cannot parse"):

@@ -53,8 +53,18 @@ def _tensor_type(name: str, tp: onnx.TypeProto, *, what: str) -> TensorType | No
     return TensorType(tuple(dims), DTYPE_OF_ONNX_CODE[tt.elem_type])
 
 
+def _f32(v: float) -> float:
+    """The shortest decimal that rounds to the same float32 (1e-3, not 0.0010000000474974513),
+    so imported attributes equal the ones a user writes."""
+    return float(str(np.float32(v)))
+
+
 def _attr_to_python(a: onnx.AttributeProto) -> Any:
     v = helper.get_attribute_value(a)
+    if a.type == onnx.AttributeProto.FLOAT:
+        return _f32(v)
+    if a.type == onnx.AttributeProto.FLOATS:
+        return [_f32(x) for x in v]
     if isinstance(v, onnx.TensorProto):
         return numpy_helper.to_array(v)
     if isinstance(v, bytes):
@@ -326,7 +336,34 @@ class _Importer:
                 if k < len(node.output) and node.output[k]:
                     self.consts[node.output[k]] = np.asarray(arr)
             return True
-        return False
+        return self._fold_with_ort(node)
+
+    def _fold_with_ort(self, node: onnx.NodeProto) -> bool:
+        """Fold an all-constant node no OpDef models (Mod, Range, Where, ...) with onnxruntime."""
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return False
+        if any(self.consts[x].size > FOLD_LIMIT for x in node.input if x):
+            return False
+        from graphsub.frontends.ort import make_session, run_session
+
+        ins = [x for x in node.input if x]
+        g = helper.make_graph(
+            [node], "fold",
+            [helper.make_tensor_value_info(x, onnx.helper.np_dtype_to_tensor_dtype(self.consts[x].dtype),
+                                           list(self.consts[x].shape)) for x in dict.fromkeys(ins)],
+            [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
+        m.ir_version = min(m.ir_version, 10)
+        try:
+            outs = run_session(make_session(m), {x: self.consts[x] for x in ins})
+        except GraphsubError:
+            return False
+        if sum(o.size for o in outs) > FOLD_LIMIT:
+            return False
+        for name, arr in zip([o for o in node.output if o], outs, strict=True):
+            self.consts[name] = np.asarray(arr)
+        return True
 
 
 def _topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
@@ -419,7 +456,8 @@ def _infer_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType]) -> di
     skel = onnx.ModelProto()
     skel.CopyFrom(model)
     g = skel.graph
-    keep, move = [], []
+    keep: list[onnx.TensorProto] = []
+    move: list[onnx.TensorProto] = []
     for t in g.initializer:
         (keep if np.prod(t.dims, dtype=np.int64) <= FOLD_LIMIT else move).append(t)
     for t in move:

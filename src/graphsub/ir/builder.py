@@ -58,19 +58,19 @@ class Value:
         return f"Value({self.ref!r}: {self.type})"
 
     def __add__(self, other: Value) -> Value:
-        return self.builder.op("add", self, other)
+        return self.builder.op1("add", self, other)
 
     def __sub__(self, other: Value) -> Value:
-        return self.builder.op("sub", self, other)
+        return self.builder.op1("sub", self, other)
 
     def __mul__(self, other: Value) -> Value:
-        return self.builder.op("mul", self, other)
+        return self.builder.op1("mul", self, other)
 
     def __truediv__(self, other: Value) -> Value:
-        return self.builder.op("div", self, other)
+        return self.builder.op1("div", self, other)
 
     def __matmul__(self, other: Value) -> Value:
-        return self.builder.op("matmul", self, other)
+        return self.builder.op1("matmul", self, other)
 
 
 class Builder:
@@ -144,6 +144,13 @@ class Builder:
         outs = tuple(Value(self, Ref(nid, i), t) for i, t in enumerate(sig.out_types))
         self._order.extend(outs)
         return outs
+
+    def op1(self, op: str, *inputs: Value, **attrs: Any) -> Value:
+        """Add a single-output op and return its value."""
+        outs = self.op_multi(op, *inputs, **attrs)
+        if len(outs) != 1:
+            raise GraphError(f"{op} has {len(outs)} outputs; use op_multi()")
+        return outs[0]
 
     def op(self, op: str, *inputs: Value, **attrs: Any) -> Value | tuple[Value, ...]:
         """Add an op; a single-output op returns its Value, a multi-output op a tuple."""

@@ -21,6 +21,7 @@ identity and hashing is O(1).
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
@@ -35,7 +36,7 @@ class Ref(NamedTuple):
     """A reference to output ``index`` of node ``node`` (an id in the graph's arena)."""
 
     node: int
-    index: int = 0
+    index: int = 0  # type: ignore[assignment]  # shadows tuple.index on purpose: (node, output index)
 
     def __repr__(self) -> str:
         return f"%{self.node}" if self.index == 0 else f"%{self.node}#{self.index}"
@@ -120,10 +121,8 @@ def make_sig(op: str, attrs: Mapping[str, Any], in_types: Sequence[TensorType]) 
     sig.opdef = opdef
     _SIGS[key] = sig
     if key != raw_key:
-        try:
+        with contextlib.suppress(TypeError):  # raw attrs may be unhashable (lists)
             _SIGS[raw_key] = sig
-        except TypeError:
-            pass
     return sig
 
 

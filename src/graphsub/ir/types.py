@@ -90,7 +90,8 @@ class TensorType(NamedTuple):
     def __repr__(self) -> str:
         return f"{DTYPES.get(self.dtype, self.dtype)}[{','.join(map(str, self.shape))}]"
 
-    __str__ = __repr__
+    def __str__(self) -> str:
+        return self.__repr__()
 
 
 def make_type(shape: Iterable[int], dtype: str = "float32") -> TensorType:
@@ -160,8 +161,8 @@ def array_digest(array: np.ndarray) -> int:
 __all__ = [
     "DTYPES",
     "DTYPE_OF_ONNX_CODE",
-    "ONNX_DTYPE_CODES",
     "FLOAT_DTYPES",
+    "ONNX_DTYPE_CODES",
     "AttrValue",
     "Attrs",
     "TensorType",

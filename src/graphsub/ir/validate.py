@@ -54,11 +54,11 @@ def validate(graph: Graph) -> None:
         if nid not in nodes or nodes[nid].sig.op != "input":
             problems.append(f"graph input %{nid} is not an input node")
     for name, arr in graph.params.items():
-        nid = graph.leaves.get(name)
-        if nid is None or nodes[nid].sig.op != "weight":
+        wid = graph.leaves.get(name)
+        if wid is None or nodes[wid].sig.op != "weight":
             problems.append(f"params has data for {name!r}, which is not a weight")
-        elif tuple(arr.shape) != nodes[nid].sig.out_types[0].shape:
-            problems.append(f"weight {name!r}: data shape {arr.shape} != {nodes[nid].sig.out_types[0]}")
+        elif tuple(arr.shape) != nodes[wid].sig.out_types[0].shape:
+            problems.append(f"weight {name!r}: data shape {arr.shape} != {nodes[wid].sig.out_types[0]}")
     if not problems:
         try:
             fresh = Graph.from_arena(dict(nodes), graph.inputs, graph.outputs, graph.output_names)

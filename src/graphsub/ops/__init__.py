@@ -11,6 +11,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     const,
     conv,
     elementwise,
+    layout,
     leaf,
     linalg,
     norm,

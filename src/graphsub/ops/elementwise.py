@@ -7,7 +7,6 @@ arithmetic, bounds them; the cost models use ``bytes_moved``).
 
 from __future__ import annotations
 
-
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -130,11 +129,11 @@ _UNARY: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray], str, str]] = {
     "identity": ("Identity", lambda x: x.copy(), "a copy of x", "any"),
 }
 
-for _name, (_onnx, _fn, _doc, _role) in _UNARY.items():
+for _name, (_onnx, _ufn, _doc, _role) in _UNARY.items():
     register(OpDef(
         name=_name, family="elementwise", doc=f"Elementwise {_doc}.",
         inputs=("x",), attrs=(), infer=same_as_input,
-        reference=(lambda f: lambda xs, a: (np.asarray(f(xs[0])),))(_fn),
+        reference=(lambda f: lambda xs, a: (np.asarray(f(xs[0])),))(_ufn),
         flops=ONE,
         onnx_import={_onnx: simple_import(_name)},
         onnx_export=simple_export(_onnx),
@@ -277,3 +276,50 @@ register(OpDef(
 
 
 __all__: list[str] = []
+
+
+def _gelu_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> tuple[np.ndarray]:
+    x = xs[0].astype(np.float64)
+    if a["approximate"] == "tanh":
+        y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    else:
+        y = 0.5 * x * (1 + _erf(x / np.sqrt(2.0)))
+    return (y.astype(xs[0].dtype),)
+
+
+def _gelu_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
+    approx = node.attrs["approximate"]
+    if ctx.opset >= 20:
+        ctx.emit("Gelu", node.inputs, {"approximate": approx}, outputs=node.outputs)
+        return
+    dt = np_dtype(node.in_types[0].dtype)
+    x = node.inputs[0]
+
+    def c(v: float) -> str:
+        return ctx.const(np.asarray(v, dtype=dt), "gelu_c")
+
+    if approx == "tanh":
+        (x3,) = ctx.emit("Mul", [x, x])
+        (x3,) = ctx.emit("Mul", [x3, x])
+        (inner,) = ctx.emit("Mul", [x3, c(0.044715)])
+        (inner,) = ctx.emit("Add", [inner, x])
+        (inner,) = ctx.emit("Mul", [inner, c(float(np.sqrt(2 / np.pi)))])
+        (t,) = ctx.emit("Tanh", [inner])
+    else:
+        (inner,) = ctx.emit("Div", [x, c(float(np.sqrt(2.0)))])
+        (t,) = ctx.emit("Erf", [inner])
+    (t,) = ctx.emit("Add", [t, c(1.0)])
+    (t,) = ctx.emit("Mul", [x, t])
+    ctx.emit("Mul", [t, c(0.5)], outputs=node.outputs)
+
+
+register(OpDef(
+    name="gelu", family="elementwise",
+    doc="0.5 x (1 + erf(x / sqrt 2)); approximate='tanh' uses the tanh formula (ONNX Gelu, opset 20; "
+        "exported as its decomposition below opset 20).",
+    inputs=("x",), attrs=(AttrSpec("approximate", "str", "none", choices=("none", "tanh")),),
+    infer=same_as_input, reference=_gelu_ref, flops=flops_per_output(8),
+    onnx_import={"Gelu": simple_import("gelu", {"approximate": "approximate"})},
+    onnx_export=_gelu_export, elementwise=True,
+    samples=(Sample((f32(2, 16),)), Sample((f32(2, 16),), {"approximate": "tanh"})),
+))

@@ -117,7 +117,7 @@ class AttrSpec:
 # ----------------------------------------------------------------------------- ONNX protocols
 
 
-class Unsupported(Exception):  # noqa: N818 - control-flow signal, not an error for users
+class Unsupported(Exception):
     """Raised by an ONNX importer when a node uses a feature the OpDef does not model.
 
     The frontend then keeps the node as an opaque node (it still round-trips untouched).

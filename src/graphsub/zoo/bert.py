@@ -1,0 +1,84 @@
+"""The BERT benchmark of TASO/OCGGS (``examples/bert.py``): a stack of self-attention layers.
+
+Both peers end each layer with ``matmul(input, linear)`` -- the layer *input*, not the
+attention output -- so the whole attention branch is dead code in their graph (a bug, by
+all appearances).  TASO keeps it alive because every unconsumed tensor is a graph output.
+
+* ``variant="faithful"`` (default) reproduces that graph: each layer's attention result is
+  an extra graph output (``attn0`` .. ``attn7``) so the op count stays 113, matching the
+  peers' tables.
+* ``variant="corrected"`` feeds the attention result into the final linear layer, which is
+  what the script evidently meant; same ops, same count, one output.
+
+Other details kept from the peers in both variants: no softmax or scaling, and the key is
+transposed with perm ``(1, 0, 2)`` like the query (``logits = q @ k``, not ``q @ k^T``; the
+shapes agree because the sequence length equals the head size, 64).
+
+Numerics: without softmax or scaling, a corrected layer is *cubic* in its input
+(``(x Wq)(x Wk)(x Wv) Wo``), so with random O(1) weights the corrected model overflows
+float32 from about 4 layers on (inf/nan); numeric checks should use ``layers <= 3`` or
+down-scaled data.  The faithful graph stays finite (its output chain is linear).
+"""
+
+from __future__ import annotations
+
+from graphsub.ir.builder import Value
+from graphsub.ir.graph import Graph
+from graphsub.zoo._net import Net
+
+SEQ = 64
+HIDDEN = 1024
+HEADS = 16
+VARIANTS = ("faithful", "corrected")
+
+
+def _attention(net: Net, x: Value, p: str, corrected: bool) -> tuple[Value, Value]:
+    """One layer (14 ops: 6 matmul, 4 reshape, 4 transpose).  Returns (layer output,
+    attention result)."""
+    d = x.dim(1)
+    head = d // HEADS
+    qkv = []
+    for n in ("q", "k", "v"):
+        w = net.weight(f"{p}_w{n}", (d, d))
+        t = net.op("matmul", x, w)
+        t = net.op("reshape", t, shape=(SEQ, HEADS, head))
+        qkv.append(net.op("transpose", t, perm=(1, 0, 2)))
+    q, k, v = qkv
+    logits = net.op("matmul", q, k)
+    out = net.op("matmul", logits, v)
+    out = net.op("transpose", out, perm=(1, 0, 2))
+    out = net.op("reshape", out, shape=(SEQ, d))
+    wo = net.weight(f"{p}_wo", (d, d))
+    y = net.op("matmul", out if corrected else x, wo)
+    return y, out
+
+
+def bert(variant: str = "faithful", layers: int = 8) -> Graph:
+    """BERT-style attention stack from TASO/OCGGS ``examples/bert.py`` (Table 2: 8 blocks,
+    113 ops).
+
+    * Input ``input`` (64, 1024) (sequence 64, hidden 1024, 16 heads of 64), passed through
+      a ReLU as in the OCGGS script; output ``output`` (64, 1024).
+    * ``14 * layers + 1`` ops: 6 matmul, 4 reshape, 4 transpose per layer, plus the ReLU
+      (113 = 48 matmul + 32 reshape + 32 transpose + 1 relu).
+    * ``variant``: ``"faithful"`` (the peers' graph, attention results as extra outputs
+      ``attn{i}`` (64, 1024)) or ``"corrected"`` (attention feeds the linear layer); see
+      the module docstring.  The corrected graph is named ``bert_corrected``.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"bert: variant must be one of {list(VARIANTS)}, got {variant!r}")
+    if layers < 1:
+        raise ValueError(f"bert: layers must be >= 1, got {layers}")
+    corrected = variant == "corrected"
+    net = Net("bert_corrected" if corrected else "bert")
+    t = net.op("relu", net.input("input", (SEQ, HIDDEN)))
+    dead: dict[str, Value] = {}
+    for i in range(layers):
+        t, attn = _attention(net, t, f"l{i}", corrected)
+        dead[f"attn{i}"] = attn
+    if corrected:
+        return net.finish(t)
+    return net.finish_many({"output": t, **dead})
+
+
+__all__ = ["VARIANTS", "bert"]
