@@ -70,15 +70,20 @@ def _setup_logging(verbose: bool) -> None:
     log.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"graphsub {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main_callback(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show informational messages.")] = False,
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", callback=_version, is_eager=True)
+    ] = False,
 ) -> None:
     _setup_logging(verbose)
-    if version:
-        out.print(f"graphsub {__version__}")
-        raise typer.Exit(0)
 
 
 def _fail(code: Exit, message: str, as_json: bool = False) -> None:

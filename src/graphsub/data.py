@@ -75,6 +75,10 @@ def random_array(
         arr = rng.uniform(0.5, 1.5, size=shape) * rng.choice([-1.0, 1.0], size=shape)
     elif role == "unit":
         arr = rng.uniform(0.1, 1.0, size=shape)
+    elif dt == np.float32:  # the common large case: no float64 temporary
+        f32 = rng.standard_normal(size=shape, dtype=np.float32)
+        f32 *= np.float32(scale)
+        return f32
     else:
         arr = rng.standard_normal(size=shape) * scale
     return np.asarray(arr, dtype=dt)

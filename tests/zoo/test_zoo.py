@@ -60,8 +60,8 @@ EXPECTED: dict[str, tuple[int, dict[str, int], list[tuple[int, ...]], list[tuple
         [(64, 1024)] * 9,
     ),
     "bert_corrected": (
-        113,
-        {"matmul": 48, "reshape": 32, "transpose": 32, "relu": 1},
+        121,
+        {"matmul": 48, "reshape": 32, "transpose": 32, "relu": 1, "softmax": 8},
         [(64, 1024)],
         [(64, 1024)],
     ),
@@ -223,6 +223,7 @@ def test_bert_variants() -> None:
             stack.extend(r.node for r in faithful.node(nid).inputs)
     assert not any(faithful.node(n).op == "transpose" for n in seen)
     assert zoo.get("bert", layers=2).num_ops == 29
+    assert zoo.get("bert_corrected", layers=2).num_ops == 31
     with pytest.raises(GraphsubError, match="variant"):
         zoo.get("bert", variant="fixed")
 

@@ -2,9 +2,11 @@
 
 * Opsets 13+ of the default domain (older models are upgraded with onnx's version converter).
 * Inputs must get static shapes: symbolic dims come from ``input_shapes`` or ``default_dim``.
-* Initializers and ``Constant`` nodes become weights (with data).  Small all-constant
-  subgraphs (shape arithmetic such as ``Shape -> Gather -> Concat -> Reshape``) are folded with
-  the reference implementations, so shape-dependent ops get static attributes.
+* Initializers and ``Constant`` nodes become weights (with data).  Shape arithmetic -- small
+  all-constant subgraphs with integer results, such as ``Shape -> Gather -> Concat ->
+  Reshape`` -- is folded (reference implementations, or onnxruntime for ops graphsub does not
+  model), so shape-dependent ops get static attributes.  Float computations on weights are
+  kept as ops: folding them is an optimization, not an import.
 * Each node is imported by the first OpDef importer that accepts it; a node no importer
   accepts becomes an ``opaque`` node carrying its serialized attributes and the output types
   from ONNX shape inference, so it survives the round trip untouched.
@@ -24,7 +26,7 @@ from onnx import helper, numpy_helper
 from graphsub.errors import GraphsubError, ImportError_, ShapeError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
-from graphsub.ir.types import DTYPE_OF_ONNX_CODE, TensorType, dtype_of
+from graphsub.ir.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType, dtype_of
 from graphsub.ops.registry import ONNX_IMPORTERS, Imported, Unsupported
 
 log = logging.getLogger("graphsub")
@@ -329,6 +331,8 @@ class _Importer:
                 continue
             if sum(t.numel for t in sig.out_types) > FOLD_LIMIT or sig.opdef.reference is None:
                 return False
+            if any(t.dtype in FLOAT_DTYPES for t in sig.out_types):
+                return False  # only shape arithmetic is folded; float compute on weights stays
             if op == "opaque":
                 return False
             outs = sig.opdef.reference(in_arrays, sig.attr)
@@ -359,7 +363,7 @@ class _Importer:
             outs = run_session(make_session(m), {x: self.consts[x] for x in ins})
         except GraphsubError:
             return False
-        if sum(o.size for o in outs) > FOLD_LIMIT:
+        if sum(o.size for o in outs) > FOLD_LIMIT or any(o.dtype.kind == "f" for o in outs):
             return False
         for name, arr in zip([o for o in node.output if o], outs, strict=True):
             self.consts[name] = np.asarray(arr)

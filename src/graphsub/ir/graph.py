@@ -318,53 +318,55 @@ class Graph:
         return self._merkle()[nid]
 
     def _merkle(self) -> immutables.Map[int, int]:
+        """Per-node Merkle hashes ``hash((sig digest, h(in0), idx0, h(in1), idx1, ...))``."""
         mk = self._cache.get("merkle")
         if mk is not None:
             return mk
         parent = self._cache.pop("merkle_parent", None)
         nodes = self.nodes
-        if parent is not None:
-            parent_merkle, dirty, removed = parent
-            base = parent_merkle.mutate()
-            for nid in removed:
-                if nid in base:
-                    del base[nid]
-            # forward cone of the dirty nodes
+        h: dict[int, int] = {}
+        if parent is None:
+            for nid in self.topo_order():
+                node = nodes[nid]
+                parts = [node.sig.digest]
+                for r in node.inputs:
+                    parts.append(h[r.node])
+                    parts.append(r.index)
+                h[nid] = hash(tuple(parts))
+            mk = immutables.Map(h)
+        else:
+            parent_map, dirty, removed = parent
+            cone: set[int] = set()  # forward cone of the edit: the only hashes that change
             stack = [n for n in dirty if n in nodes]
-            cone: set[int] = set()
             while stack:
                 nid = stack.pop()
-                if nid in cone:
+                if nid not in cone:
+                    cone.add(nid)
+                    stack.extend(c for c, _ in self.consumers.get(nid, ()))
+            for root in cone:
+                if root in h:
                     continue
-                cone.add(nid)
-                stack.extend(c for c, _ in self.consumers.get(nid, ()))
-            for nid in cone:
-                if nid in base:
-                    del base[nid]
-            todo = cone
-        else:
-            base = immutables.Map().mutate()
-            todo = set(nodes)
-        for nid in todo:
-            if nid in base:
-                continue
-            stack2 = [nid]
-            while stack2:
-                cur = stack2[-1]
-                node = nodes[cur]
-                missing = [r.node for r in node.inputs if r.node not in base]
-                if missing:
-                    stack2.extend(missing)
-                    continue
-                stack2.pop()
-                if cur in base:
-                    continue
-                parts: list[int] = [node.sig.digest]
-                for r in node.inputs:
-                    parts.append(base[r.node])
-                    parts.append(r.index)
-                base[cur] = hash(tuple(parts))
-        mk = base.finish()
+                stack = [root]
+                while stack:
+                    cur = stack[-1]
+                    node = nodes[cur]
+                    pending = [r.node for r in node.inputs if r.node in cone and r.node not in h]
+                    if pending:
+                        stack.extend(pending)
+                        continue
+                    stack.pop()
+                    parts = [node.sig.digest]
+                    for r in node.inputs:
+                        parts.append(h[r.node] if r.node in cone else parent_map[r.node])
+                        parts.append(r.index)
+                    h[cur] = hash(tuple(parts))
+            mut = parent_map.mutate()
+            for nid in removed:
+                if nid in mut:
+                    del mut[nid]
+            for nid, v in h.items():
+                mut[nid] = v
+            mk = mut.finish()
         self._cache["merkle"] = mk
         return mk
 

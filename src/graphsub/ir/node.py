@@ -95,6 +95,10 @@ def make_sig(op: str, attrs: Mapping[str, Any], in_types: Sequence[TensorType]) 
     opdef = get_op(op)
     opdef.check_arity(len(in_types))
     cattrs = opdef.canonical_attrs(attrs)
+    if opdef.canonicalize is not None:
+        # malformed inputs make canonicalisation fail: shape inference reports the problem
+        with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
+            cattrs = opdef.canonical_attrs(opdef.canonicalize(dict(cattrs), in_types))
     key = (op, cattrs, in_types)
     hit = _SIGS.get(key)
     if hit is not None:

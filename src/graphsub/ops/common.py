@@ -13,12 +13,13 @@ Padding attributes (kind ``pads``) are ``"SAME"`` (TF/ONNX SAME_UPPER: total pad
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from graphsub.errors import ShapeError
+from graphsub.ir.types import TensorType
 from graphsub.ops.registry import OnnxExportCtx
 
 ACTS = ("none", "relu", "sigmoid", "tanh")
@@ -183,3 +184,55 @@ __all__ = [
     "same_pads_1d",
     "sliding_windows",
 ]
+
+
+# ----------------------------------------------------------------------------- canonical forms
+# Attributes with several spellings of the same meaning (SAME vs explicit pads, axis -1 vs 2)
+# are rewritten to one form when a signature is created, so equal computations get equal
+# signatures (and structural hashes) however they were written or imported.
+
+
+Canon = Callable[[dict[str, Any], Sequence[TensorType]], dict[str, Any]]
+
+
+def canon_window_pads(kernel_of: str) -> Canon:
+    """Canonicaliser for conv/pool ``pads``: ``SAME``/``VALID`` -> explicit 4-tuple.
+
+    ``kernel_of`` is ``"weight"`` (conv: kernel = w.shape[2:]) or ``"attr"`` (pools).
+    """
+
+    def fn(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+        if isinstance(a.get("pads"), str):
+            kernel = ins[1].shape[2:4] if kernel_of == "weight" else a["kernel"]
+            a["pads"] = resolve_pads(a["pads"], ins[0].shape[2:4], kernel, a["strides"], a.get("dilations", (1, 1)))
+        return a
+
+    return fn
+
+
+def canon_axis(key: str = "axis") -> Canon:
+    """Canonicaliser making ``a[key]`` non-negative (relative to the rank of input 0)."""
+
+    def fn(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+        rank = ins[0].rank
+        v = a.get(key)
+        if isinstance(v, int) and -rank <= v < 0:
+            a[key] = v + rank
+        return a
+
+    return fn
+
+
+def canon_axes(key: str = "axes", *, out_rank: bool = False) -> Canon:
+    """Canonicaliser making an ``axes`` tuple non-negative and sorted (``out_rank``: axes index
+    the output, as for unsqueeze)."""
+
+    def fn(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+        v = a.get(key)
+        if isinstance(v, tuple) and v:
+            rank = ins[0].rank + (len(v) if out_rank else 0)
+            if all(-rank <= x < rank for x in v):
+                a[key] = tuple(sorted(x % rank for x in v))
+        return a
+
+    return fn

@@ -27,6 +27,7 @@ from graphsub.ir.types import FLOAT_DTYPES, TensorType, np_dtype
 from graphsub.ops.common import (
     ACTS,
     apply_act,
+    canon_window_pads,
     check_pair,
     conv_out_hw,
     emit_with_act,
@@ -179,6 +180,7 @@ def _conv_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="conv2d", family="conv",
+    canonicalize=canon_window_pads("weight"),
     doc="2-D convolution (cross-correlation) of NCHW x with w[O, C/groups, kh, kw], plus "
         "optional bias b[O], then the fused activation; groups = C / w.shape[1].",
     inputs=("x", "w", "b"), min_inputs=2,

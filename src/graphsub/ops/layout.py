@@ -25,6 +25,7 @@ import numpy as np
 
 from graphsub.errors import AttrError, ShapeError
 from graphsub.ir.types import FLOAT_DTYPES, TensorType, make_type, np_dtype
+from graphsub.ops.common import canon_axis
 from graphsub.ops.registry import (
     AttrSpec,
     ExportNode,
@@ -175,6 +176,7 @@ def _gather_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="gather", family="shape",
+    canonicalize=canon_axis(),
     doc="Take entries of x along ``axis`` at ``indices`` (negative indices count from the end); "
         "output shape x.shape[:axis] + indices.shape + x.shape[axis+1:].",
     inputs=("x", "indices"), attrs=(AttrSpec("axis", "int", 0),),

@@ -71,7 +71,7 @@ def _opaque_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[Tens
 
 def _opaque_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> list[np.ndarray]:
     if not _OPAQUE_RUNNER:
-        from graphsub.frontends import onnx_io  # noqa: F401  (installs the runner)
+        import graphsub.frontends.onnx_io  # noqa: F401  (installs the runner)
     if not _OPAQUE_RUNNER:
         raise ExecutionError(f"no executor for opaque op {a['op_type']!r}")
     return _OPAQUE_RUNNER[0](a, xs)

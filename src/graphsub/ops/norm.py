@@ -26,6 +26,7 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import FLOAT_DTYPES, TensorType
+from graphsub.ops.common import canon_axes, canon_axis
 from graphsub.ops.registry import (
     AttrSpec,
     CostFn,
@@ -168,6 +169,7 @@ def _ln_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="layernorm", family="norm",
+    canonicalize=canon_axis(),
     doc="Layer normalisation over axes [axis, rank): (x - mean) / sqrt(var + epsilon) * scale "
         "+ bias.",
     inputs=("x", "scale", "bias"), min_inputs=2,
@@ -222,6 +224,7 @@ def _softmax_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="softmax", family="norm", doc="exp(x) / sum(exp(x)) along axis.",
+    canonicalize=canon_axis(),
     inputs=("x",), attrs=(AttrSpec("axis", "int", -1),),
     infer=_softmax_infer, reference=_softmax_ref, flops=flops_per_output(5),
     onnx_import={"Softmax": _softmax_import}, onnx_export=_softmax_export,
@@ -320,7 +323,7 @@ for _op, _onnx, _from, _doc in (
     ("reduce_sum", "ReduceSum", 13, "Sum"),
 ):
     register(OpDef(
-        name=_op, family="norm",
+        name=_op, family="norm", canonicalize=canon_axes(),
         doc=f"{_doc} over axes (non-empty, may be negative); reduced axes kept as 1 if keepdims.",
         inputs=("x",),
         attrs=(AttrSpec("axes", "ints", doc="axes to reduce"), AttrSpec("keepdims", "bool", True)),

@@ -25,6 +25,7 @@ from graphsub.ir.types import FLOAT_DTYPES, TensorType
 from graphsub.ops.common import (
     ACTS,
     apply_act,
+    canon_window_pads,
     check_pair,
     conv_out_hw,
     emit_with_act,
@@ -185,6 +186,7 @@ _COMMON_ATTRS = (
 
 register(OpDef(
     name="maxpool2d", family="pool",
+    canonicalize=canon_window_pads("attr"),
     doc="2-D max pooling over NCHW windows, then the fused activation.",
     inputs=("x",), attrs=_COMMON_ATTRS,
     infer=_infer("maxpool2d"), reference=_maxpool_ref, flops=_pool_flops(avg=False),
@@ -200,6 +202,7 @@ register(OpDef(
 
 register(OpDef(
     name="avgpool2d", family="pool",
+    canonicalize=canon_window_pads("attr"),
     doc="2-D average pooling over NCHW windows, then the fused activation; the divisor counts "
         "padding cells only if count_include_pad.",
     inputs=("x",),

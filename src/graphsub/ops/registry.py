@@ -267,6 +267,9 @@ class OpDef:
     #: output 0 equals input 0 elementwise up to a monotone/pointwise map (used by rules)
     elementwise: bool = False
     onnx_import_note: str = ""
+    #: rewrites equivalent attribute spellings into one canonical form, given the input types
+    #: (e.g. pads "SAME" -> explicit, axis -1 -> rank-1); see graphsub.ops.common
+    canonicalize: Callable[[dict[str, Any], Sequence[TensorType]], dict[str, Any]] | None = None
     _attr_index: Mapping[str, AttrSpec] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 
 from graphsub.errors import AttrError, ShapeError
 from graphsub.ir.types import TensorType, make_type
+from graphsub.ops.common import canon_axes, canon_axis
 from graphsub.ops.registry import (
     AttrSpec,
     ExportFn,
@@ -118,6 +119,7 @@ def _concat_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="concat", family="shape",
+    canonicalize=canon_axis(),
     doc="Concatenate the inputs along ``axis``; all other dimensions must agree.",
     inputs=("x",), variadic=True,
     attrs=(AttrSpec("axis", "int", doc="concatenation axis (negative counts from the end)"),),
@@ -187,6 +189,7 @@ def _split_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="split", family="shape",
+    canonicalize=canon_axis(),
     doc="Split along ``axis`` into consecutive pieces of the given ``sizes`` (one output each).",
     inputs=("x",),
     attrs=(AttrSpec("axis", "int", doc="split axis (negative counts from the end)"),
@@ -253,6 +256,13 @@ def reshape_target(op: str, x: TensorType, shape: Sequence[int]) -> tuple[int, .
     return tuple(shape)
 
 
+def _canon_reshape(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+    """Canonical reshape target: the -1 resolved."""
+    if -1 in a["shape"]:
+        a["shape"] = reshape_target("reshape", ins[0], a["shape"])
+    return a
+
+
 def _reshape_import(ctx: OnnxImportCtx) -> Imported:
     x = ctx.input_type(0)
     shape = const_ints(ctx, 1, "shape")
@@ -272,6 +282,7 @@ def _reshape_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="reshape", family="shape",
+    canonicalize=_canon_reshape,
     doc="Reinterpret x with a new static ``shape`` (row-major); one entry may be -1 (inferred).",
     inputs=("x",),
     attrs=(AttrSpec("shape", "ints", doc="target shape: ints >= 1, at most one -1"),),
@@ -316,6 +327,7 @@ def _flatten_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 register(OpDef(
     name="flatten", family="shape",
+    canonicalize=canon_axis(),
     doc="Reshape to 2-D: (prod(shape[:axis]), prod(shape[axis:])); axis in [-rank, rank].",
     inputs=("x",), attrs=(AttrSpec("axis", "int", 1),),
     infer=_flatten_infer, reference=_flatten_ref,
@@ -387,6 +399,7 @@ def _axes_export(op_type: str) -> ExportFn:
 
 register(OpDef(
     name="unsqueeze", family="shape",
+    canonicalize=canon_axes(out_rank=True),
     doc="Insert size-1 dims at ``axes`` (positions in the output; negative from the end).",
     inputs=("x",), attrs=(AttrSpec("axes", "ints", doc="output positions of the new dims"),),
     infer=_unsqueeze_infer,
@@ -400,8 +413,17 @@ register(OpDef(
     ),
 ))
 
+def _canon_squeeze(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+    """Canonical squeeze axes: explicit, non-negative, sorted."""
+    shape = ins[0].shape
+    axes = a["axes"] or tuple(i for i, d in enumerate(shape) if d == 1)
+    a["axes"] = tuple(sorted(x % len(shape) for x in axes)) if shape else axes
+    return a
+
+
 register(OpDef(
     name="squeeze", family="shape",
+    canonicalize=_canon_squeeze,
     doc="Remove the size-1 dims at ``axes``; empty ``axes`` removes every size-1 dim.",
     inputs=("x",), attrs=(AttrSpec("axes", "ints", (), doc="dims to remove (size 1 each)"),),
     infer=_squeeze_infer,

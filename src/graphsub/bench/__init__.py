@@ -1,0 +1,1 @@
+"""Reproducible experiment drivers (used by ``graphsub bench`` and ``benchmarks/``)."""
