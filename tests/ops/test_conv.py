@@ -20,12 +20,9 @@ from graphsub.ir.node import make_sig
 from graphsub.ir.types import TensorType
 from graphsub.ops import REGISTRY
 from graphsub.ops.conv import conv2d_ref
+from helpers import make_rand, ops_of
 
-RNG = np.random.default_rng(0)
-
-
-def rand(*shape: int) -> np.ndarray:
-    return RNG.standard_normal(shape).astype(np.float32)
+rand = make_rand(0)
 
 
 def naive_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, strides: tuple[int, int],
@@ -185,10 +182,6 @@ def single_node_model(node: onnx.NodeProto, feeds: dict[str, np.ndarray],
                               opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = min(model.ir_version, 10)
     return model
-
-
-def ops_of(g: Any) -> list[str]:
-    return sorted(g.node(n).op for n in g.nodes if not g.node(n).is_leaf)
 
 
 @pytest.mark.parametrize(

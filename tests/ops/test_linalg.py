@@ -13,33 +13,11 @@ from graphsub.errors import AttrError, ShapeError
 from graphsub.execute import run
 from graphsub.frontends.onnx_io import from_onnx, to_onnx
 from graphsub.frontends.ort import run_model
-from graphsub.ir import Builder
 from graphsub.ir.node import make_sig
 from graphsub.ir.types import TensorType
+from helpers import build, check_ort, make_rand, ops_of
 
-RNG = np.random.default_rng(2)
-
-
-def rand(*shape: int) -> np.ndarray:
-    return RNG.standard_normal(shape).astype(np.float32)
-
-
-def ops_of(g: Any) -> list[str]:
-    return sorted(g.node(n).op for n in g.nodes if not g.node(n).is_leaf)
-
-
-def build(op: str, shapes: list[tuple[int, ...]], **attrs: Any) -> Any:
-    b = Builder(op)
-    xs = [b.input(f"x{i}", s) for i, s in enumerate(shapes)]
-    return b.build(b.op(op, *xs, **attrs))
-
-
-def check_ort(g: Any, feeds: dict[str, np.ndarray], opset: int | None = None) -> np.ndarray:
-    (ref,) = run(g, feeds).values()
-    (got,) = run_model(to_onnx(g, opset=opset), feeds)
-    assert got.shape == ref.shape
-    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
-    return ref
+rand = make_rand(2)
 
 
 @pytest.mark.parametrize(

@@ -18,12 +18,9 @@ from graphsub.ir import Builder
 from graphsub.ir.node import make_sig
 from graphsub.ir.types import TensorType
 from graphsub.ops import REGISTRY
+from helpers import make_rand, ops_of
 
-RNG = np.random.default_rng(1)
-
-
-def rand(*shape: int) -> np.ndarray:
-    return RNG.standard_normal(shape).astype(np.float32)
+rand = make_rand(1)
 
 
 def attrs_of(op: str, **kw: Any) -> dict[str, Any]:
@@ -163,10 +160,6 @@ def single_node_model(node: onnx.NodeProto, shape: tuple[int, ...], indices: boo
                               opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = min(model.ir_version, 10)
     return model
-
-
-def ops_of(g: Any) -> list[str]:
-    return sorted(g.node(n).op for n in g.nodes if not g.node(n).is_leaf)
 
 
 @pytest.mark.parametrize(
