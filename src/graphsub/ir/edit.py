@@ -1,0 +1,216 @@
+"""Copy-on-write substitution on a :class:`~graphsub.ir.graph.Graph`.
+
+See :class:`GraphEdit`; the cost of an edit is proportional to the change (new nodes, rewired
+consumers, removed nodes), never to the size of the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import immutables
+import numpy as np
+
+from graphsub.errors import GraphError, ShapeError
+from graphsub.ir.node import Node, Ref, make_sig
+from graphsub.ir.types import TensorType, dtype_of, make_type
+
+if TYPE_CHECKING:
+    from graphsub.ir.graph import Graph
+
+_EMPTY: immutables.Map[int, None] = immutables.Map()
+
+
+def _del_consumer(cons: Any, src: int, item: tuple[int, int]) -> None:
+    cur = cons.get(src, ())
+    rest = tuple(c for c in cur if c != item)
+    if rest:
+        cons[src] = rest
+    elif src in cons:
+        del cons[src]
+
+
+class GraphEdit:
+    """A pending substitution on a base graph (copy-on-write; the base never changes).
+
+    * :meth:`op` / :meth:`weight` add new nodes (ids continue the base's ``next_id``);
+    * :meth:`replace` redirects every *pre-existing* consumer of a value (and graph outputs)
+      to a new value of the same type -- new nodes keep the inputs they were given, so
+      ``replace(x, relu(x))`` inserts a node after ``x``;
+    * :meth:`commit` returns the new graph and removes nodes that became dead.
+
+    Cost: O(new nodes + rewired consumers + removed nodes), independent of graph size.
+    """
+
+    def __init__(self, base: Graph):
+        self.base = base
+        self._new: dict[int, Node] = {}
+        self._rewire: dict[Ref, Ref] = {}
+        self._new_params: dict[str, np.ndarray] = {}
+        self._new_leaves: dict[str, int] = {}
+        self._next = base.next_id
+        self._done = False
+
+    def type_of(self, ref: Ref | tuple[int, int]) -> TensorType:
+        nid, idx = ref
+        node = self._new.get(nid) or self.base.nodes.get(nid)
+        if node is None:
+            raise GraphError(f"edit references missing node %{nid}")
+        return node.sig.out_types[idx]
+
+    def op(self, op: str, *inputs: Ref | tuple[int, int], **attrs: Any) -> Ref:
+        """Add node ``op(*inputs, **attrs)``; returns output 0 (see :meth:`op_multi`)."""
+        return self.op_multi(op, inputs, attrs)[0]
+
+    def op_multi(
+        self, op: str, inputs: Sequence[Ref | tuple[int, int]], attrs: Mapping[str, Any] | None = None
+    ) -> tuple[Ref, ...]:
+        """Add a node; returns a Ref per output (e.g. for ``split``)."""
+        refs = tuple(Ref(*r) for r in inputs)
+        sig = make_sig(op, attrs or {}, tuple(self.type_of(r) for r in refs))
+        if sig.opdef.leaf:
+            raise GraphError("use GraphEdit.weight() to add leaves")
+        nid = self._next
+        self._next += 1
+        self._new[nid] = Node(sig, refs)
+        return tuple(Ref(nid, i) for i in range(len(sig.out_types)))
+
+    def weight(
+        self,
+        name: str,
+        data: np.ndarray | None = None,
+        *,
+        shape: Sequence[int] | None = None,
+        dtype: str = "float32",
+    ) -> Ref:
+        """Add a weight leaf (e.g. a folded constant); ``name`` must be new."""
+        if name in self.base.leaves or name in self._new_leaves:
+            raise GraphError(f"a leaf named {name!r} already exists")
+        if data is not None:
+            data = np.asarray(data)
+            t = make_type(data.shape, dtype_of(data))
+            self._new_params[name] = data
+        else:
+            if shape is None:
+                raise GraphError("weight() needs data or a shape")
+            t = make_type(shape, dtype)
+        sig = make_sig("weight", {"name": name, "shape": t.shape, "dtype": t.dtype}, ())
+        nid = self._next
+        self._next += 1
+        self._new[nid] = Node(sig, ())
+        self._new_leaves[name] = nid
+        return Ref(nid, 0)
+
+    def replace(self, old: Ref | tuple[int, int], new: Ref | tuple[int, int]) -> None:
+        """Redirect all existing uses of ``old`` (consumers and graph outputs) to ``new``."""
+        old, new = Ref(*old), Ref(*new)
+        if old.node not in self.base.nodes:
+            raise GraphError(f"replace: {old!r} is not a value of the base graph")
+        told, tnew = self.type_of(old), self.type_of(new)
+        if told != tnew:
+            raise ShapeError(f"replace: {old!r} has type {told} but replacement {new!r} has {tnew}")
+        if old in self._rewire:
+            raise GraphError(f"replace: {old!r} replaced twice in one edit")
+        self._rewire[old] = new
+
+    def commit(self) -> Graph:
+        if self._done:
+            raise GraphError("GraphEdit.commit() called twice")
+        self._done = True
+        base = self.base
+        nodes = base.nodes.mutate()
+        cons = base.consumers.mutate()
+        by_op = base.by_op.mutate()
+        leaves = base.leaves.mutate()
+        params = base.params.mutate()
+        dirty: list[int] = []
+
+        def index_add(nid: int, node: Node) -> None:
+            op = node.sig.op
+            by_op[op] = by_op.get(op, _EMPTY).set(nid, None)
+
+        def index_del(nid: int, node: Node) -> None:
+            op = node.sig.op
+            ids = by_op[op].delete(nid)
+            if len(ids):
+                by_op[op] = ids
+            else:
+                del by_op[op]
+
+        # 1. new nodes
+        for nid, node in self._new.items():
+            nodes[nid] = node
+            index_add(nid, node)
+            for slot, r in enumerate(node.inputs):
+                cons[r.node] = (*cons.get(r.node, ()), (nid, slot))
+            dirty.append(nid)
+        for lname, nid in self._new_leaves.items():
+            leaves[lname] = nid
+        for lname, arr in self._new_params.items():
+            params[lname] = arr
+        # 2. rewire pre-existing consumers
+        rw = self._rewire
+        touched: dict[int, None] = {}
+        for old in rw:
+            for cid, slot in base.consumers.get(old.node, ()):
+                if base.nodes[cid].inputs[slot] == old:
+                    touched[cid] = None
+        for cid in touched:
+            node = base.nodes[cid]
+            new_inputs = tuple(rw.get(r, r) for r in node.inputs)
+            for slot, (a, b) in enumerate(zip(node.inputs, new_inputs, strict=True)):
+                if a != b:
+                    _del_consumer(cons, a.node, (cid, slot))
+                    cons[b.node] = (*cons.get(b.node, ()), (cid, slot))
+            nodes[cid] = Node(node.sig, new_inputs)
+            dirty.append(cid)
+        outputs = tuple(rw.get(r, r) for r in base.outputs)
+        # 3. dead-code elimination, starting from replaced values
+        out_nodes = {r.node for r in outputs}
+        input_set = set(base.inputs)
+        removed: list[int] = []
+        stack = [old.node for old in rw]
+        stack.extend(nid for nid in self._new if nid not in out_nodes)
+        while stack:
+            nid = stack.pop()
+            if nid not in nodes or nid in input_set or nid in out_nodes or cons.get(nid):
+                continue
+            node = nodes[nid]
+            del nodes[nid]
+            index_del(nid, node)
+            removed.append(nid)
+            if nid in cons:
+                del cons[nid]
+            if node.sig.op == "weight":
+                lname = node.sig.attr["name"]
+                del leaves[lname]
+                if lname in params:
+                    del params[lname]
+            for slot, r in enumerate(node.inputs):
+                _del_consumer(cons, r.node, (nid, slot))
+                stack.append(r.node)
+        from graphsub.ir.graph import Graph
+
+        g = Graph._make(
+            nodes=nodes.finish(),
+            inputs=base.inputs,
+            outputs=outputs,
+            output_names=base.output_names,
+            params=params.finish(),
+            consumers=cons.finish(),
+            by_op=by_op.finish(),
+            leaves=leaves.finish(),
+            next_id=self._next,
+            name=base.name,
+        )
+        parent_merkle = base._cache.get("merkle")
+        if parent_merkle is not None:  # keep the parent's hashes, not the parent graph
+            g._cache["merkle_parent"] = (parent_merkle, dirty, removed)
+        g._cache["removed"] = tuple(removed)
+        g._cache["added"] = tuple(n for n in self._new if n not in set(removed))
+        return g
+
+
+
+__all__ = ["GraphEdit"]
