@@ -5,9 +5,9 @@ variances are positive, divisors non-zero, gather indices in range; conv/matmul 
 scaled by ``sqrt(2 / fan_in)`` so activations of deep random networks stay O(1) (otherwise a
 numeric equivalence check on vanishing outputs would be vacuous).
 
-Weights are seeded by ``(seed, name)``, so two graphs that share weight names get identical
-values whatever their structure -- which is what comparing an original and an optimized model
-needs.
+Weights are seeded by ``(seed, name)``; their scale and role come from their consumers, so
+when two graphs are compared, the second must reuse the first's arrays for shared names
+(``known=``), as :func:`graphsub.verify.equivalent` does.
 
 >>> from graphsub.ir import Builder
 >>> b = Builder()

@@ -46,7 +46,7 @@ def copy_graph(g: Graph) -> Graph:
 
 def fresh_hash(g: Graph) -> int:
     """Structural hash computed from scratch: per-node hashes and topological order cleared."""
-    for key in ("hash", "merkle", "merkle_parent", "topo"):
+    for key in ("hash", "merkle", "parent_maps", "edit", "topo"):
         g._cache.pop(key, None)
     return g.structural_hash()
 

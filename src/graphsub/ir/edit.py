@@ -204,9 +204,13 @@ class GraphEdit:
             next_id=self._next,
             name=base.name,
         )
-        parent_merkle = base._cache.get("merkle")
-        if parent_merkle is not None:  # keep the parent's hashes, not the parent graph
-            g._cache["merkle_parent"] = (parent_merkle, dirty, removed)
+        g._cache["edit"] = (dirty, removed)
+        parents = {k: base._cache[k] for k in ("merkle", "level") if k in base._cache}
+        if parents:  # keep the parent's per-node maps (not the parent graph) for incremental updates
+            g._cache["parent_maps"] = parents
+        touched = set(dirty)
+        touched.update(r.node for nid in removed for r in base.nodes[nid].inputs if r.node in g.nodes)
+        g._cache["touched"] = tuple(sorted(touched))
         g._cache["removed"] = tuple(removed)
         g._cache["added"] = tuple(n for n in self._new if n not in set(removed))
         return g

@@ -236,6 +236,16 @@ class Graph:
             if op not in LEAF_OPS and not op.startswith("const_")
         }
 
+    def edit_info(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+        """For a graph made by an edit: (added node ids, removed ids of the parent, touched ids).
+
+        *Touched* nodes are the new nodes, the rewired consumers, and nodes that lost consumers;
+        only matches near them can differ between parent and child (incremental matching).
+        """
+        if "touched" not in self._cache:
+            return None
+        return self._cache["added"], self._cache["removed"], self._cache["touched"]
+
     def __len__(self) -> int:
         return len(self.nodes)
 
@@ -310,24 +320,33 @@ class Graph:
 
     def _merkle(self) -> immutables.Map[int, int]:
         """Per-node Merkle hashes ``hash((sig digest, h(in0), idx0, h(in1), idx1, ...))``."""
-        mk = self._cache.get("merkle")
-        if mk is not None:
-            return mk
-        parent = self._cache.pop("merkle_parent", None)
+        return self._derived("merkle")
+
+    def levels(self) -> immutables.Map[int, int]:
+        """Per-node depth: 0 for leaves, else 1 + the maximum depth of the producers.
+
+        A node can only reach nodes of greater depth, which bounds cycle checks.  Cached, and
+        recomputed only over the forward cone of an edit, like the structural hash.
+        """
+        return self._derived("level")
+
+    def _derived(self, kind: str) -> immutables.Map[int, int]:
+        cached = self._cache.get(kind)
+        if cached is not None:
+            return cached
+        combine = _DERIVED[kind]
         nodes = self.nodes
         h: dict[int, int] = {}
-        if parent is None:
+        parent_map = self._cache.get("parent_maps", {}).get(kind)
+        edit = self._cache.get("edit")
+        if parent_map is None or edit is None:
             for nid in self.topo_order():
                 node = nodes[nid]
-                parts = [node.sig.digest]
-                for r in node.inputs:
-                    parts.append(h[r.node])
-                    parts.append(r.index)
-                h[nid] = hash(tuple(parts))
-            mk = immutables.Map(h)
+                h[nid] = combine(node, [(h[r.node], r.index) for r in node.inputs])
+            result = immutables.Map(h)
         else:
-            parent_map, dirty, removed = parent
-            cone: set[int] = set()  # forward cone of the edit: the only hashes that change
+            dirty, removed = edit
+            cone: set[int] = set()  # forward cone of the edit: the only values that change
             stack = [n for n in dirty if n in nodes]
             while stack:
                 nid = stack.pop()
@@ -346,20 +365,17 @@ class Graph:
                         stack.extend(pending)
                         continue
                     stack.pop()
-                    parts = [node.sig.digest]
-                    for r in node.inputs:
-                        parts.append(h[r.node] if r.node in cone else parent_map[r.node])
-                        parts.append(r.index)
-                    h[cur] = hash(tuple(parts))
+                    h[cur] = combine(node, [(h[r.node] if r.node in cone else parent_map[r.node], r.index)
+                                            for r in node.inputs])
             mut = parent_map.mutate()
             for nid in removed:
                 if nid in mut:
                     del mut[nid]
             for nid, v in h.items():
                 mut[nid] = v
-            mk = mut.finish()
-        self._cache["merkle"] = mk
-        return mk
+            result = mut.finish()
+        self._cache[kind] = result
+        return result
 
     def __hash__(self) -> int:
         return self.structural_hash()
@@ -402,10 +418,25 @@ class Graph:
         fields = {k: getattr(self, k) for k in self.__slots__ if k not in ("__weakref__", "_cache")}
         fields.update(changes)
         g = Graph._make(**fields)
-        for key in ("topo", "hash", "merkle"):  # structure unchanged: derived data carries over
+        for key in ("topo", "hash", "merkle", "level"):  # structure unchanged: derived data carries over
             if key in self._cache:
                 g._cache[key] = self._cache[key]
         return g
+
+
+def _merkle_combine(node: Node, ins: list[tuple[int, int]]) -> int:
+    parts = [node.sig.digest]
+    for h, idx in ins:
+        parts.append(h)
+        parts.append(idx)
+    return hash(tuple(parts))
+
+
+def _level_combine(node: Node, ins: list[tuple[int, int]]) -> int:
+    return 1 + max(v for v, _ in ins) if ins else 0
+
+
+_DERIVED = {"merkle": _merkle_combine, "level": _level_combine}
 
 
 def _restore_graph(fields: dict[str, Any]) -> Graph:

@@ -1,0 +1,172 @@
+"""Applying a match: build the target in a copy-on-write edit and redirect the source outputs.
+
+:func:`apply` returns a :class:`Substitution`: the new graph (sharing every untouched node
+with the old one), the ids of the nodes it added and removed -- which is all a cost model
+needs for the incremental delta ``cost(new) = cost(old) - cost(removed) + cost(added)``
+(:meth:`Substitution.cost_delta`).
+
+Weights: targets compute new weights with ordinary ops on weight values (``concat`` of two
+kernels, ``enlarge``, ...), so a rule stays exact even when weights have no data.  Such
+weight-only subgraphs are free at run time: :func:`fold_weights` evaluates those whose leaves
+have data into new constant weights (before export), and cost models skip weight-only nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import GraphsubError, RuleError
+from graphsub.ir.edit import GraphEdit
+from graphsub.ir.graph import Graph
+from graphsub.ir.node import Node, Ref
+from graphsub.ir.types import TensorType, array_digest, dtype_of
+from graphsub.ops.registry import REGISTRY
+from graphsub.rules.match import Match, MatchView, is_weight_only
+
+
+class TargetBuilder:
+    """Builds target nodes into a :class:`~graphsub.ir.edit.GraphEdit`; op methods like the builder."""
+
+    def __init__(self, edit: GraphEdit, rule_name: str):
+        self.edit = edit
+        self.rule_name = rule_name
+        self._consts = 0
+
+    def type(self, ref: Ref) -> TensorType:
+        return self.edit.type_of(ref)
+
+    def shape(self, ref: Ref) -> tuple[int, ...]:
+        return self.edit.type_of(ref).shape
+
+    def op_multi(self, op: str, *inputs: Ref, **attrs: Any) -> tuple[Ref, ...]:
+        return self.edit.op_multi(op, inputs, attrs)
+
+    def op(self, op: str, *inputs: Ref, **attrs: Any) -> Any:
+        outs = self.edit.op_multi(op, inputs, attrs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def const(self, value: Any, dtype: str = "float32") -> Ref:
+        """A new constant weight holding ``value`` (named from its content)."""
+        arr = np.asarray(value, dtype=dtype)
+        name = f"c{array_digest(arr) & 0xFFFFFFFFFFFF:012x}"
+        existing = self.edit.base.leaves.get(name)
+        if existing is not None:
+            return Ref(existing, 0)
+        try:
+            return self.edit.weight(name, arr)
+        except GraphsubError:  # same constant twice in one target
+            return Ref(self.edit._new_leaves[name], 0)
+
+    def copy(self, node: Node, *inputs: Ref) -> Any:
+        """A node with the same op and attributes as ``node`` on new inputs (wildcards)."""
+        return self.op(node.sig.op, *inputs, **dict(node.sig.attrs))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name in REGISTRY and not REGISTRY[name].leaf:
+            def call(*inputs: Ref, **attrs: Any) -> Any:
+                return self.op(name, *inputs, **attrs)
+
+            return call
+        raise AttributeError(f"TargetBuilder has no attribute or op {name!r}")
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """The result of applying one match."""
+
+    rule: str
+    match: Match
+    graph: Graph
+    parent: Graph
+    added: tuple[int, ...]
+    removed: tuple[int, ...]
+
+    def cost_delta(self, node_cost: Callable[[Node], float]) -> float:
+        """``sum(cost(added)) - sum(cost(removed))`` for a per-node cost function."""
+        return sum(node_cost(self.graph.nodes[n]) for n in self.added) - sum(
+            node_cost(self.parent.nodes[n]) for n in self.removed)
+
+
+def apply(graph: Graph, match: Match) -> Substitution:
+    """Apply ``match`` (found in ``graph``) and return the substitution."""
+    rule = match.rule
+    view = MatchView(graph, rule.source, dict(match.nodes), dict(match.vars))
+    edit = graph.edit()
+    tb = TargetBuilder(edit, rule.name)
+    try:
+        produced = rule.target(tb, view)
+    except GraphsubError as e:
+        raise RuleError(f"rule {rule.name}: target construction failed at {match}: {e}") from e
+    names = set(rule.source.output_names)
+    if set(produced) != names:
+        raise RuleError(f"rule {rule.name}: target outputs {sorted(produced)} != source outputs {sorted(names)}")
+    for name, src in rule.source.outputs:
+        old = Ref(view._nodes[str(src.node)], src.index)
+        new = Ref(*produced[name])
+        if new != old:
+            edit.replace(old, new)
+    g2 = edit.commit()
+    info = g2.edit_info()
+    assert info is not None
+    added, removed, _ = info
+    return Substitution(rule.name, match, g2, graph, added, removed)
+
+
+def weight_only_nodes(graph: Graph) -> list[int]:
+    """Non-leaf nodes whose value depends on weights/constants only (free at run time)."""
+    return [n for n in graph.topo_order()
+            if not graph.nodes[n].sig.opdef.leaf and is_weight_only(graph, n)]
+
+
+def fold_weights(graph: Graph, *, only_with_data: bool = True) -> Graph:
+    """Replace every weight-only value consumed by a run-time node (or a graph output) by a
+    constant weight holding its value, computed with the reference implementations.
+
+    Values whose leaves lack data are left as they are (``only_with_data``).  The result is
+    numerically identical; its structure is what an exporter should write.
+    """
+    from graphsub.execute import run
+
+    targets: list[Ref] = []
+    for nid in graph.topo_order():
+        node = graph.nodes[nid]
+        if node.sig.opdef.leaf or is_weight_only(graph, nid):
+            continue
+        targets.extend(r for r in node.inputs if not graph.nodes[r.node].sig.opdef.leaf
+                       and is_weight_only(graph, r))
+    targets.extend(r for r in graph.outputs if not graph.nodes[r.node].sig.opdef.leaf
+                   and is_weight_only(graph, r))
+    targets = list(dict.fromkeys(targets))
+    if not targets:
+        return graph
+    values = _evaluate(graph, targets, only_with_data, run)
+    if not values:
+        return graph
+    edit = graph.edit()
+    for ref, arr in values.items():
+        name = f"folded_{array_digest(arr) & 0xFFFFFFFFFFFF:012x}"
+        existing = graph.leaves.get(name) or edit._new_leaves.get(name)
+        new = Ref(existing, 0) if existing is not None else edit.weight(name, arr)
+        edit.replace(ref, new)
+    return edit.commit()
+
+
+def _evaluate(graph: Graph, refs: list[Ref], only_with_data: bool, run: Any) -> dict[Ref, np.ndarray]:
+    out: dict[Ref, np.ndarray] = {}
+    for ref in refs:
+        sub = Graph.from_arena(dict(graph.nodes), (), [ref], ["v"], graph.params)
+        missing = [nid for nid in sub.ops_of("weight") if sub.nodes[nid].sig.attr["name"] not in graph.params]
+        if missing and only_with_data:
+            continue
+        arr = run(sub, {})["v"]
+        if dtype_of(np.asarray(arr)) != graph.type_of(ref).dtype:
+            raise RuleError(f"folding {ref!r}: dtype changed")
+        out[ref] = np.asarray(arr)
+    return out
+
+
+__all__ = ["Substitution", "TargetBuilder", "apply", "fold_weights", "weight_only_nodes"]

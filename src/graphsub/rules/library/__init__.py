@@ -1,0 +1,133 @@
+"""Named rule sets.
+
+=============  =================================================================================
+set            contents
+=============  =================================================================================
+``builtin``    TASO's and OCGGS's hand-written rules, exact versions (conv+relu / batchnorm /
+               scalar-mul / add folding per stride x padding, enlarge, merge convs, merge group convs)
+``taso-pb``    the 133 rules of TASO's ``graph_subst.pb`` (read from ``../shared/data/taso``)
+``taso151``    TASO's list: its 18 built-ins + the 133
+``ocggs157``   OCGGS's list: its 24 built-ins + the 133
+``metaflow``   MetaFlow's substitutions (conv+add via identity kernel, matmul+activation, merge
+               matmuls, exclusive concat, resnet merge) and the SRU factoring example
+``algebra``    TASO's operator properties as rules (associativity, distributivity, linearity, ...)
+``cpu``        CPU-relevant algebra and clean-ups (x@W1 + x@W2, Q/K/V merge, transpose/reshape/
+               identity elimination)
+``ort``        rewrites into onnxruntime's fused kernels (com.microsoft domain)
+``default``    every exact rule of the sets above (no duplicates)
+=============  =================================================================================
+
+>>> sorted(SETS)[:3]
+['algebra', 'builtin', 'cpu']
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from graphsub.errors import RuleError
+from graphsub.rules.rule import Rule
+
+
+def _builtin() -> list[Rule]:
+    from graphsub.rules.library import builtin
+
+    return builtin.rules()
+
+
+def _taso_builtin() -> list[Rule]:
+    from graphsub.rules.library import builtin
+
+    return builtin.taso_rules()
+
+
+def _ocggs_builtin() -> list[Rule]:
+    from graphsub.rules.library import builtin
+
+    return builtin.ocggs_rules()
+
+
+def _pb(path: str | Path | None = None) -> list[Rule]:
+    from graphsub.rules import taso_pb
+
+    return taso_pb.load_rules(path).rules
+
+
+def _metaflow() -> list[Rule]:
+    from graphsub.rules.library import metaflow
+
+    return metaflow.rules()
+
+
+def _algebra() -> list[Rule]:
+    from graphsub.rules.library import algebra
+
+    return algebra.rules()
+
+
+def _cpu() -> list[Rule]:
+    from graphsub.rules.library import cpu
+
+    return cpu.rules()
+
+
+def _ort() -> list[Rule]:
+    from graphsub.rules.library import ort_fused
+
+    return ort_fused.rules()
+
+
+SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
+    "builtin": ("TASO/OCGGS hand-written rules (exact versions)", _builtin),
+    "taso-pb": ("the 133 rules of TASO's graph_subst.pb", _pb),
+    "taso151": ("TASO: 18 built-ins + 133 pb rules", lambda path=None: _taso_builtin() + _pb(path)),
+    "ocggs157": ("OCGGS: 24 built-ins + 133 pb rules", lambda path=None: _ocggs_builtin() + _pb(path)),
+    "metaflow": ("MetaFlow's relaxed substitutions", _metaflow),
+    "algebra": ("TASO's operator properties as rules", _algebra),
+    "cpu": ("CPU-relevant algebra and clean-ups", _cpu),
+    "ort": ("rewrites into onnxruntime fused kernels", _ort),
+}
+_PB_SETS = frozenset({"taso-pb", "taso151", "ocggs157"})
+
+
+@functools.lru_cache(maxsize=32)
+def _get(name: str, path: str | None) -> tuple[Rule, ...]:
+    if name == "default":
+        seen: dict[str, Rule] = {}
+        for other in SETS:
+            for r in _get(other, path):
+                if r.exact:
+                    seen.setdefault(r.name, r)
+        return tuple(seen.values())
+    if name not in SETS:
+        raise RuleError(f"unknown rule set {name!r}; known: {', '.join([*SETS, 'default'])}")
+    fn = SETS[name][1]
+    rules = fn(path) if name in _PB_SETS else fn()
+    names = [r.name for r in rules]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise RuleError(f"rule set {name!r} has duplicate rule names: {sorted(dup)}")
+    return tuple(rules)
+
+
+def get_set(name: str, path: str | Path | None = None) -> list[Rule]:
+    """The rules of set ``name`` (``path``: TASO's graph_subst.pb for the sets that use it)."""
+    return list(_get(name, None if path is None else str(path)))
+
+
+def set_names() -> list[str]:
+    return [*SETS, "default"]
+
+
+def find_rule(name: str, path: str | Path | None = None) -> Rule:
+    """A rule by name, searched in every set."""
+    for s in set_names():
+        for r in get_set(s, path):
+            if r.name == name:
+                return r
+    raise RuleError(f"no rule named {name!r}")
+
+
+__all__ = ["SETS", "find_rule", "get_set", "set_names"]

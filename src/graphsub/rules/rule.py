@@ -1,0 +1,145 @@
+"""Substitution rules as immutable data.
+
+A :class:`Rule` is ``(source pattern, where-constraints, target builder, output mapping)`` plus
+provenance: ``name``, ``origin`` (``hand-written`` / ``taso-pb`` / ``generated``), ``location``
+(file:line of its definition), ``exact`` (False for cost-only rules, with ``reason``) and
+``examples`` -- concrete instantiations used to verify it numerically.
+
+The target is a function ``target(t, m) -> {output name: value}`` where ``t`` is a
+:class:`~graphsub.rules.apply.TargetBuilder` (same op methods as the graph builder) and ``m`` a
+:class:`~graphsub.rules.match.MatchView` (bound values, attributes, shapes, weight data).  The
+returned mapping is the output mapping *f*: each source output is replaced by the target value
+of the same name.  There is no state between match and apply.
+
+Rules are usually written with :func:`rule`::
+
+    @rule("conv_relu_fuse", examples=[...])
+    def conv_relu_fuse(p):
+        c = p.conv2d(p.var("x"), p.weight("w"), act="none", name="conv")
+        return {"y": p.relu(c)}, conv_relu_target
+
+or constructed directly with ``Rule(...)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from graphsub.errors import RuleError
+from graphsub.rules.pattern import Pattern, PatternBuilder
+
+if TYPE_CHECKING:
+    from graphsub.ir.node import Ref
+    from graphsub.rules.apply import TargetBuilder
+    from graphsub.rules.match import MatchView
+
+ORIGINS = ("hand-written", "taso-pb", "generated")
+
+TargetFn = Callable[["TargetBuilder", "MatchView"], Mapping[str, "Ref"]]
+WhereFn = Callable[["MatchView"], "bool | str | None"]
+
+
+@dataclass(frozen=True)
+class Where:
+    """A constraint on a match: ``fn(m)`` returns True/None (ok), False or a reason string."""
+
+    fn: WhereFn
+    text: str
+
+    def check(self, m: MatchView) -> str | None:
+        try:
+            r = self.fn(m)
+        except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError) as e:
+            return f"{self.text}: {type(e).__name__}: {e}"
+        if r is None or r is True:
+            return None
+        return r if isinstance(r, str) else self.text
+
+
+@dataclass(frozen=True)
+class Example:
+    """A concrete instantiation of a source pattern, for verification.
+
+    ``types``: variable name -> shape (or ``(shape, dtype)``); ``attrs``: pattern node name ->
+    attributes for the free ones (and the concrete value where the pattern has a predicate);
+    ``ops``: wildcard node name -> concrete op (with ``attrs`` as usual); ``data``: variable
+    name -> fixed data (e.g. all-ones constants a rule requires).
+    """
+
+    types: Mapping[str, Any]
+    attrs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ops: Mapping[str, str] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An immutable substitution rule (see module docstring)."""
+
+    name: str
+    source: Pattern
+    target: TargetFn
+    where: tuple[Where, ...] = ()
+    origin: str = "hand-written"
+    location: str = ""
+    exact: bool = True
+    reason: str = ""
+    doc: str = ""
+    examples: tuple[Example, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.origin not in ORIGINS:
+            raise RuleError(f"rule {self.name}: origin must be one of {ORIGINS}")
+        if not self.exact and not self.reason:
+            raise RuleError(f"rule {self.name}: a non-exact rule must say why (reason=...)")
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, origin={self.origin!r}, exact={self.exact})"
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.origin))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and (self.name, self.origin) == (other.name, other.origin)
+
+
+def _caller_location(depth: int = 2) -> str:
+    frame = inspect.stack()[depth]
+    return f"{frame.filename.rsplit('/src/', 1)[-1]}:{frame.lineno}"
+
+
+def make_rule(
+    name: str,
+    source: Callable[[PatternBuilder], tuple[Mapping[str, Any], TargetFn]]
+    | Callable[[PatternBuilder], Mapping[str, Any]],
+    target: TargetFn | None = None,
+    *,
+    where: Sequence[tuple[WhereFn, str] | Where] = (),
+    origin: str = "hand-written",
+    exact: bool = True,
+    reason: str = "",
+    doc: str = "",
+    examples: Sequence[Example] = (),
+    tags: Sequence[str] = (),
+    location: str | None = None,
+) -> Rule:
+    """Build a Rule from a pattern-building function ``source(p) -> {outputs}``."""
+    p = PatternBuilder()
+    outputs = source(p)
+    pattern = p.build(outputs)  # type: ignore[arg-type]
+    if target is None:
+        raise RuleError(f"rule {name}: no target")
+    wh = tuple(w if isinstance(w, Where) else Where(w[0], w[1]) for w in where)
+    return Rule(
+        name=name, source=pattern, target=target, where=wh, origin=origin,
+        location=location or _caller_location(), exact=exact, reason=reason,
+        doc=doc or (source.__doc__ or "").strip(), examples=tuple(examples), tags=tuple(tags),
+    )
+
+
+__all__ = ["ORIGINS", "Example", "Rule", "TargetFn", "Where", "WhereFn", "make_rule"]

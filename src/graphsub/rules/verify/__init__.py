@@ -1,0 +1,1 @@
+"""Rule verification: numeric checks on concrete instantiations (``numeric``)."""
