@@ -357,3 +357,8 @@ def main() -> None:
 
 
 __all__ = ["app", "graph_info", "load_model", "main"]
+
+
+from graphsub.cli_rules import rules_app  # noqa: E402  (needs the helpers above)
+
+app.add_typer(rules_app, name="rules")

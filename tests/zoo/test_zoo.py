@@ -60,8 +60,8 @@ EXPECTED: dict[str, tuple[int, dict[str, int], list[tuple[int, ...]], list[tuple
         [(64, 1024)] * 9,
     ),
     "bert_corrected": (
-        121,
-        {"matmul": 48, "reshape": 32, "transpose": 32, "relu": 1, "softmax": 8},
+        129,
+        {"matmul": 48, "reshape": 32, "transpose": 32, "relu": 1, "softmax": 8, "mul": 8},
         [(64, 1024)],
         [(64, 1024)],
     ),
@@ -159,7 +159,8 @@ def test_inputs_and_weights_are_named(name: str) -> None:
         assert names == ("input",)
     weights = [g.node(n).sig.attr["name"] for n in g.weights()]
     assert weights and len(set(weights)) == len(weights)
-    assert not g.params  # shapes only, no data
+    # shapes only, no data -- except the attention scale constants of the corrected BERT
+    assert all(k.endswith("_scale") for k in g.params) and (bool(g.params) == (name == "bert_corrected"))
 
 
 def test_taso_model_counts_match_peer_tables() -> None:
@@ -223,7 +224,7 @@ def test_bert_variants() -> None:
             stack.extend(r.node for r in faithful.node(nid).inputs)
     assert not any(faithful.node(n).op == "transpose" for n in seen)
     assert zoo.get("bert", layers=2).num_ops == 29
-    assert zoo.get("bert_corrected", layers=2).num_ops == 31
+    assert zoo.get("bert_corrected", layers=2).num_ops == 33
     with pytest.raises(GraphsubError, match="variant"):
         zoo.get("bert", variant="fixed")
 

@@ -76,6 +76,8 @@ class ExportCtx:
             op_type, list(inputs), outs, name=f"{op_type}_{len(self.nodes)}", domain=domain or None, **clean
         )
         self.nodes.append(node)
+        if domain and domain != "ai.onnx":
+            self.domains.setdefault(domain, 1)
         return outs
 
     def const(self, array: np.ndarray, hint: str = "const") -> str:

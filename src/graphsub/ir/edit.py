@@ -208,9 +208,15 @@ class GraphEdit:
         parents = {k: base._cache[k] for k in ("merkle", "level") if k in base._cache}
         if parents:  # keep the parent's per-node maps (not the parent graph) for incremental updates
             g._cache["parent_maps"] = parents
-        touched = set(dirty)
-        touched.update(r.node for nid in removed for r in base.nodes[nid].inputs if r.node in g.nodes)
-        g._cache["touched"] = tuple(sorted(touched))
+        # every node whose inputs, consumers or output status changed: new and rewired nodes,
+        # producers of replacement values (they gain consumers), replaced producers that survive
+        # and producers that lost consumers to removed nodes
+        touched_ids = set(dirty)
+        touched_ids.update(r.node for nid in removed for r in base.nodes[nid].inputs)
+        for old, new in rw.items():
+            touched_ids.update((old.node, new.node))
+        touched_ids.intersection_update(g.nodes)
+        g._cache["touched"] = tuple(sorted(touched_ids))
         g._cache["removed"] = tuple(removed)
         g._cache["added"] = tuple(n for n in self._new if n not in set(removed))
         return g

@@ -14,6 +14,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     layout,
     leaf,
     linalg,
+    msft,
     norm,
     pool,
     shape,

@@ -119,6 +119,10 @@ class MatchView:
             return self.graph.params.get(node.sig.attr["name"])
         return None
 
+    def producer(self, name: str) -> Node:
+        """The node producing a bound value (e.g. to check that a variable is a constant op)."""
+        return self.graph.nodes[self[name].node]
+
     def producer_op(self, name: str) -> str:
         return self.graph.nodes[self[name].node].sig.op
 
@@ -455,17 +459,22 @@ def neighbourhood(graph: Graph, nodes: Iterable[int], radius: int) -> set[int]:
 
 
 def matches_near(graph: Graph, rules: Iterable[Rule], nodes: Iterable[int], radius: int) -> list[Match]:
-    """Matches (of any of ``rules``) containing at least one node within ``radius`` hops of
-    ``nodes``.  With ``radius`` >= the pattern diameter + 1 and ``nodes`` = the nodes an edit
-    touched, these are exactly the matches that can differ from the parent graph's."""
+    """Matches (of any of ``rules``) that map some pattern node to a node within ``radius``
+    undirected hops of ``nodes`` (OCGGS DPP's region-restricted matching).  With ``radius=0``
+    and ``nodes`` = the nodes an edit touched, these are all matches that can be new."""
     region = neighbourhood(graph, nodes, radius)
+    by_op: dict[str, list[int]] = {}
+    for n in sorted(region):
+        sig = graph.nodes[n].sig
+        if not sig.opdef.leaf:
+            by_op.setdefault(sig.op, []).append(n)
+    every = sorted(n for ids in by_op.values() for n in ids)
     out: list[Match] = []
     for rule in rules:
         seen: set[tuple[str, tuple[int, ...]]] = set()
         pattern = rule.source
         for a, pn in enumerate(pattern.nodes):
-            anchors = sorted(n for n in region if not graph.nodes[n].sig.opdef.leaf
-                             and (pn.op == WILDCARD or graph.nodes[n].sig.op == pn.op))
+            anchors = every if pn.op == WILDCARD else by_op.get(pn.op)
             if not anchors:
                 continue
             for m in _Matcher(graph, rule).run(_plan_cached(pattern, a), anchors):
@@ -476,22 +485,37 @@ def matches_near(graph: Graph, rules: Iterable[Rule], nodes: Iterable[int], radi
 
 
 def max_radius(rules: Iterable[Rule]) -> int:
-    """Largest pattern diameter + 1: the ``radius`` that makes :func:`rematch` exact."""
+    """Largest pattern diameter + 1: all nodes of a match lie within this many hops of any of them."""
     return max((r.source.diameter() for r in rules), default=0) + 1
 
 
-def rematch(graph: Graph, rules: Sequence[Rule], old: Sequence[Match], radius: int | None = None) -> list[Match]:
-    """Matches of ``rules`` in ``graph`` (made by an edit) from the parent's matches ``old``:
-    parent matches away from the edit are kept, the region around it is matched afresh."""
+def still_valid(graph: Graph, match: Match) -> bool:
+    """Re-check the non-local conditions of a match kept from a parent graph: weight-only
+    variables and acyclicity (an edit elsewhere can add a dependency path)."""
+    vars_ = dict(match.vars)
+    for v in match.rule.source.vars:
+        if v.weight and not is_weight_only(graph, vars_[v.name]):
+            return False
+    m = _Matcher(graph, match.rule)
+    m.used = set(match.node_ids)
+    m.vars = vars_
+    return not m._creates_cycle()
+
+
+def rematch(graph: Graph, rules: Sequence[Rule], old: Sequence[Match]) -> list[Match]:
+    """Matches of ``rules`` in ``graph`` (made by an edit) from the parent's matches ``old``.
+
+    Parent matches that avoid every node the edit removed or touched are kept (after
+    :func:`still_valid`); every match containing a touched node is found afresh by anchoring the
+    search at the touched nodes.  Cost: O(touched nodes x rules + kept matches).
+    """
     info = graph.edit_info()
     if info is None:
         raise RuleError("rematch needs a graph produced by GraphEdit.commit()")
     _, removed, touched = info
-    r = max_radius(rules) if radius is None else radius
-    region = neighbourhood(graph, touched, r)
-    gone = set(removed)
-    kept = [m for m in old if not (m.node_ids & gone) and not (m.node_ids & region)]
-    return kept + matches_near(graph, rules, touched, r)
+    hit = set(removed) | set(touched)
+    kept = [m for m in old if not (m.node_ids & hit) and still_valid(graph, m)]
+    return kept + matches_near(graph, rules, touched, 0)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class PRef:
     def __repr__(self) -> str:
         if self.var is not None:
             return f"${self.var}"
-        return self.node if self.index == 0 else f"{self.node}#{self.index}"
+        return str(self.node) if self.index == 0 else f"{self.node}#{self.index}"
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,22 @@ class PNode:
         return None
 
     def check_attrs(self, sig: OpSig) -> str | None:
-        """None if ``sig`` satisfies the constraints, else the reason."""
+        """None if ``sig`` satisfies the constraints, else the reason (memoised: nodes and
+        signatures are immutable)."""
+        if not self.attrs:
+            return None
+        key = (id(self), sig)  # pattern nodes live as long as their rules; sigs hash by identity
+        try:
+            return _ATTR_MEMO[key]
+        except KeyError:
+            pass
+        why = self._check_attrs(sig)
+        if len(_ATTR_MEMO) > 200_000:
+            _ATTR_MEMO.clear()
+        _ATTR_MEMO[key] = why
+        return why
+
+    def _check_attrs(self, sig: OpSig) -> str | None:
         for key, want in self.attrs:
             have = sig.attr.get(key)
             if isinstance(want, Pred):
@@ -121,6 +136,9 @@ class PNode:
             elif have != want:
                 return f"{self.name}.{key} = {have!r}, rule needs {want!r}"
         return None
+
+
+_ATTR_MEMO: dict[tuple[int, OpSig], str | None] = {}
 
 
 @dataclass(frozen=True)
@@ -235,7 +253,13 @@ class PatternBuilder:
         self._counts: dict[str, int] = {}
 
     def var(self, name: str, *, weight: bool = False) -> PValue:
-        if name in self._vars or name in self._names:
+        """The variable ``name`` (declaring it again returns the same variable)."""
+        have = self._vars.get(name)
+        if have is not None:
+            if have.weight != weight:
+                raise RuleError(f"pattern variable {name!r} declared both as weight and as tensor")
+            return PValue(self, PRef(var=name))
+        if name in self._names:
             raise RuleError(f"pattern name {name!r} used twice")
         self._vars[name] = PVar(name, weight)
         return PValue(self, PRef(var=name))

@@ -11,24 +11,31 @@ The target is a function ``target(t, m) -> {output name: value}`` where ``t`` is
 returned mapping is the output mapping *f*: each source output is replaced by the target value
 of the same name.  There is no state between match and apply.
 
-Rules are usually written with :func:`rule`::
+Rules are usually written with :func:`make_rule`::
 
-    @rule("conv_relu_fuse", examples=[...])
-    def conv_relu_fuse(p):
+    def source(p):
         c = p.conv2d(p.var("x"), p.weight("w"), act="none", name="conv")
-        return {"y": p.relu(c)}, conv_relu_target
+        return {"y": p.relu(c)}
+
+    def target(t, m):
+        return {"y": t.conv2d(m.x, m.w, **{**m.attrs("conv"), "act": "relu"})}
+
+    conv_relu = make_rule("conv_relu_fuse", source, target, examples=[...])
 
 or constructed directly with ``Rule(...)``.
+
+Pitfall: target and ``where`` functions run at match/apply time, so a lambda created in a loop
+must bind the loop variable explicitly (``lambda t, m, k=k: ...``) or it sees the last value.
 """
 
 from __future__ import annotations
 
-import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from graphsub.errors import RuleError
+from graphsub.errors import GraphsubError, RuleError
 from graphsub.rules.pattern import Pattern, PatternBuilder
 
 if TYPE_CHECKING:
@@ -52,7 +59,7 @@ class Where:
     def check(self, m: MatchView) -> str | None:
         try:
             r = self.fn(m)
-        except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError) as e:
+        except (KeyError, IndexError, ValueError, TypeError, ZeroDivisionError, GraphsubError) as e:
             return f"{self.text}: {type(e).__name__}: {e}"
         if r is None or r is True:
             return None
@@ -109,8 +116,8 @@ class Rule:
 
 
 def _caller_location(depth: int = 2) -> str:
-    frame = inspect.stack()[depth]
-    return f"{frame.filename.rsplit('/src/', 1)[-1]}:{frame.lineno}"
+    frame = sys._getframe(depth)
+    return f"{frame.f_code.co_filename.rsplit('/src/', 1)[-1]}:{frame.f_lineno}"
 
 
 def make_rule(

@@ -101,7 +101,7 @@ _ENTRIES = (
        "dead attention branches kept as outputs", 113, "taso", ("transformer",),
        variant="faithful"),
     _m("bert_corrected", bert, "8 attention layers (64x1024, 16 heads); attention feeds "
-       "the output projection through softmax(q k^T) v", 121, "taso", ("transformer",), variant="corrected"),
+       "the output projection through softmax(q k^T / 8) v", 129, "taso", ("transformer",), variant="corrected"),
     _m("squeezenet", squeezenet, "SqueezeNet 1.0 (torchvision structure)",
        65, "torchvision", ("cnn",), batchnorm=False),
     _m("vgg16", vgg16, "VGG-16 (torchvision structure)", 38, "torchvision", ("cnn",),

@@ -8,13 +8,16 @@ set            contents
 ``taso-pb``    the 133 rules of TASO's ``graph_subst.pb`` (read from ``../shared/data/taso``)
 ``taso151``    TASO's list: its 18 built-ins + the 133
 ``ocggs157``   OCGGS's list: its 24 built-ins + the 133
+``ocggs157-faithful``  the same with OCGGS's inexact conv+BN/mul/add (they drop the operand), to
+               reproduce OCGGS's search space; never part of ``default``
 ``metaflow``   MetaFlow's substitutions (conv+add via identity kernel, matmul+activation, merge
                matmuls, exclusive concat, resnet merge) and the SRU factoring example
 ``algebra``    TASO's operator properties as rules (associativity, distributivity, linearity, ...)
 ``cpu``        CPU-relevant algebra and clean-ups (x@W1 + x@W2, Q/K/V merge, transpose/reshape/
                identity elimination)
-``ort``        rewrites into onnxruntime's fused kernels (com.microsoft domain)
-``default``    every exact rule of the sets above (no duplicates)
+``ort``        rewrites into onnxruntime's fused kernels (com.microsoft domain; opt-in: models using
+               them only run in onnxruntime)
+``default``    every exact rule of the sets above except ``ort`` (no duplicates)
 =============  =================================================================================
 
 >>> sorted(SETS)[:3]
@@ -55,6 +58,12 @@ def _pb(path: str | Path | None = None) -> list[Rule]:
     return taso_pb.load_rules(path).rules
 
 
+def _ocggs_faithful(path: str | Path | None = None) -> list[Rule]:
+    from graphsub.rules.library import ocggs_faithful
+
+    return ocggs_faithful.rules() + _pb(path)
+
+
 def _metaflow() -> list[Rule]:
     from graphsub.rules.library import metaflow
 
@@ -84,19 +93,23 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
     "taso-pb": ("the 133 rules of TASO's graph_subst.pb", _pb),
     "taso151": ("TASO: 18 built-ins + 133 pb rules", lambda path=None: _taso_builtin() + _pb(path)),
     "ocggs157": ("OCGGS: 24 built-ins + 133 pb rules", lambda path=None: _ocggs_builtin() + _pb(path)),
+    "ocggs157-faithful": ("OCGGS's 157 as OCGGS runs them (conv+BN/mul/add drop the operand: 12 inexact)",
+                          _ocggs_faithful),
     "metaflow": ("MetaFlow's relaxed substitutions", _metaflow),
     "algebra": ("TASO's operator properties as rules", _algebra),
     "cpu": ("CPU-relevant algebra and clean-ups", _cpu),
     "ort": ("rewrites into onnxruntime fused kernels", _ort),
 }
-_PB_SETS = frozenset({"taso-pb", "taso151", "ocggs157"})
+_PB_SETS = frozenset({"taso-pb", "taso151", "ocggs157", "ocggs157-faithful"})
+#: sets whose rules produce non-standard (com.microsoft) ops: never part of ``default``
+_OPT_IN = frozenset({"ort"})
 
 
 @functools.lru_cache(maxsize=32)
 def _get(name: str, path: str | None) -> tuple[Rule, ...]:
     if name == "default":
         seen: dict[str, Rule] = {}
-        for other in SETS:
+        for other in (s for s in SETS if s not in _OPT_IN):
             for r in _get(other, path):
                 if r.exact:
                     seen.setdefault(r.name, r)

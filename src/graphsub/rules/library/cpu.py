@@ -1,0 +1,326 @@
+"""CPU-relevant algebra and clean-ups.
+
+On a CPU runtime (onnxruntime's MLAS kernels) the big wins are fewer, larger GEMMs and fewer
+memory passes: merging the Q/K/V projections of an attention layer into one matmul, summing
+weights instead of results (``x@W1 + x@W2 -> x@(W1+W2)``), turning ``matmul + bias`` into a
+``gemm``, and removing layout no-ops (transpose/reshape/flatten chains, identity, relu of relu,
+multiplying by ones or adding zeros).  Folding a per-channel mul/add into a conv that already
+has a bias (ONNX/PyTorch convs) completes the bias-free folds of the ``builtin`` set.
+
+Every rule is exact.  Rules that remove an op map their output to the op's input (a pattern
+variable), which :func:`~graphsub.rules.apply.apply` handles by redirecting the consumers.
+The two-way matmul merge is MetaFlow's ``mf_merge_matmuls`` (the same :class:`Rule` object).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from graphsub.ir.node import Ref
+from graphsub.rules.apply import TargetBuilder
+from graphsub.rules.library import metaflow
+from graphsub.rules.library._common import (
+    broadcasts_into,
+    constant_value,
+    ex,
+    fold_add,
+    fold_mul,
+    in_order,
+    merge_split,
+    per_channel,
+)
+from graphsub.rules.match import MatchView
+from graphsub.rules.pattern import PatternBuilder, PValue
+from graphsub.rules.rule import Example, Rule, make_rule
+
+Out = dict[str, PValue]
+
+
+# ----------------------------------------------------------------------------- matmul algebra
+
+
+def matmul_distribute() -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        x = p.var("x")
+        return {"y": p.add(p.matmul(x, p.weight("w1"), act="none", name="mm1"),
+                           p.matmul(x, p.weight("w2"), act="none", name="mm2"), name="add")}
+
+    return make_rule(
+        "cpu_matmul_distribute", src, lambda t, m: {"y": t.matmul(m.x, t.add(m.w1, m.w2))},
+        where=[(lambda m: m.shape("w1") == m.shape("w2") or "weights differ in shape", "equal weight shapes")],
+        doc="x@W1 + x@W2 => x@(W1 + W2) for weight-only W1, W2 of one shape: one matmul instead of two "
+            "plus an add (the weight sum is folded).  The pattern is symmetric, so it covers both "
+            "orders of the add operands.",
+        examples=[ex({"x": (4, 6), "w1": (6, 5), "w2": (6, 5)}), ex({"x": (2, 3, 4), "w1": (4, 2), "w2": (4, 2)}),
+                  ex({"x": (5,), "w1": (2, 5, 3), "w2": (2, 5, 3)})],
+        tags=("matmul", "algebra"),
+    )
+
+
+def matmul_factor_weight() -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        w = p.var("w")
+        return {"y": p.add(p.matmul(p.var("x"), w, act="none", name="mm1"),
+                           p.matmul(p.var("z"), w, act="none", name="mm2"), name="add")}
+
+    return make_rule(
+        "cpu_matmul_factor_weight", src, lambda t, m: {"y": t.matmul(t.add(m.x, m.z), m.w)},
+        where=[(lambda m: m.type("x") == m.type("z") or "left operands differ in type", "equal left operands")],
+        doc="x@W + z@W => (x + z)@W: one matmul instead of two when both products share the right "
+            "operand (x and z of one shape).",
+        examples=[ex({"x": (4, 6), "z": (4, 6), "w": (6, 5)}), ex({"x": (2, 3, 4), "z": (2, 3, 4), "w": (4, 2)}),
+                  ex({"x": (5,), "z": (5,), "w": (5, 3)})],
+        tags=("matmul", "algebra"),
+    )
+
+
+def merge_qkv() -> Rule:
+    names = ("q", "k", "v")
+
+    def src(p: PatternBuilder) -> Out:
+        x = p.var("x")
+        return {n: p.matmul(x, p.weight(f"w{n}"), name=f"mm_{n}") for n in names}
+
+    def compatible(m: MatchView) -> bool | str:
+        shapes = [m.shape(f"w{n}") for n in names]
+        if len(shapes[0]) < 2 or len({s[:-1] for s in shapes}) != 1:
+            return f"right operands {shapes} differ before the last axis (or are vectors)"
+        return len({m.attr(f"mm_{n}", "act") for n in names}) == 1 or "activations differ"
+
+    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
+        w = t.concat(*(m[f"w{n}"] for n in names), axis=len(m.shape("wq")) - 1)
+        y = t.matmul(m.x, w, act=m.attr("mm_q", "act"))
+        outs = merge_split(t, y, len(m.shape("mm_q")) - 1, [m.shape(f"w{n}")[-1] for n in names])
+        return dict(zip(names, outs, strict=True))
+
+    return make_rule(
+        "cpu_merge_qkv", src, target,
+        where=[(compatible, "right operands concatenable, equal activations"),
+               (lambda m: in_order(m, "mm_q", "mm_k", "mm_v"), "one match per triple")],
+        doc="three matmuls sharing the left operand (attention's Q/K/V projections) with weight-only "
+            "right operands => one matmul on the weights concatenated along the last axis, then a "
+            "three-way split: one large GEMM instead of three.",
+        examples=[ex({"x": (4, 6), "wq": (6, 3), "wk": (6, 3), "wv": (6, 2)}),
+                  ex({"x": (2, 3, 4), "wq": (4, 2), "wk": (4, 2), "wv": (4, 2)},
+                     {f"mm_{n}": {"act": "relu"} for n in names}),
+                  ex({"x": (5,), "wq": (2, 5, 3), "wk": (2, 5, 1), "wv": (2, 5, 4)})],
+        tags=("matmul", "merge", "attention"),
+    )
+
+
+def _gemm_bias(m: MatchView) -> bool | str:
+    a, b, c = m.shape("a"), m.shape("b"), m.shape("c")
+    if len(a) != 2 or len(b) != 2:
+        return f"operands {a} @ {b} are not matrices"
+    out = m.shape("mm")
+    if len(c) > 2 or not broadcasts_into(c, out):
+        return f"bias {c} does not broadcast to {out}"
+    return True
+
+
+def matmul_bias_gemm(lhs: bool) -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        mm = p.matmul(p.var("a"), p.var("b"), act="none", name="mm")
+        c = p.weight("c")
+        return {"y": p.add(c, mm, name="add") if lhs else p.add(mm, c, name="add")}
+
+    return make_rule(
+        f"cpu_matmul_bias_gemm{'_lhs' if lhs else ''}", src, lambda t, m: {"y": t.gemm(m.a, m.b, m.c)},
+        where=[(_gemm_bias, "2-D matmul, bias broadcasting to its output")],
+        doc=("bias + a@b" if lhs else "a@b + bias") + " with 2-D a, b and a weight-only bias broadcasting "
+            "to the output => gemm(a, b, bias): one fused kernel (ONNX Gemm, beta = 1).",
+        examples=[ex({"a": (3, 4), "b": (4, 5), "c": (5,)}), ex({"a": (2, 6), "b": (6, 3), "c": (2, 3)}),
+                  ex({"a": (4, 2), "b": (2, 2), "c": (4, 1)}), ex({"a": (1, 3), "b": (3, 7), "c": (1, 7)})],
+        tags=("matmul", "fusion", "gemm"),
+    )
+
+
+# ----------------------------------------------------------------------------- layout clean-ups
+
+
+def _compose(m: MatchView) -> tuple[int, ...]:
+    p1, p2 = m.attr("t1", "perm"), m.attr("t2", "perm")
+    return tuple(p1[k] for k in p2)
+
+
+def transpose_transpose(identity: bool) -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        return {"y": p.transpose(p.transpose(p.var("x"), name="t1"), name="t2")}
+
+    def check(m: MatchView) -> bool | str:
+        is_id = _compose(m) == tuple(range(len(_compose(m))))
+        return is_id == identity or f"composed perm {_compose(m)} is {'not ' if identity else ''}the identity"
+
+    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
+        return {"y": m.x if identity else t.transpose(m.x, perm=_compose(m))}
+
+    examples = ([ex({"x": (2, 3)}, {"t1": {"perm": (1, 0)}, "t2": {"perm": (1, 0)}}),
+                 ex({"x": (2, 3, 4)}, {"t1": {"perm": (2, 0, 1)}, "t2": {"perm": (1, 2, 0)}}),
+                 ex({"x": (1, 2, 3, 4)}, {"t1": {"perm": (0, 2, 3, 1)}, "t2": {"perm": (0, 3, 1, 2)}})]
+                if identity else
+                [ex({"x": (2, 3, 4)}, {"t1": {"perm": (1, 0, 2)}, "t2": {"perm": (0, 2, 1)}}),
+                 ex({"x": (1, 2, 3, 4)}, {"t1": {"perm": (0, 2, 1, 3)}, "t2": {"perm": (0, 1, 3, 2)}}),
+                 ex({"x": (2, 5, 3)}, {"t1": {"perm": (2, 1, 0)}, "t2": {"perm": (1, 2, 0)}})])
+    return make_rule(
+        f"cpu_transpose_transpose{'_identity' if identity else ''}", src, target,
+        where=[(check, "composed permutation " + ("is" if identity else "is not") + " the identity")],
+        doc="transpose(transpose(x, p1), p2) => " + ("x (the permutations cancel)" if identity else
+                                                     "transpose(x, p1[p2]) (one data movement instead of two)"),
+        examples=examples, tags=("layout", "cleanup"),
+    )
+
+
+def reshape_reshape() -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        return {"y": p.reshape(p.reshape(p.var("x"), name="r1"), name="r2")}
+
+    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
+        shape = m.attr("r2", "shape")
+        return {"y": m.x if tuple(shape) == m.shape("x") else t.reshape(m.x, shape=shape)}
+
+    return make_rule(
+        "cpu_reshape_reshape", src, target,
+        doc="reshape(reshape(x, s1), s2) => reshape(x, s2), or x itself when s2 is x's shape.",
+        examples=[ex({"x": (2, 3, 4)}, {"r1": {"shape": (6, 4)}, "r2": {"shape": (4, 6)}}),
+                  ex({"x": (24,)}, {"r1": {"shape": (2, 12)}, "r2": {"shape": (3, 8)}}),
+                  ex({"x": (1, 2, 3)}, {"r1": {"shape": (6,)}, "r2": {"shape": (1, 2, 3)}}, note="round trip")],
+        tags=("layout", "cleanup"),
+    )
+
+
+def _noop(op: str, doc: str, examples: list[Example]) -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        return {"y": p.op1(op, p.var("x"), name="op")}
+
+    same = [(lambda m: m.shape("op") == m.shape("x") or f"changes the shape to {m.shape('op')}", "keeps the shape")]
+    return make_rule(f"cpu_{op}_noop" if op != "identity" else "cpu_identity_remove", src,
+                     lambda t, m: {"y": m.x}, where=same, doc=doc, examples=examples,
+                     tags=("layout", "cleanup"))
+
+
+def flatten_rules() -> list[Rule]:
+    def flat_reshape(p: PatternBuilder) -> Out:
+        return {"y": p.reshape(p.flatten(p.var("x"), name="f"), name="r")}
+
+    def reshape_flat(p: PatternBuilder) -> Out:
+        return {"y": p.flatten(p.reshape(p.var("x"), name="r"), name="f")}
+
+    def to(t: TargetBuilder, m: MatchView, out: str) -> Ref:
+        shape = m.shape(out)
+        return m.x if shape == m.shape("x") else t.reshape(m.x, shape=shape)
+
+    tags = ("layout", "cleanup")
+    return [
+        make_rule("cpu_flatten_reshape", flat_reshape, lambda t, m: {"y": to(t, m, "r")},
+                  doc="reshape(flatten(x)) => reshape(x) (flatten is a reshape to 2-D).",
+                  examples=[ex({"x": (2, 3, 4)}, {"f": {"axis": 1}, "r": {"shape": (6, 4)}}),
+                            ex({"x": (1, 8, 1, 1)}, {"f": {"axis": 1}, "r": {"shape": (8,)}}),
+                            ex({"x": (2, 2, 3)}, {"f": {"axis": 2}, "r": {"shape": (2, 2, 3)}}, note="round trip")],
+                  tags=tags),
+        make_rule("cpu_reshape_flatten", reshape_flat, lambda t, m: {"y": to(t, m, "f")},
+                  doc="flatten(reshape(x)) => reshape(x) to the flattened shape (x itself if unchanged).",
+                  examples=[ex({"x": (2, 3, 4)}, {"r": {"shape": (6, 4)}, "f": {"axis": 1}}),
+                            ex({"x": (24,)}, {"r": {"shape": (2, 3, 4)}, "f": {"axis": 2}}),
+                            ex({"x": (4, 6)}, {"r": {"shape": (4, 2, 3)}, "f": {"axis": 1}}, note="round trip")],
+                  tags=tags),
+        _noop("flatten", "flatten(x) whose result has x's shape (x already 2-D, axis 1) => x.",
+              [ex({"x": (2, 3)}, {"op": {"axis": 1}}), ex({"x": (5, 1)}, {"op": {"axis": 1}}),
+               ex({"x": (1, 7)}, {"op": {"axis": 1}})]),
+    ]
+
+
+# ----------------------------------------------------------------------------- elementwise clean-ups
+
+
+def relu_relu() -> Rule:
+    return make_rule(
+        "cpu_relu_relu", lambda p: {"y": p.relu(p.relu(p.var("x"), name="r1"), name="r2")},
+        lambda t, m: {"y": m.r1},
+        doc="relu(relu(x)) => relu(x) (relu is idempotent).",
+        examples=[ex({"x": (2, 3)}), ex({"x": (1, 4, 5, 5)}), ex({"x": (7,)})], tags=("elementwise", "cleanup"),
+    )
+
+
+def neutral_element(op: str, value: float, lhs: bool) -> Rule:
+    var = "one" if value == 1.0 else "zero"
+
+    def src(p: PatternBuilder) -> Out:
+        x, c = p.var("x"), p.weight(var)
+        return {"y": p.op1(op, c, x, name="op") if lhs else p.op1(op, x, c, name="op")}
+
+    def check(m: MatchView) -> bool | str:
+        ok = constant_value(m, var, value)
+        if ok is not True:
+            return ok
+        return m.type("op") == m.type("x") or f"the constant broadcasts x {m.shape('x')} up to {m.shape('op')}"
+
+    shapes = [((2, 3), (2, 3)), ((1, 4, 5), (1,)), ((3,), ())]
+    expr = {"mul": "*", "add": "+", "sub": "-"}[op]
+    c = f"{value:g}"
+    return make_rule(
+        f"cpu_{op}_{var}s{'_lhs' if lhs else ''}", src, lambda t, m: {"y": m.x},
+        where=[(check, f"the weight is all {c} and keeps x's shape")],
+        doc=(f"{c} {expr} x" if lhs else f"x {expr} {c}") + f" => x, for a weight-only constant whose data is all "
+            f"{c} (a const_one counts as ones) and does not broadcast x up.",
+        examples=[ex({"x": x, var: s}, data={var: np.full(s, value, np.float32)}) for x, s in shapes],
+        tags=("elementwise", "cleanup"),
+    )
+
+
+def fold_conv_bias(kind: str) -> Rule:
+    def src(p: PatternBuilder) -> Out:
+        c = p.conv2d(p.var("x"), p.weight("w"), p.weight("b"), act="none", name="conv")
+        return {"y": p.op1(kind, c, p.weight("s"), name="op")}
+
+    fold = fold_mul if kind == "mul" else fold_add
+    examples = [ex({"x": (1, 2, 6, 6), "w": (3, 2, 3, 3), "b": (3,), "s": (1, 3, 1, 1)},
+                   {"conv": {"pads": (1, 1, 1, 1)}}),
+                ex({"x": (2, 4, 7, 5), "w": (4, 2, 3, 3), "b": (4,), "s": (1,)}, {"conv": {"strides": (2, 1)}}),
+                ex({"x": (1, 3, 8, 8), "w": (5, 3, 7, 7), "b": (5,), "s": (5, 1, 1)},
+                   {"conv": {"strides": (2, 2), "pads": (3, 3, 3, 3)}})]
+    return make_rule(
+        f"cpu_fold_conv_bias_{kind}", src, lambda t, m: {"y": fold(t, m, "conv", "s", "b")},
+        where=[(lambda m: per_channel(m, "s", "conv", "op"), "s is a scalar or per-channel weight")],
+        doc=f"conv with a bias (any stride/padding, no activation) {'times' if kind == 'mul' else 'plus'} a "
+            "weight-only scalar or per-channel (1,O,1,1)/(O,1,1) tensor => one conv with "
+            + ("kernel and bias scaled per output channel." if kind == "mul" else "the addend folded into its bias."),
+        examples=examples, tags=("conv", "fusion", kind),
+    )
+
+
+# ----------------------------------------------------------------------------- the set
+
+
+@functools.lru_cache(maxsize=1)
+def _build() -> tuple[Rule, ...]:
+    mf_merge = next(r for r in metaflow.rules() if r.name == "mf_merge_matmuls")
+    return (
+        matmul_distribute(), matmul_factor_weight(), merge_qkv(), mf_merge,
+        matmul_bias_gemm(False), matmul_bias_gemm(True),
+        transpose_transpose(False), transpose_transpose(True),
+        reshape_reshape(),
+        _noop("reshape", "reshape(x) to x's own shape => x.",
+              [ex({"x": (2, 3)}, {"op": {"shape": (2, 3)}}), ex({"x": (1, 4, 5)}, {"op": {"shape": (1, 4, 5)}}),
+               ex({"x": (6,)}, {"op": {"shape": (6,)}})]),
+        _noop("identity", "identity(x) => x (a copy has no effect on values).",
+              [ex({"x": (2, 3)}), ex({"x": (1, 4, 5, 5)}), ex({"x": (6,)})]),
+        *flatten_rules(),
+        relu_relu(),
+        neutral_element("mul", 1.0, False), neutral_element("mul", 1.0, True),
+        neutral_element("add", 0.0, False), neutral_element("add", 0.0, True),
+        neutral_element("sub", 0.0, False),
+        fold_conv_bias("mul"), fold_conv_bias("add"),
+    )
+
+
+def rules() -> list[Rule]:
+    """The ``cpu`` set (names ``cpu_...``, plus MetaFlow's two-way matmul merge)."""
+    return list(_build())
+
+
+__all__ = [
+    "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute", "matmul_factor_weight",
+    "merge_qkv", "neutral_element", "relu_relu", "reshape_reshape", "rules", "transpose_transpose",
+]

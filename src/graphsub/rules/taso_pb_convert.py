@@ -1,0 +1,493 @@
+"""Converting one decoded TASO rule (:class:`~graphsub.rules.taso_pb.PbRule`) into a graphsub Rule.
+
+TASO's rule file stores no shapes; its constraints are implicit in how TASO creates operators.
+This module makes them explicit:
+
+* a negative ``opId`` is a rule input variable (``p.var("v<n>")``: any tensor, shared by both
+  sides); ops are ``conv2d`` (stride, SAME/VALID and activation constrained; the stored kernel
+  size is ignored, dilations must be 1), ``matmul`` (activation), ``concat`` (axis), ``split``
+  (target side only; its sizes come from TASO's *split tree*, see :func:`eval_side`),
+  ``add``, ``mul`` and ``relu``;
+* a ``where`` constraint re-derives the shapes of both sides with TASO's tensor semantics
+  (:func:`eval_side`: elementwise operands of equal shape -- no broadcasting --, 2-D matmuls,
+  4-D convs, concat rank = NUMDIM) from the matched variables' shapes, and requires every
+  mapped output to keep its shape.  A grouped conv (groups = C / w.shape[1], as in TASO) over
+  concatenated channels or kernels must have the concatenated pieces line up with its groups
+  (otherwise merging/splitting convs along channels would mix groups);
+* examples (for :func:`~graphsub.rules.verify.numeric.verify_rule`) come from a small shape
+  solver: ranks are inferred from the ops (matmul 2, conv 4, concat NUMDIM, elementwise equal),
+  dimensions are unified symbolically, the free ones drawn (TASO's generator sizes first, then
+  random ones, a grouped-conv variant where the rule allows it), and each candidate is checked
+  with :func:`eval_side`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from graphsub.errors import RuleError
+from graphsub.rules.rule import Example, make_rule
+from graphsub.rules.taso_pb import PbRule, Spec, TOp, Val, components, describe, normalize, var_name
+
+if TYPE_CHECKING:
+    from graphsub.ir.node import Ref
+    from graphsub.rules.apply import TargetBuilder
+    from graphsub.rules.match import MatchView
+    from graphsub.rules.pattern import PatternBuilder, PValue
+    from graphsub.rules.rule import Rule
+
+N_EXAMPLES = 3
+SOLVER_TRIES = 400
+
+
+class Mismatch(Exception):
+    """Shapes violate TASO's operator semantics (the rule does not apply)."""
+
+
+# ----------------------------------------------------------------------------- TASO tensor semantics
+
+
+@dataclass(frozen=True)
+class TT:
+    """A TASO tensor: shape and split tree (top-level piece sizes per axis, or None)."""
+
+    shape: tuple[int, ...]
+    split: tuple[tuple[int, ...] | None, ...]
+
+
+def _tt(shape: Sequence[int]) -> TT:
+    return TT(tuple(shape), (None,) * len(shape))
+
+
+def _eval_op(op: TOp, ins: list[TT]) -> tuple[TT, ...]:
+    k = op.kind
+    if k in ("add", "mul"):
+        a, b = ins
+        if a.shape != b.shape:
+            raise Mismatch(f"{k} of shapes {a.shape} and {b.shape} (TASO needs equal shapes)")
+        return (TT(a.shape, tuple(x if x is not None else y for x, y in zip(a.split, b.split, strict=True))),)
+    if k == "relu":
+        return (ins[0],)
+    if k == "matmul":
+        a, b = ins
+        if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+            raise Mismatch(f"matmul of {a.shape} and {b.shape} (TASO rules need 2-D operands that multiply)")
+        return (TT((a.shape[0], b.shape[1]), (a.split[0], b.split[1])),)
+    if k == "conv2d":
+        x, w = ins
+        if len(x.shape) != 4 or len(w.shape) != 4:
+            raise Mismatch(f"conv2d of {x.shape} and {w.shape}")
+        (n, c, h, wd), (o, cg, kh, kw) = x.shape, w.shape
+        if cg == 0 or c == 0 or c % cg or o % (c // cg):
+            raise Mismatch(f"conv2d: {c} input channels do not fit weight {w.shape}")
+        g = c // cg
+        xs, ws = x.split[1], w.split[0]
+        if g > 1 and (xs is not None or ws is not None) and (
+                xs is None or ws is None or len(xs) != len(ws)
+                or any(a * g % c or b * g % o or a * g // c != b * g // o for a, b in zip(xs, ws, strict=True))):
+            raise Mismatch(f"conv2d with {g} groups over concatenated channels {xs} / weights {ws} that do not "
+                           "line up with the groups")
+        sh, sw = op.attr("strides")
+        if op.attr("pads") == "SAME":
+            ho, wo = -(-h // sh), -(-wd // sw)
+        else:
+            ho, wo = (h - kh) // sh + 1, (wd - kw) // sw + 1
+            if h < kh or wd < kw:
+                raise Mismatch(f"conv2d VALID: kernel {kh}x{kw} larger than input {h}x{wd}")
+        return (TT((n, o, ho, wo), (x.split[0], w.split[0], None, None)),)
+    if k == "concat":
+        axis, rank = op.attr("axis"), len(ins[0].shape)
+        nd = op.attr("numdim", rank)
+        for t in ins:
+            if len(t.shape) != nd or axis >= nd:
+                raise Mismatch(f"concat axis {axis} (NUMDIM {nd}) of shape {t.shape}")
+            if any(t.shape[i] != ins[0].shape[i] for i in range(nd) if i != axis):
+                raise Mismatch(f"concat axis {axis} of {[t.shape for t in ins]}")
+        shape = tuple(sum(t.shape[i] for t in ins) if i == axis else ins[0].shape[i] for i in range(nd))
+        split = tuple(tuple(t.shape[axis] for t in ins) if i == axis
+                      else (ins[0].split[i] if all(t.split[i] == ins[0].split[i] for t in ins) else None)
+                      for i in range(nd))
+        return (TT(shape, split),)
+    if k == "split":
+        x, axis = ins[0], op.attr("axis")
+        if axis >= len(x.shape) or op.attr("numdim", len(x.shape)) != len(x.shape):
+            raise Mismatch(f"split axis {axis} of shape {x.shape}")
+        sizes = x.split[axis]
+        if sizes is None or len(sizes) != op.num_outputs:
+            raise Mismatch(f"split axis {axis}: no {op.num_outputs}-way split tree recorded on the input")
+        sp = tuple(None if i == axis else s for i, s in enumerate(x.split))
+        return tuple(TT(tuple(s if i == axis else d for i, d in enumerate(x.shape)), sp) for s in sizes)
+    raise Mismatch(f"unsupported op {k}")  # pragma: no cover - normalize() rejects these
+
+
+def eval_side(side: Sequence[TOp], env: Mapping[int, Sequence[int]], *,
+              live: frozenset[int] | None = None) -> dict[int, tuple[TT, ...]]:
+    """Shapes and split trees of a side's ops (those in ``live``) for variable shapes ``env``;
+    :class:`Mismatch` if TASO could not create them."""
+    out: dict[int, tuple[TT, ...]] = {}
+    for i, op in enumerate(side):
+        if live is not None and i not in live:
+            continue
+        ins = [_tt(env[j]) if j < 0 else out[j][k] for j, k in op.inputs]
+        out[i] = _eval_op(op, ins)
+    return out
+
+
+def check_shapes(spec: Spec, env: Mapping[int, Sequence[int]]) -> tuple[dict[int, tuple[TT, ...]],
+                                                                         dict[int, tuple[TT, ...]]]:
+    """Evaluate both sides and compare the mapped outputs; Mismatch if the rule does not apply."""
+    src = eval_side(spec.src, env)
+    dst = eval_side(spec.dst, env, live=spec.dst_live)
+    for (s, sk), (d, dk) in spec.outputs:
+        want = src[s][sk].shape
+        have = tuple(env[d]) if d < 0 else dst[d][dk].shape
+        if have != want:
+            raise Mismatch(f"mapped output {s}#{sk}: target shape {have} != source shape {want}")
+    return src, dst
+
+
+# ----------------------------------------------------------------------------- pattern, where, target
+
+
+def _source_fn(spec: Spec) -> Callable[[PatternBuilder], dict[str, PValue]]:
+    def source(p: PatternBuilder) -> dict[str, PValue]:
+        vals: dict[Val, PValue] = {}
+        for vid in spec.var_ids:
+            vals[(vid, 0)] = p.var(var_name(vid))
+        for i, op in enumerate(spec.src):
+            ins = [vals[v] for v in op.inputs]
+            kw: dict[str, Any] = {}
+            if op.kind == "conv2d":
+                kw = {"strides": op.attr("strides"), "pads": op.attr("pads"), "act": op.attr("act"),
+                      "dilations": (1, 1)}
+            elif op.kind == "matmul":
+                kw = {"act": op.attr("act")}
+            elif op.kind == "concat":
+                kw = {"axis": op.attr("axis")}
+            outs = p.op_multi(op.kind, *ins, name=f"s{i}", outputs=op.num_outputs, **kw)
+            for k, v in enumerate(outs):
+                vals[(i, k)] = v
+        return {f"o{k}": vals[s] for k, (s, _) in enumerate(spec.outputs)}
+
+    return source
+
+
+def _env(spec: Spec, m: MatchView) -> dict[int, tuple[int, ...]]:
+    return {vid: m.shape(var_name(vid)) for vid in spec.var_ids}
+
+
+def _where_fn(spec: Spec) -> Callable[[MatchView], str | None]:
+    def where(m: MatchView) -> str | None:
+        try:
+            src, _ = check_shapes(spec, _env(spec, m))
+        except Mismatch as e:
+            return str(e)
+        for i, op in enumerate(spec.src):
+            for k in range(op.num_outputs):
+                have = m.shape(f"s{i}#{k}")
+                if have != src[i][k].shape:
+                    return f"s{i} has shape {have}, TASO semantics give {src[i][k].shape}"
+        return None
+
+    return where
+
+
+def _target_fn(spec: Spec) -> Callable[[TargetBuilder, MatchView], dict[str, Ref]]:
+    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
+        env = _env(spec, m)
+        try:
+            shapes = eval_side(spec.dst, env, live=spec.dst_live)
+        except Mismatch as e:
+            raise RuleError(f"taso_pb_{spec.index:03d}: target does not apply: {e}") from None
+        vals: dict[Val, Ref] = {(vid, 0): m[var_name(vid)] for vid in spec.var_ids}
+        for i, op in enumerate(spec.dst):
+            if i not in spec.dst_live:
+                continue
+            ins = [vals[v] for v in op.inputs]
+            if op.kind == "conv2d":
+                outs = t.op_multi("conv2d", *ins, strides=op.attr("strides"), pads=op.attr("pads"), act=op.attr("act"))
+            elif op.kind == "matmul":
+                outs = t.op_multi("matmul", *ins, act=op.attr("act"))
+            elif op.kind == "concat":
+                outs = t.op_multi("concat", *ins, axis=op.attr("axis"))
+            elif op.kind == "split":
+                sizes = tuple(s.shape[op.attr("axis")] for s in shapes[i])
+                outs = t.op_multi("split", *ins, axis=op.attr("axis"), sizes=sizes)
+            else:
+                outs = t.op_multi(op.kind, *ins)
+            for k, r in enumerate(outs):
+                vals[(i, k)] = r
+        return {f"o{k}": vals[d] for k, (_, d) in enumerate(spec.outputs)}
+
+    return target
+
+
+# ----------------------------------------------------------------------------- rule
+
+
+def convert_rule(index: int, rule: PbRule) -> Rule:
+    """The graphsub Rule for rule ``index`` of the file; RuleError if it cannot be converted."""
+    spec = normalize(index, rule)
+    examples = solve_examples(spec)
+    if len(examples) < N_EXAMPLES:
+        raise RuleError(f"found only {len(examples)} consistent example shapes (need {N_EXAMPLES})")
+    text = describe(spec)
+    tags = ["taso-pb", *sorted({op.kind for op in (*spec.src, *spec.dst)})]
+    if len(spec.outputs) > 1:
+        tags.append("multi-output")
+    if components(spec.src) > 1:
+        tags.append("disconnected")
+    doc = f"TASO graph_subst.pb rule {index}: {text}"
+    if spec.dropped:
+        doc += f" (source ops {list(spec.dropped)} dropped: they feed no mapped output)"
+    return make_rule(
+        f"taso_pb_{index:03d}", _source_fn(spec), _target_fn(spec),
+        where=[(_where_fn(spec), "shapes follow TASO's operator semantics on both sides")],
+        origin="taso-pb", doc=doc, examples=[Example(types={var_name(v): s for v, s in ex.items()})
+                                             for ex in examples],
+        tags=tags, location=f"graph_subst.pb#{index}",
+    )
+
+
+# ----------------------------------------------------------------------------- example shapes
+
+
+class _Unsat(Exception):
+    pass
+
+
+class _Dims:
+    """Union-find over symbolic dimensions, with role tags and definitions of derived ones."""
+
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.tags: list[set[str]] = []
+        self.defs: dict[int, tuple[Any, ...]] = {}
+
+    def new(self, *tags: str, d: tuple[Any, ...] | None = None) -> int:
+        self.parent.append(len(self.parent))
+        self.tags.append(set(tags))
+        if d is not None:
+            self.defs[len(self.parent) - 1] = d
+        return len(self.parent) - 1
+
+    def find(self, a: int) -> int:
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+            self.tags[ra] |= self.tags[rb]
+
+    def unify(self, xs: Sequence[int], ys: Sequence[int]) -> None:
+        if len(xs) != len(ys):
+            raise _Unsat(f"ranks {len(xs)} and {len(ys)} differ")
+        for a, b in zip(xs, ys, strict=True):
+            self.union(a, b)
+
+
+def _rank_classes(spec: Spec) -> tuple[dict[Any, int], dict[int, int]]:
+    """Rank inference: value key -> class, class -> fixed rank (matmul 2, conv 4, concat NUMDIM)."""
+    keys: dict[Any, int] = {}
+    parent: list[int] = []
+    fixed: dict[int, int] = {}
+
+    def cls(key: Any) -> int:
+        if key not in keys:
+            keys[key] = len(parent)
+            parent.append(len(parent))
+        a = keys[key]
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    def fix(key: Any, r: int) -> None:
+        c = cls(key)
+        if fixed.setdefault(c, r) != r:
+            raise RuleError(f"inconsistent ranks: a value must have rank {fixed[c]} and {r}")
+
+    def same(k1: Any, k2: Any) -> None:
+        a, b = cls(k1), cls(k2)
+        if a != b:
+            parent[b] = a
+            if b in fixed:
+                fix(k1, fixed.pop(b))
+
+    for tag, side, live in (("s", spec.src, None), ("d", spec.dst, spec.dst_live)):
+        for i, op in enumerate(side):
+            if live is not None and i not in live:
+                continue
+            ins = [("v", j) if j < 0 else (tag, j, k) for j, k in op.inputs]
+            outs = [(tag, i, k) for k in range(op.num_outputs)]
+            fixed_rank = {"matmul": 2, "conv2d": 4}.get(op.kind, op.attr("numdim"))
+            for key in ins + outs:
+                cls(key)
+                if fixed_rank is not None:
+                    fix(key, fixed_rank)
+            if op.kind != "matmul" and op.kind != "conv2d":
+                for key in ins[1:] + outs:
+                    same(ins[0], key)
+    for (s, sk), (d, dk) in spec.outputs:
+        same(("s", s, sk), ("v", d) if d < 0 else ("d", d, dk))
+    return {k: cls(k) for k in keys}, fixed
+
+
+def _symbolic(spec: Spec, ranks: Mapping[int, int], group1: bool) -> tuple[_Dims, dict[int, tuple[int, ...]]]:
+    dims = _Dims()
+    var = {vid: tuple(dims.new() for _ in range(r)) for vid, r in ranks.items()}
+
+    def walk(side: Sequence[TOp], live: frozenset[int] | None, source: bool) -> dict[Val, tuple[int, ...]]:
+        vals: dict[Val, tuple[int, ...]] = {}
+        for i, op in enumerate(side):
+            if live is not None and i not in live:
+                continue
+            ins = [var[j] if j < 0 else vals[(j, k)] for j, k in op.inputs]
+            if op.kind in ("add", "mul", "relu"):
+                for t in ins[1:]:
+                    dims.unify(ins[0], t)
+                outs = [ins[0]]
+            elif op.kind == "matmul":
+                a, b = ins
+                if source:
+                    dims.tags[dims.find(a[0])].add("batch")
+                dims.union(a[1], b[0])
+                outs = [(a[0], b[1])]
+            elif op.kind == "conv2d":
+                x, w = ins
+                for s, tag in ((x[0], "batch"), (x[1], "chan"), (x[2], "spatial"), (x[3], "spatial"),
+                               (w[0], "cout"), (w[1], "cpg"), (w[2], "kernel"), (w[3], "kernel")):
+                    dims.tags[dims.find(s)].add(tag)
+                if source and group1:
+                    dims.union(x[1], w[1])
+                hw = []
+                for ax, stride in zip((2, 3), op.attr("strides"), strict=True):
+                    if op.attr("pads") == "SAME":
+                        hw.append(x[ax] if stride == 1 else dims.new(d=("same", x[ax], stride)))
+                    else:
+                        hw.append(dims.new(d=("valid", x[ax], w[ax], stride)))
+                outs = [(x[0], w[0], *hw)]
+            elif op.kind == "concat":
+                ax = op.attr("axis")
+                for t in ins[1:]:
+                    dims.unify([d for i2, d in enumerate(ins[0]) if i2 != ax],
+                               [d for i2, d in enumerate(t) if i2 != ax])
+                total = dims.new(d=("sum", *(t[ax] for t in ins)))
+                outs = [tuple(total if i2 == ax else d for i2, d in enumerate(ins[0]))]
+            else:  # split: piece sizes come from the split tree; leave them free here
+                ax = op.attr("axis")
+                outs = [tuple(dims.new() if i2 == ax else d for i2, d in enumerate(ins[0]))
+                        for _ in range(op.num_outputs)]
+            for k, o in enumerate(outs):
+                vals[(i, k)] = o
+        return vals
+
+    src = walk(spec.src, None, True)
+    dst = walk(spec.dst, spec.dst_live, False)
+    for (s, sk), (d, dk) in spec.outputs:
+        dims.unify(src[(s, sk)], var[d] if d < 0 else dst[(d, dk)])
+    return dims, var
+
+
+def _draw(tags: set[str], rng: random.Random | None, grouped: bool) -> int:
+    if rng is None:  # TASO's generator sizes: batch 2, channels/features 4, 5x5 images, 3x3 kernels
+        return 3 if "kernel" in tags else 5 if "spatial" in tags else 2 if "batch" in tags else 4
+    if "kernel" in tags:
+        return rng.choice((1, 2, 3, 3))
+    if "spatial" in tags:
+        return rng.randint(3, 6)
+    if "batch" in tags:
+        return rng.randint(1, 3)
+    if grouped and "cpg" in tags:
+        return rng.choice((1, 2))
+    if grouped and ("chan" in tags or "cout" in tags):
+        return rng.choice((2, 4, 6))
+    return rng.randint(1, 6)
+
+
+def _assign(dims: _Dims, var: Mapping[int, tuple[int, ...]], rng: random.Random | None,
+            grouped: bool) -> dict[int, tuple[int, ...]]:
+    defs: dict[int, tuple[Any, ...]] = {}
+    for s, d in dims.defs.items():
+        defs.setdefault(dims.find(s), d)
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def val(s: int) -> int:
+        r = dims.find(s)
+        if r in memo:
+            return memo[r]
+        if r in active:
+            raise _Unsat("cyclic dimension definition")
+        active.add(r)
+        d = defs.get(r)
+        if d is None:
+            v = _draw(dims.tags[r], rng, grouped)
+        elif d[0] == "sum":
+            v = sum(val(a) for a in d[1:])
+        elif d[0] == "same":
+            v = -(-val(d[1]) // d[2])
+        else:
+            v = (val(d[1]) - val(d[2])) // d[3] + 1
+        active.discard(r)
+        if v < 1:
+            raise _Unsat(f"dimension {v}")
+        memo[r] = v
+        return v
+
+    return {vid: tuple(val(s) for s in syms) for vid, syms in var.items()}
+
+
+def _max_groups(spec: Spec, env: Mapping[int, Sequence[int]]) -> int:
+    src = eval_side(spec.src, env)
+    best = 1
+    for op in spec.src:
+        if op.kind == "conv2d":
+            (j, k), (wj, wk) = op.inputs
+            c = env[j][1] if j < 0 else src[j][k].shape[1]
+            cg = env[wj][1] if wj < 0 else src[wj][wk].shape[1]
+            best = max(best, c // cg)
+    return best
+
+
+def solve_examples(spec: Spec, count: int = N_EXAMPLES) -> list[dict[int, tuple[int, ...]]]:
+    """Distinct variable shapes under which both sides are valid: TASO's generator sizes first,
+    then random ones; plus a grouped-conv variant and a variant with other free ranks when the
+    rule allows them."""
+    keys, fixed = _rank_classes(spec)
+    free = sorted({c for k, c in keys.items() if c not in fixed})
+    rng = random.Random(0x7A50 + spec.index)
+    has_conv = any(op.kind == "conv2d" for op in spec.src)
+    plans: list[tuple[bool, bool, bool]] = [(True, True, False), (False, True, False), (False, True, False)]
+    if has_conv:
+        plans.insert(1, (False, False, False))  # grouped convs
+    if free:
+        plans.insert(1, (False, True, True))  # other ranks for rank-free values
+    found: list[dict[int, tuple[int, ...]]] = []
+    for preferred, group1, rerank in plans:
+        for attempt in range(SOLVER_TRIES):
+            rank_of = {c: 2 for c in free}
+            if rerank:
+                rank_of = {c: rng.choice((1, 3, 4)) for c in free}
+            ranks = {vid: fixed.get(keys[("v", vid)], rank_of.get(keys[("v", vid)], 2)) for vid in spec.var_ids}
+            try:
+                dims, var = _symbolic(spec, ranks, group1)
+                env = _assign(dims, var, None if preferred and attempt == 0 else rng, not group1)
+                check_shapes(spec, env)
+                if not group1 and _max_groups(spec, env) == 1:
+                    continue
+            except (_Unsat, Mismatch):
+                continue
+            if env not in found:
+                found.append(env)
+                break
+    return found if len(found) >= count else []
+
+
+__all__ = ["TT", "Mismatch", "Spec", "TOp", "check_shapes", "convert_rule", "describe", "eval_side", "normalize"]
