@@ -11,7 +11,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from graphsub.cli import Exit, JsonOpt, SeedOpt, _fail, _load_or_exit, err, out
+from graphsub.cli_common import Exit, JsonOpt, SeedOpt, _fail, _load_or_exit, err, out
 from graphsub.errors import GraphsubError
 
 rules_app = typer.Typer(help="Substitution rules: list, show, verify, count matches.", no_args_is_help=True)

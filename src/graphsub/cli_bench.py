@@ -1,0 +1,213 @@
+"""``graphsub bench``: run an experiment grid (a preset with overrides) and report on it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphsub.cli_common import Exit, JsonOpt, _fail, err, out
+
+
+def split_models(text: str) -> list[str]:
+    """Comma-separated model specs, where a piece ``key=value`` without ``:`` continues the
+    previous spec: ``"resnet:blocks=4,sru"`` -> ``["resnet:blocks=4", "sru"]``,
+    ``"a:x=1,y=2,b"`` -> ``["a:x=1,y=2", "b"]``."""
+    models: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if models and "=" in piece and ":" not in piece and ":" in models[-1]:
+            models[-1] += "," + piece
+        else:
+            models.append(piece)
+    return models
+
+
+def _split(text: str | None) -> list[str] | None:
+    return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _parse_params(specs: list[str] | None) -> dict[str, dict[str, Any]]:
+    params: dict[str, dict[str, Any]] = {}
+    for spec in specs or []:
+        lhs, sep, value = spec.partition("=")
+        algo, dot, key = lhs.partition(".")
+        if not sep or not dot or not algo or not key:
+            raise ValueError(f"expected ALGO.KEY=VALUE (e.g. taso.alpha=1.01), got {spec!r}")
+        try:
+            params.setdefault(algo, {})[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params.setdefault(algo, {})[key] = value
+    return params
+
+
+def _fmt(x: Any, spec: str = ".4g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _print_summary(rows: list[dict[str, Any]], title: str) -> None:
+    from graphsub.bench.report import ALGO_LABELS
+
+    table = Table("model", "algo", "cost model", "K", "runs", "initial", "best", "gain", "time (s)", "mem (MB)",
+                  "stopped by", title=title)
+    for r in rows:
+        runs = f"{r['ok']}" + (f"+{r['timeout']}t" if r["timeout"] else "") + (f"+{r['error']}e" if r["error"] else "")
+        table.add_row(r["model"], ALGO_LABELS.get(r["algo"], r["algo"]), r["cost"], str(r["k"]), runs,
+                      _fmt(r["initial_cost"]), _fmt(r["best_cost"]), _fmt(r["improvement"], ".1%"),
+                      _fmt(r["search_time_s"], ".3g"), _fmt(r["peak_mem_mb"], ".0f"),
+                      "error" if r["error"] and not r["ok"] else r["stopped_by"])
+    _wide().print(table)
+
+
+def _wide() -> Console:
+    """``out``, or (when stdout is not a terminal) a 200-column console so tables are not squeezed."""
+    return out if out.is_terminal else Console(width=200)
+
+
+def _list_presets(as_json: bool) -> None:
+    from graphsub.bench.presets import PRESETS, registered_algorithms
+
+    rows: list[dict[str, Any]] = [
+        {"name": p.name, "description": p.description, "models": list(p.models), "k": list(p.ks),
+         "costs": list(p.costs), "rules": p.rules, "cutoff_s": p.cutoff_s, "repeats": p.repeats,
+         "algos": list(p.algos or registered_algorithms()), "reference": p.reference} for p in PRESETS.values()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table("preset", "models", "K", "costs", "cut-off", "description")
+    for r in rows:
+        table.add_row(r["name"], ", ".join(r["models"]), ",".join(map(str, r["k"])), ", ".join(r["costs"]),
+                      f"{r['cutoff_s']:g}s", r["description"])
+    _wide().print(table)
+
+
+def bench_cmd(
+    preset: Annotated[str | None, typer.Argument(help="Preset (table3, fig4, fig5, small-exact; see --list), or a "
+                                                      "results .jsonl to report on.")] = None,
+    algos: Annotated[str | None, typer.Option("--algos", help="Algorithms, comma-separated (default: every "
+                                                             "registered one).")] = None,
+    models: Annotated[str | None, typer.Option("--models", help="Model specs, comma-separated: zoo NAME[:k=v] or "
+                                                               ".onnx paths (e.g. resnet:blocks=4,sru).")] = None,
+    costs: Annotated[str | None, typer.Option("--costs", help="Cost models, comma-separated (roofline:p100, "
+                                                             "measured, flops, ...).")] = None,
+    k: Annotated[str | None, typer.Option("--k", help="Maximum sequence lengths K, comma-separated.")] = None,
+    rules: Annotated[str | None, typer.Option("--rules", help="Rule set (default ocggs157).")] = None,
+    cutoff: Annotated[float | None, typer.Option("--cutoff", help="Per-run search time cut-off in seconds.")] = None,
+    expansions: Annotated[int | None, typer.Option("--expansions", help="Graphs to expand per run at most.")] = None,
+    memory_mb: Annotated[float | None, typer.Option("--memory-mb", help="Per-run search memory cap (MB).")] = None,
+    repeats: Annotated[int | None, typer.Option("--repeats", help="Repetitions of every run.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
+    param: Annotated[list[str] | None, typer.Option("--param", help="Algorithm parameter ALGO.KEY=VALUE "
+                                                                    "(repeatable), e.g. taso.alpha=1.01.")] = None,
+    grace: Annotated[float, typer.Option("--grace", help="Kill a run this long after its cut-off "
+                                                         "(at least; 10% of the cut-off if larger).")] = 10.0,
+    threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads for measured costs.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default benchmarks/results; "
+                                                               "for a .jsonl: its directory).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Results file stem (default: the preset's name).")] = None,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Skip runs already recorded (default) or "
+                                                                      "start the results file over.")] = True,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="On resume, run failed runs again.")] = False,
+    report_only: Annotated[bool, typer.Option("--report-only", help="Only (re)write tables and plots from the "
+                                                                    "results file.")] = False,
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the plots (matplotlib).")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the runs (and which are done) and exit.")] = False,
+    list_presets: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run an experiment grid -- algorithms x models x cost models x K x repeats, one process per run --
+    appending to OUT/NAME.jsonl (resumable), then write CSV, OCGGS-Table-3-style tables and plots.
+
+    Exit 0 when the grid completed, even if some runs failed (the summary says so); 2 on bad arguments.
+    """
+    from graphsub.bench.harness import check_run, load_records, run_grid
+    from graphsub.bench.presets import PRESETS
+    from graphsub.bench.report import summarize, write_report
+
+    if list_presets:
+        _list_presets(as_json)
+        return
+    if preset is None:
+        _fail(Exit.USAGE, "give a preset (" + ", ".join(PRESETS) + ") or a results .jsonl; see --list", as_json)
+        return
+    if preset.endswith(".jsonl"):
+        path = Path(preset)
+        if not path.is_file():
+            _fail(Exit.USAGE, f"no results file {preset}", as_json)
+        files = write_report(path, out_dir, name, plots=plots)
+        rows = summarize(load_records(path))
+        if as_json:
+            print(json.dumps({"results": str(path), "summary": rows, "report": files}, indent=2, default=str))
+        else:
+            _print_summary(rows, f"{path.name}: {sum(r['n'] for r in rows)} runs")
+            out.print(f"report: {files['report'][0]}")
+        return
+    if preset not in PRESETS:
+        _fail(Exit.USAGE, f"unknown preset {preset!r}; known: {', '.join(PRESETS)} (or a results .jsonl)", as_json)
+    try:
+        ks = None if k is None else [int(x) for x in _split(k) or []]
+        if ks is not None and (not ks or any(x < 0 for x in ks)):
+            raise ValueError(f"--k must list non-negative integers, got {k!r}")
+        if cutoff is not None and cutoff <= 0:
+            raise ValueError("--cutoff must be positive")
+        if repeats is not None and repeats < 1:
+            raise ValueError("--repeats must be at least 1")
+        runs = PRESETS[preset].runs(algos=_split(algos), models=None if models is None else split_models(models),
+                                    costs=_split(costs), ks=ks, cutoff_s=cutoff, repeats=repeats, rules=rules,
+                                    expansions=expansions, memory_mb=memory_mb, seed=seed,
+                                    params=_parse_params(param))
+    except ValueError as e:
+        _fail(Exit.USAGE, str(e), as_json)
+        return
+    problems = sorted({p for r in runs for p in check_run(r)})
+    if problems or not runs:
+        _fail(Exit.USAGE, "; ".join(problems) or "the grid is empty", as_json)
+    name = name or preset
+    out_path = out_dir or Path("benchmarks/results")
+    if dry_run:
+        done = {r["id"] for r in load_records(out_path / f"{name}.jsonl")} if resume else set()
+        listing = [{"id": r.id, "label": r.label, "done": r.id in done, **r.spec()} for r in runs]
+        if as_json:
+            print(json.dumps(listing, indent=2))
+        else:
+            for x in listing:
+                out.print(f"{x['id']} {'done' if x['done'] else 'todo'} {x['label']}", highlight=False)
+            out.print(f"{len(listing)} runs, {sum(x['done'] for x in listing)} recorded in {out_path / name}.jsonl")
+        return
+    if not report_only:
+        if not as_json:
+            err.print(f"[bold]{preset}[/]: {len(runs)} runs -> {out_path / name}.jsonl")
+        grid = run_grid(runs, out_path, name=name, resume=resume, progress=not as_json, retry_errors=retry_errors,
+                        grace_s=grace, threads=threads)
+        files = write_report(grid.jsonl, out_path, name, plots=plots)
+        rows, counts = grid.summary, grid.counts
+        result: dict[str, Any] = {"preset": preset, **grid.to_dict(), "report": files}
+    else:
+        jsonl = out_path / f"{name}.jsonl"
+        if not jsonl.is_file():
+            _fail(Exit.USAGE, f"no results file {jsonl}", as_json)
+        files = write_report(jsonl, out_path, name, plots=plots)
+        records = load_records(jsonl)
+        rows = summarize(records)
+        counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "timeout", "error")}
+        result = {"preset": preset, "jsonl": str(jsonl), "counts": counts, "summary": rows, "report": files}
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    _print_summary(rows, f"{name}: " + ", ".join(f"{v} {s}" for s, v in counts.items()))
+    if not report_only:
+        out.print(f"grid complete: {len(grid.records)} runs ({grid.executed} run now, {grid.skipped} already "
+                  f"recorded): {counts['ok']} ok, {counts['timeout']} timed out, {counts['error']} failed",
+                  soft_wrap=True)
+    if counts["error"]:
+        out.print(f"[yellow]{counts['error']} run(s) failed[/]: their errors are in the results file (status "
+                  "\"error\") and the report", soft_wrap=True)
+    out.print(f"results: {out_path / name}.jsonl; report: {files['report'][0]}", soft_wrap=True)
+
+
+__all__ = ["bench_cmd", "split_models"]

@@ -1,0 +1,109 @@
+"""``graphsub search``: run one search algorithm on a model and optionally write the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from graphsub.cli_common import (
+    Exit,
+    JsonOpt,
+    SeedOpt,
+    ShapeOpt,
+    _confirm_not_input,
+    _fail,
+    _load_or_exit,
+    _parse_shapes,
+    err,
+    out,
+)
+from graphsub.errors import GraphsubError
+
+
+def search_cmd(
+    model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME.")],
+    algo: Annotated[str, typer.Option("--algo", help="greedy | taso | metaflow | enum.")] = "taso",
+    rules: Annotated[str, typer.Option("--rules", help="Rule set (see `graphsub rules list`); "
+                                                       "comma-separated sets are combined.")] = "default",
+    cost: Annotated[str, typer.Option("--cost", help="Cost model: flops, bytes, roofline:cpu|p100|v100, "
+                                                     "measured, fused.")] = "roofline:cpu",
+    time_s: Annotated[float, typer.Option("--time", help="Wall-time budget in seconds.")] = 60.0,
+    expansions: Annotated[int | None, typer.Option("--expansions", help="Graphs to expand at most.")] = None,
+    k: Annotated[int | None, typer.Option("--k", help="Maximum substitution-sequence length K.")] = None,
+    memory_mb: Annotated[float | None, typer.Option("--memory-mb", help="Stop above this RSS growth.")] = None,
+    alpha: Annotated[float, typer.Option(help="Relaxation for taso/metaflow: keep graphs < alpha*best.")] = 1.05,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the optimized model (.onnx) "
+                                                                       "after verifying it.")] = None,
+    threads: Annotated[int | None, typer.Option(help="onnxruntime threads for measured costs.")] = None,
+    input_shape: ShapeOpt = None,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search for a cheaper equivalent graph with one algorithm and print what it found."""
+    from graphsub.cost import get_model
+    from graphsub.rules.library import get_set
+    from graphsub.search import Budget, search
+
+    if output is not None:
+        _confirm_not_input(model, output, as_json)
+    g = _load_or_exit(model, _parse_shapes(input_shape), as_json)
+    try:
+        rule_list: list[Any] = []
+        for name in rules.split(","):
+            rule_list.extend(r for r in get_set(name.strip()) if r.name not in {x.name for x in rule_list})
+        cm = get_model(cost, threads=threads, progress=not as_json)
+        params: dict[str, Any] = {"alpha": alpha} if algo in ("taso", "metaflow") else {}
+        with err.status(f"searching {g.name} with {algo} ({len(rule_list)} rules, {cost})"):
+            result = search(g, rule_list, cm, Budget(time_s=time_s, expansions=expansions, k=k, memory_mb=memory_mb),
+                            seed, algo=algo, **params)
+    except GraphsubError as e:
+        _fail(Exit.BAD_INPUT, str(e), as_json)
+        return
+    report = None
+    if output is not None:
+        report = _write_verified(g, result.best, output, seed, as_json)
+    data = result.to_dict()
+    data.update({"model": g.name, "rules": rules, "cost_model": cost, "initial_ops": g.num_ops})
+    if report is not None:
+        data["verification"] = report
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    out.print(f"[bold]{g.name}[/] {algo}: cost {result.initial_cost:.6g} -> {result.best_cost:.6g} "
+              f"({result.improvement:.1%} lower) in {result.wall_time_s:.2f}s, {result.stats.expanded} graphs "
+              f"expanded, stopped by {result.stopped_by}; ops {g.num_ops} -> {result.best.num_ops}")
+    if result.sequence:
+        table = Table("#", "rule", "nodes", "cost after", title="substitutions")
+        for i, s in enumerate(result.sequence, 1):
+            table.add_row(str(i), s.rule, ",".join(map(str, s.nodes)), f"{s.cost:.6g}")
+        out.print(table)
+    if output is not None:
+        out.print(f"wrote {output} (verified: max abs diff {report['max_abs_diff']:.3g})")  # type: ignore[index]
+
+
+def _write_verified(original: Any, best: Any, output: Path, seed: int, as_json: bool) -> dict[str, Any]:
+    """Attach weights, fold weight-only subgraphs, verify against the original, write atomically."""
+    from graphsub.data import materialize, random_weights
+    from graphsub.frontends.onnx_io import save
+    from graphsub.rules.apply import fold_weights
+    from graphsub.verify import equivalent
+
+    ref = materialize(original, seed)
+    weights = random_weights(best, seed, known=dict(ref.params))
+    final = fold_weights(best.with_params({k: v for k, v in weights.items() if k in best.leaves}))
+    report = equivalent(ref, final, seed=seed, trials=3)
+    if not report.equivalent:
+        _fail(Exit.NOT_EQUIVALENT, f"the optimized graph failed verification ({report.worst_output}: max abs diff "
+              f"{report.max_abs_diff:.3g}); nothing written", as_json)
+    try:
+        save(final, output)
+    except (GraphsubError, OSError) as e:
+        _fail(Exit.CANNOT_WRITE, str(e), as_json)
+    return {"equivalent": report.equivalent, "max_abs_diff": report.max_abs_diff, "output": str(output)}
+
+
+__all__ = ["search_cmd"]

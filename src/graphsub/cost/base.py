@@ -1,0 +1,552 @@
+"""Cost values, the :class:`CostModel` protocol, graph costs, O(change) deltas and hard limits.
+
+A :class:`Cost` is multi-dimensional (MetaFlow §4.1): run time, FLOPs, bytes moved and kernel
+launches, added up over the nodes of a graph.  A cost model prices one operator *signature*
+(:class:`~graphsub.ir.node.OpSig`: op, canonical attributes, input types) -- plus, optionally,
+which inputs are constants -- and :class:`SumCostModel` turns that into graph costs:
+
+* ``graph_cost(g) = base + sum(cost of every node that is neither a leaf nor weight-only)``.
+  Weight-only nodes (``concat`` of two kernels, ``enlarge``, ...) are folded before run time
+  (DESIGN.md, "weights are data, not cost"), so they are free; so are inputs and weights.
+* ``delta(parent, child)`` for a child made by one edit (``child.edit_info()``) re-costs only
+  the added, removed and touched nodes (and, for context-dependent models, their
+  neighbourhood): O(change).  Invariant: ``parent_cost + delta == graph_cost(child)`` (up to
+  float rounding) whenever no limit is violated.
+* :class:`Limits` are hard constraints: a graph whose peak memory (liveness walk of the
+  topological order, O(graph)) or any cost dimension exceeds its limit costs :meth:`Cost.inf`.
+* A *scalarization* (``objective``: weights per dimension) turns a cost into the number a
+  search minimises (:meth:`Cost.scalar`); infinite costs scalarize to ``inf``.
+
+>>> a = Cost(time_ms=1.0, flops=2e6, launches=1)
+>>> b = a + a * 2
+>>> b.time_ms, b.flops, b.launches
+(3.0, 6000000.0, 3.0)
+>>> b.scalar({"time_ms": 1.0, "launches": 0.01})
+3.03
+>>> (b + Cost.inf("peak memory")).scalar(), (b - a).scalar("flops")
+(inf, 4000000.0)
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import immutables
+
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.ir.node import OpSig
+
+#: Additive cost dimensions, in display order.
+DIMS = ("time_ms", "flops", "bytes", "launches")
+
+Objective = Mapping[str, float] | str
+
+
+class CostModelError(GraphsubError):
+    """A cost model was misconfigured or could not price an operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """A multi-dimensional, additive cost.
+
+    Invariants: fields are floats; a cost is *infinite* (a violated hard limit, or the sum with
+    one) iff any field is ``inf``; ``violation`` then says why.  Arithmetic is field-wise with
+    one exception: ``inf - inf`` is ``0`` in every field (an infeasible graph that stays
+    infeasible does not change cost), so a delta between two infeasible graphs is zero.
+    """
+
+    time_ms: float = 0.0
+    flops: float = 0.0
+    bytes: float = 0.0
+    launches: float = 0.0
+    violation: str = ""
+
+    def __post_init__(self) -> None:
+        for d in DIMS:
+            v = getattr(self, d)
+            if type(v) is not float:
+                object.__setattr__(self, d, float(v))
+
+    @classmethod
+    def inf(cls, reason: str = "limit exceeded") -> Cost:
+        """The infinite cost of a graph that violates a hard limit."""
+        i = math.inf
+        return cls(i, i, i, i, reason)
+
+    @property
+    def is_inf(self) -> bool:
+        return any(math.isinf(getattr(self, d)) for d in DIMS)
+
+    def as_dict(self) -> dict[str, float]:
+        return {d: getattr(self, d) for d in DIMS}
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+        return Cost(self.time_ms + other.time_ms, self.flops + other.flops, self.bytes + other.bytes,
+                    self.launches + other.launches, self.violation or other.violation)
+
+    def __radd__(self, other: Any) -> Cost:  # sum() starts from 0
+        if other == 0:
+            return self
+        return NotImplemented
+
+    def __neg__(self) -> Cost:
+        return Cost(-self.time_ms, -self.flops, -self.bytes, -self.launches, self.violation)
+
+    def __sub__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+        if self.is_inf and other.is_inf:
+            return Cost(violation=self.violation)
+        return self + (-other)
+
+    def __mul__(self, k: float) -> Cost:
+        return Cost(self.time_ms * k, self.flops * k, self.bytes * k, self.launches * k, self.violation)
+
+    __rmul__ = __mul__
+
+    def scalar(self, objective: Objective = "time_ms") -> float:
+        """Weighted sum of the dimensions (``objective``: a dimension name or weights)."""
+        weights = {objective: 1.0} if isinstance(objective, str) else objective
+        total = 0.0
+        for dim, w in weights.items():
+            if dim not in DIMS:
+                raise CostModelError(f"unknown cost dimension {dim!r}; known: {', '.join(DIMS)}")
+            if w:
+                total += w * getattr(self, dim)
+        if self.is_inf:
+            return math.inf if total >= 0 or math.isnan(total) else -math.inf
+        return total
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{d}={getattr(self, d):.4g}" for d in DIMS)
+        return f"Cost({body}{', violation=' + repr(self.violation) if self.violation else ''})"
+
+
+ZERO = Cost()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard limits: a graph over any of them costs :meth:`Cost.inf`.
+
+    ``peak_memory_bytes`` bounds :func:`peak_memory` (folded constants + peak live activations);
+    ``max_cost`` bounds additive dimensions of the graph cost (e.g. ``{"time_ms": 5.0}``).
+
+    >>> Limits(peak_memory_bytes=1 << 20).active
+    True
+    """
+
+    peak_memory_bytes: float | None = None
+    max_cost: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.peak_memory_bytes is not None or bool(self.max_cost)
+
+    def check(self, graph: Graph, cost: Cost) -> Cost:
+        """``cost`` unchanged if ``graph`` is within the limits, else :meth:`Cost.inf` with the reason."""
+        for dim, bound in self.max_cost.items():
+            if dim not in DIMS:
+                raise CostModelError(f"unknown cost dimension {dim!r} in limits")
+            if getattr(cost, dim) > bound:
+                return Cost.inf(f"{dim} {getattr(cost, dim):.4g} > limit {bound:.4g}")
+        if self.peak_memory_bytes is not None:
+            peak = peak_memory(graph).peak_bytes
+            if peak > self.peak_memory_bytes:
+                return Cost.inf(f"peak memory {peak} B > limit {int(self.peak_memory_bytes)} B")
+        return cost
+
+
+# ----------------------------------------------------------------------------- weight-only status
+
+_WO_KEY = "cost.weight_only"
+
+
+def _status(graph: Graph, nid: int, wo: Mapping[int, bool] | immutables.MapMutation[int, bool]) -> bool:
+    node = graph.nodes[nid]
+    op = node.sig.op
+    if op == "input":
+        return False
+    if not node.inputs:
+        return op == "weight" or node.sig.opdef.weight_op
+    return all(wo[r.node] for r in node.inputs)
+
+
+def weight_only_map(graph: Graph, parent: Graph | None = None) -> immutables.Map[int, bool]:
+    """Per node id: does its value depend on weights/constants only (no graph input)?
+
+    Same definition as :func:`graphsub.rules.match.is_weight_only`.  Cached on the graph; for a
+    graph made by an edit of ``parent`` it is derived from the parent's map in O(change) (see
+    :func:`weight_only_update`), otherwise computed in O(graph).
+    """
+    cached = graph._cache.get(_WO_KEY)
+    if cached is not None:
+        return cached
+    if parent is not None and graph.edit_info() is not None:
+        result, _ = weight_only_update(parent, graph)
+        return result
+    wo: dict[int, bool] = {}
+    for nid in graph.topo_order():
+        wo[nid] = _status(graph, nid, wo)
+    result = immutables.Map(wo)
+    graph._cache[_WO_KEY] = result
+    return result
+
+
+def weight_only_update(parent: Graph, child: Graph) -> tuple[immutables.Map[int, bool], set[int]]:
+    """The child's weight-only map and the ids (present in both) whose status changed.
+
+    Only the added and touched nodes are recomputed; a changed status propagates to consumers
+    until nothing changes (in practice: never, except for constant-folding rewrites).
+    """
+    info = child.edit_info()
+    if info is None:
+        raise CostModelError("weight_only_update needs a graph made by GraphEdit.commit()")
+    added, removed, touched = info
+    pm = weight_only_map(parent)
+    mut = pm.mutate()
+    for nid in removed:
+        if nid in mut:
+            del mut[nid]
+    for nid in sorted(added):  # new ids grow in creation order: a valid topological order
+        mut[nid] = _status(child, nid, mut)
+    changed: set[int] = set()
+    work = [n for n in touched if n in child.nodes]
+    while work:
+        nid = work.pop()
+        new = _status(child, nid, mut)
+        if mut.get(nid) != new:
+            mut[nid] = new
+            changed.add(nid)
+            work.extend(c for c, _ in child.users(nid))
+    result = mut.finish()
+    child._cache.setdefault(_WO_KEY, result)
+    return result, {n for n in changed if n in parent.nodes}
+
+
+def weight_bytes(graph: Graph, parent: Graph | None = None) -> int:
+    """Total bytes of the graph's weight leaves; cached, and O(change) from ``parent`` for a graph
+    made by an edit of it."""
+    cached = graph._cache.get("cost.weight_bytes")
+    if cached is not None:
+        return cached
+    info = graph.edit_info()
+    if parent is not None and info is not None:
+        added, removed, _ = info
+        total = weight_bytes(parent)
+        total += sum(graph.nodes[n].sig.out_types[0].nbytes for n in added if graph.nodes[n].sig.op == "weight")
+        total -= sum(parent.nodes[n].sig.out_types[0].nbytes for n in removed
+                     if n in parent.nodes and parent.nodes[n].sig.op == "weight")
+    else:
+        total = sum(graph.nodes[n].sig.out_types[0].nbytes for n in graph.ops_of("weight"))
+    graph._cache["cost.weight_bytes"] = total
+    return total
+
+
+def is_free(graph: Graph, nid: int, wo: Mapping[int, bool] | None = None) -> bool:
+    """Leaves and weight-only nodes cost nothing at run time."""
+    node = graph.nodes[nid]
+    if node.sig.opdef.leaf:
+        return True
+    return (wo if wo is not None else weight_only_map(graph))[nid]
+
+
+def const_mask(graph: Graph, nid: int, wo: Mapping[int, bool] | None = None) -> tuple[bool, ...]:
+    """Per input slot of node ``nid``: is that input a (folded) constant?"""
+    wo = wo if wo is not None else weight_only_map(graph)
+    return tuple(wo[r.node] for r in graph.nodes[nid].inputs)
+
+
+# ----------------------------------------------------------------------------- peak memory
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """``peak_bytes = const_bytes + activation_peak_bytes``.
+
+    ``const_bytes``: the constants a run holds (weight-only values read by run-time nodes or
+    returned, i.e. the folded weights); ``activation_peak_bytes``: the most bytes of graph
+    inputs and intermediate values alive at once when nodes run in topological order and a
+    value is freed after its last consumer (graph outputs are never freed).
+    """
+
+    peak_bytes: int
+    const_bytes: int
+    activation_peak_bytes: int
+
+
+def peak_memory(graph: Graph) -> MemoryProfile:
+    """Liveness walk of ``graph.topo_order()`` (O(graph); cached on the graph).
+
+    >>> from graphsub.ir import Builder
+    >>> b = Builder()
+    >>> x = b.input("x", (256,))                 # 1 KiB
+    >>> y = b.relu(b.relu(b.relu(x)))            # at most two 1 KiB values alive at once
+    >>> peak_memory(b.build(y)).activation_peak_bytes
+    2048
+    """
+    cached = graph._cache.get("cost.peak_memory")
+    if cached is not None:
+        return cached
+    wo = weight_only_map(graph)
+    order = graph.topo_order()
+    pos = {nid: i for i, nid in enumerate(order)}
+    outputs = {r.node for r in graph.outputs}
+    const_refs: set[tuple[int, int]] = set()
+    last_use: dict[int, int] = {}
+    for nid in order:
+        node = graph.nodes[nid]
+        if is_free(graph, nid, wo):
+            continue
+        for r in node.inputs:
+            if wo[r.node]:
+                const_refs.add((r.node, r.index))
+            else:
+                last_use[r.node] = max(last_use.get(r.node, -1), pos[nid])
+    for r in graph.outputs:
+        if wo[r.node]:
+            const_refs.add((r.node, r.index))
+    const_bytes = sum(graph.type_of(r).nbytes for r in const_refs)
+    frees: dict[int, list[int]] = {}
+    for nid, last in last_use.items():
+        if nid not in outputs:
+            frees.setdefault(last, []).append(nid)
+    live = sum(graph.type_of((i, 0)).nbytes for i in graph.inputs)
+    peak = live
+    for i, nid in enumerate(order):
+        node = graph.nodes[nid]
+        if node.sig.op == "input" or is_free(graph, nid, wo):
+            continue
+        live += sum(t.nbytes for t in node.sig.out_types)
+        peak = max(peak, live)
+        for dead in frees.get(i, ()):
+            live -= sum(t.nbytes for t in graph.nodes[dead].sig.out_types)
+    result = MemoryProfile(const_bytes + peak, const_bytes, peak)
+    graph._cache["cost.peak_memory"] = result
+    return result
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """What a search needs from a cost model.
+
+    ``node_cost(sig, consts)`` prices one operator signature (``consts``: per input slot,
+    whether that input is a constant, or None for "unknown"); ``graph_cost`` sums it over the
+    run-time nodes; ``delta(parent, child)`` is ``graph_cost(child) - graph_cost(parent)``
+    computed in O(change) for a child made by an edit of ``parent``; ``scalar`` applies the
+    model's ``objective``.
+    """
+
+    name: str
+    objective: Objective
+    limits: Limits | None
+
+    def node_cost(self, sig: OpSig, consts: tuple[bool, ...] | None = None) -> Cost: ...
+
+    def graph_cost(self, graph: Graph) -> Cost: ...
+
+    def delta(self, parent: Graph, child: Graph) -> Cost: ...
+
+    def scalar(self, cost: Cost) -> float: ...
+
+
+@dataclass(frozen=True)
+class OpCostRow:
+    """One line of :meth:`SumCostModel.breakdown`: nodes sharing a signature and constness."""
+
+    sig: OpSig
+    consts: tuple[bool, ...]
+    count: int
+    cost: Cost  # total over the ``count`` nodes
+
+    @property
+    def label(self) -> str:
+        return describe_sig(self.sig)
+
+
+def describe_sig(sig: OpSig, width: int = 100) -> str:
+    """A short readable form ``op[attrs](in types)`` of a signature: attributes at their schema
+    default are left out, tuples are written ``1,1``, long values clipped.
+
+    >>> from graphsub.ir.node import make_sig
+    >>> from graphsub.ir.types import TensorType
+    >>> describe_sig(make_sig("conv2d", {"pads": "SAME", "act": "relu"},
+    ...                       (TensorType((1, 8, 14, 14)), TensorType((16, 8, 3, 3)))))
+    'conv2d[act=relu pads=1,1,1,1](f32[1,8,14,14], f32[16,8,3,3])'
+    """
+    skip = {"onnx_attrs", "out_types", "input_slots", "output_slots", "num_onnx_inputs", "num_onnx_outputs",
+            "reason"}
+    defaults = {a.name: a.default for a in sig.opdef.attrs}
+    parts = []
+    for k, v in sig.attrs:
+        if k in skip or defaults.get(k, object()) == v:
+            continue
+        text = ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        parts.append(f"{k}={text if len(text) <= 24 else text[:21] + '...'}")
+    ins = ", ".join(str(t) for t in sig.in_types)
+    s = f"{sig.op}[{' '.join(parts)}]({ins})" if parts else f"{sig.op}({ins})"
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+class SumCostModel:
+    """Base class: graph cost = ``base_cost()`` + sum of run-time node costs.
+
+    Subclasses implement :meth:`node_cost`.  A model whose node costs depend on the
+    neighbourhood (fusion with a producer, say) overrides :meth:`cost_in` and sets
+    ``context_radius`` to the number of hops it looks at (a node's cost may depend on the nodes
+    within that distance and on their consumer lists); :meth:`delta` then re-costs the changed
+    nodes' neighbourhood up to ``context_radius + 1`` hops (O(change * degree^(r+1))).
+    """
+
+    name = "sum"
+    context_radius = 0
+
+    def __init__(self, objective: Objective = "time_ms", limits: Limits | None = None) -> None:
+        self.objective: Objective = objective
+        self.limits: Limits | None = limits if limits is not None and limits.active else None
+        self._memo: dict[tuple[OpSig, tuple[bool, ...] | None], Cost] = {}
+        # structurally equal graphs have equal costs, so a weak structural key is sound
+        self._totals: weakref.WeakKeyDictionary[Graph, Cost] = weakref.WeakKeyDictionary()
+
+    # -- per node ---------------------------------------------------------------------
+    def node_cost(self, sig: OpSig, consts: tuple[bool, ...] | None = None) -> Cost:
+        key = (sig, consts)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._node_cost(sig, consts)
+        return hit
+
+    def _node_cost(self, sig: OpSig, consts: tuple[bool, ...] | None) -> Cost:
+        raise NotImplementedError
+
+    def base_cost(self) -> Cost:
+        """A per-graph constant (e.g. the cost of one session call); not part of deltas."""
+        return ZERO
+
+    def cost_in(self, graph: Graph, nid: int, wo: Mapping[int, bool]) -> Cost:
+        """Cost of node ``nid`` inside ``graph`` (0 for free nodes)."""
+        if is_free(graph, nid, wo):
+            return ZERO
+        return self.node_cost(graph.nodes[nid].sig, const_mask(graph, nid, wo))
+
+    def prepare(self, graph: Graph) -> None:
+        """Hook run before costing a whole graph (measured models fill their cache here)."""
+
+    # -- whole graphs -----------------------------------------------------------------
+    def node_costs(self, graph: Graph) -> dict[int, Cost]:
+        """Cost of every run-time node, keyed by id (topological order)."""
+        self.prepare(graph)
+        wo = weight_only_map(graph)
+        return {nid: self.cost_in(graph, nid, wo) for nid in graph.topo_order() if not is_free(graph, nid, wo)}
+
+    def graph_cost(self, graph: Graph) -> Cost:
+        total = sum(self.node_costs(graph).values(), self.base_cost())
+        return self.limits.check(graph, total) if self.limits else total
+
+    def delta(self, parent: Graph, child: Graph) -> Cost:
+        """``graph_cost(child) - graph_cost(parent)``, in O(change) for a child made by an edit.
+
+        Falls back to two full graph costs when ``child`` was not made by an edit of a graph.
+        With limits, the result is ``limited(child) - limited(parent)``: ``inf`` when the child
+        violates a limit the parent met, ``-inf`` for the reverse, 0 when both violate; the limit
+        checks themselves are O(graph) (peak memory), and the parent's total is computed once.
+        """
+        info = child.edit_info()
+        if info is None:
+            return self.graph_cost(child) - self.graph_cost(parent)
+        added, removed, touched = info
+        wo_p = weight_only_map(parent)
+        wo_c, changed = weight_only_update(parent, child)
+        seeds: set[int] = set(added) | set(removed) | set(touched) | changed
+        for nid in changed:
+            seeds.update(c for c, _ in child.users(nid))
+        region = self.delta_region(parent, child, seeds)
+        after = [n for n in region if n in child.nodes]
+        before = [n for n in region if n in parent.nodes]
+        d = sum((self.cost_in(child, n, wo_c) for n in after), ZERO) - sum(
+            (self.cost_in(parent, n, wo_p) for n in before), ZERO)
+        if not self.limits:
+            return d
+        parent_total = self._unlimited_total(parent)
+        child_total = parent_total + d
+        self._totals[child] = child_total
+        return self.limits.check(child, child_total) - self.limits.check(parent, parent_total)
+
+    def delta_region(self, parent: Graph, child: Graph, seeds: set[int]) -> set[int]:
+        """Node ids whose cost may differ between ``parent`` and ``child`` (``seeds``: added, removed,
+        touched and re-typed nodes).  Default: ``context_radius + 1`` hops around the seeds."""
+        return expand(parent, child, seeds, self.context_radius + 1) if self.context_radius else seeds
+
+    def _unlimited_total(self, graph: Graph) -> Cost:
+        hit = self._totals.get(graph)
+        if hit is None:
+            hit = self._totals[graph] = sum(self.node_costs(graph).values(), self.base_cost())
+        return hit
+
+    def scalar(self, cost: Cost) -> float:
+        return cost.scalar(self.objective)
+
+    def breakdown(self, graph: Graph) -> list[OpCostRow]:
+        """Per (signature, constness) totals, most expensive first (by the objective)."""
+        self.prepare(graph)
+        wo = weight_only_map(graph)
+        rows: dict[tuple[OpSig, tuple[bool, ...]], tuple[int, Cost]] = {}
+        for nid in graph.topo_order():
+            if is_free(graph, nid, wo):
+                continue
+            key = (graph.nodes[nid].sig, const_mask(graph, nid, wo))
+            n, c = rows.get(key, (0, ZERO))
+            rows[key] = (n + 1, c + self.cost_in(graph, nid, wo))
+        out = [OpCostRow(sig, consts, n, c) for (sig, consts), (n, c) in rows.items()]
+        out.sort(key=lambda r: (-self.scalar(r.cost), r.sig.op, r.sig.digest))
+        return out
+
+
+def expand(parent: Graph, child: Graph, seeds: Iterable[int], hops: int) -> set[int]:
+    """``seeds`` plus every node within ``hops`` producer/consumer edges in either graph."""
+    region = set(seeds)
+    frontier = set(region)
+    for _ in range(hops):
+        nxt: set[int] = set()
+        for g in (parent, child):
+            for nid in frontier:
+                node = g.nodes.get(nid)
+                if node is None:
+                    continue
+                nxt.update(r.node for r in node.inputs)
+                nxt.update(c for c, _ in g.users(nid))
+        frontier = nxt - region
+        region |= nxt
+    return region
+
+
+__all__ = [
+    "DIMS",
+    "ZERO",
+    "Cost",
+    "CostModel",
+    "CostModelError",
+    "Limits",
+    "MemoryProfile",
+    "OpCostRow",
+    "SumCostModel",
+    "const_mask",
+    "describe_sig",
+    "expand",
+    "is_free",
+    "peak_memory",
+    "weight_bytes",
+    "weight_only_map",
+    "weight_only_update",
+]

@@ -1,0 +1,248 @@
+"""The common search interface: budgets, results, and the expansion step shared by every algorithm.
+
+Every algorithm is a pure function ``search(graph, rules, cost, budget, seed) -> SearchResult``
+(:func:`graphsub.search.search` dispatches by name).  A *state* is a graph reached by a sequence
+of substitutions; expanding it enumerates the matches of the rules (re-using the parent's
+matches through :func:`graphsub.rules.match.rematch`), applies each one (copy-on-write, so a child
+costs O(change)), prices the child incrementally (``cost.delta``), and drops children whose
+structural hash was seen before.
+
+:class:`Budget` bounds wall time, graphs expanded, the sequence length K and memory; when any runs
+out an algorithm stops and returns the best graph found so far (the seeds' 1-hour cut-off).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from graphsub.cost.base import Cost, SumCostModel
+from graphsub.errors import BudgetExceeded
+from graphsub.ir.graph import Graph
+from graphsub.rules.apply import apply
+from graphsub.rules.match import Match, find_matches, rematch
+from graphsub.rules.rule import Rule
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one search; ``None`` = unlimited.
+
+    ``time_s``: wall time; ``expansions``: graphs expanded (TASO's ``budget``); ``k``: maximum
+    substitution-sequence length (OCGGS's K); ``memory_mb``: peak RSS of the process.
+    """
+
+    time_s: float | None = 60.0
+    expansions: int | None = None
+    k: int | None = None
+    memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One applied substitution: rule, matched node ids, and the cost after it."""
+
+    rule: str
+    nodes: tuple[int, ...]
+    cost: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Stats:
+    expanded: int = 0
+    generated: int = 0
+    deduplicated: int = 0
+    pruned: int = 0
+    matches: int = 0
+    time_match_s: float = 0.0
+    time_apply_s: float = 0.0
+    time_hash_s: float = 0.0
+    time_cost_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search returns (see the module docstring)."""
+
+    algorithm: str
+    best: Graph
+    best_cost: float
+    best_cost_detail: Cost
+    initial_cost: float
+    sequence: tuple[Step, ...]
+    stats: Stats
+    wall_time_s: float
+    peak_mem_mb: float
+    trace: tuple[tuple[float, float], ...]
+    stopped_by: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def improvement(self) -> float:
+        """Relative cost reduction (0.1 = 10% cheaper)."""
+        return 1.0 - self.best_cost / self.initial_cost if self.initial_cost else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "initial_cost": self.initial_cost,
+            "best_cost": self.best_cost,
+            "improvement": self.improvement,
+            "search_time_s": self.wall_time_s,
+            "peak_mem_mb": self.peak_mem_mb,
+            "sequence": [s.to_dict() for s in self.sequence],
+            "explored": self.stats.expanded,
+            "stats": asdict(self.stats),
+            "trace": [list(t) for t in self.trace],
+            "stopped_by": self.stopped_by,
+            "params": self.params,
+            "best_num_ops": self.best.num_ops,
+        }
+
+
+def _proc_status_mb(key: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MB (``VmHWM``; ``ru_maxrss`` would include a
+    spawning parent's peak)."""
+    v = _proc_status_mb("VmHWM")
+    return v if v is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def rss_mb() -> float:
+    """Current resident set size of this process in MB."""
+    v = _proc_status_mb("VmRSS")
+    return v if v is not None else peak_rss_mb()
+
+
+@dataclass
+class State:
+    """A graph reached by ``seq``; ``matches`` are its rule matches once computed."""
+
+    graph: Graph
+    cost: Cost
+    value: float
+    seq: tuple[Step, ...] = ()
+    matches: list[Match] | None = None
+
+
+class Search:
+    """Shared machinery: costing, expansion with incremental matching, dedup, budget, trace."""
+
+    def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
+                 *, dedup: bool = True):
+        self.name = name
+        self.rules = list(rules)
+        self.cost = cost
+        self.budget = budget
+        self.dedup = dedup
+        self.stats = Stats()
+        self.t0 = time.perf_counter()
+        self.rss0 = rss_mb()
+        c = cost.graph_cost(graph)
+        self.root = State(graph, c, cost.scalar(c))
+        self.best = self.root
+        self.seen: set[int] = {graph.structural_hash()}
+        self.trace: list[tuple[float, float]] = [(0.0, self.root.value)]
+        self.stopped_by = ""
+
+    # -- budget -----------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def out_of_budget(self) -> bool:
+        b = self.budget
+        if b.time_s is not None and self.elapsed() > b.time_s:
+            self.stopped_by = "time"
+        elif b.expansions is not None and self.stats.expanded >= b.expansions:
+            self.stopped_by = "expansions"
+        elif b.memory_mb is not None and rss_mb() - self.rss0 > b.memory_mb:
+            self.stopped_by = "memory"
+        return bool(self.stopped_by)
+
+    def can_extend(self, state: State) -> bool:
+        return self.budget.k is None or len(state.seq) < self.budget.k
+
+    # -- expansion --------------------------------------------------------------------
+    def matches(self, state: State, parent: State | None = None) -> list[Match]:
+        if state.matches is None:
+            t = time.perf_counter()
+            if parent is not None and parent.matches is not None and state.graph.edit_info() is not None:
+                state.matches = rematch(state.graph, self.rules, parent.matches)
+            else:
+                state.matches = [m for r in self.rules for m in find_matches(state.graph, r)]
+            self.stats.time_match_s += time.perf_counter() - t
+            self.stats.matches += len(state.matches)
+        return state.matches
+
+    def child(self, state: State, match: Match) -> State | None:
+        """Apply ``match`` to ``state``; None if the result was seen before (with dedup)."""
+        t = time.perf_counter()
+        sub = apply(state.graph, match)
+        t2 = time.perf_counter()
+        self.stats.time_apply_s += t2 - t
+        self.stats.generated += 1
+        if self.dedup:
+            h = sub.graph.structural_hash()
+            t3 = time.perf_counter()
+            self.stats.time_hash_s += t3 - t2
+            if h in self.seen:
+                self.stats.deduplicated += 1
+                return None
+            self.seen.add(h)
+            t2 = t3
+        c = state.cost + self.cost.delta(state.graph, sub.graph)  # O(change); limits give inf
+        value = self.cost.scalar(c)
+        self.stats.time_cost_s += time.perf_counter() - t2
+        step = Step(match.rule.name, tuple(n for _, n in match.nodes), value)
+        return State(sub.graph, c, value, (*state.seq, step))
+
+    def allowed(self, state: State, match: Match) -> bool:
+        """Hook: restrict which matches an algorithm may apply (e.g. MetaFlow's parts)."""
+        return True
+
+    def children(self, state: State, parent: State | None = None) -> Iterator[State]:
+        self.stats.expanded += 1
+        for m in self.matches(state, parent):
+            if not self.allowed(state, m):
+                continue
+            ch = self.child(state, m)
+            if ch is not None:
+                yield ch
+
+    def offer(self, state: State) -> bool:
+        """Record ``state`` if it is the best so far."""
+        if state.value < self.best.value - 1e-12 * abs(self.best.value):  # ignore rounding-level "gains"
+            self.best = state
+            self.trace.append((self.elapsed(), state.value))
+            return True
+        return False
+
+    def result(self, **params: Any) -> SearchResult:
+        return SearchResult(
+            algorithm=self.name, best=self.best.graph, best_cost=self.best.value, best_cost_detail=self.best.cost,
+            initial_cost=self.root.value, sequence=self.best.seq, stats=self.stats, wall_time_s=self.elapsed(),
+            peak_mem_mb=peak_rss_mb(), trace=(*self.trace, (self.elapsed(), self.best.value)),
+            stopped_by=self.stopped_by or "done", params=params,
+        )
+
+
+SearchFn = Callable[..., SearchResult]
+
+__all__ = ["Budget", "BudgetExceeded", "Search", "SearchFn", "SearchResult", "State", "Stats", "Step", "peak_rss_mb",
+           "rss_mb"]
