@@ -28,7 +28,7 @@ from graphsub.errors import GraphsubError
 ModelSpecOpt = Annotated[str, typer.Option(
     "--model", "-m",
     help="Cost model: flops, bytes, launches, roofline:cpu, roofline:v100, roofline:p100, measured, measured:all, "
-         "fused (fusion-aware measured model for ORT_ENABLE_ALL); append [min] to a measured model to use the "
+         "fused (fusion-aware measured model for ORT_ENABLE_ALL); append \\[min] to a measured model to use the "
          "fastest of the repeats instead of the median.")]
 ThreadsOpt = Annotated[int | None, typer.Option(
     "--threads", help="onnxruntime intra-op threads for measured models (default: all cores).")]

@@ -7,10 +7,12 @@ spec                   model
 ``bytes``              bytes moved (each input and output crossing memory once)
 ``launches``           kernel launches (1 per node doing work)
 ``roofline:DEVICE``    roofline time with occupancy and launch overhead; DEVICE is ``cpu``
-                       (measured once, cached), ``p100`` or ``v100`` (spec sheets)
+                       (measured once, cached), ``p100``, ``v100`` or ``h100`` (spec sheets)
 ``measured``           per-op onnxruntime timings on this machine (``ORT_DISABLE_ALL``),
                        cached in SQLite (:mod:`graphsub.cost.measured`)
 ``measured:LEVEL``     the same with the one-node models at optimization LEVEL
+``measured:cuda``      per-op PyTorch/cuDNN timings on a CUDA GPU (:mod:`graphsub.cost.cuda`;
+                       optional, needs a GPU)
 ``fused``              fusion-aware measured model for ``ORT_ENABLE_ALL``
                        (:mod:`graphsub.cost.fusion`)
 ``...[min]``           a measured spec using the minimum of the repeats, not the median
@@ -65,6 +67,10 @@ def get_model(spec: str, *, threads: int | None = None, cache: str | os.PathLike
         return AnalyticCostModel(None, objective=kind, limits=limits)
     if kind == "roofline":
         return AnalyticCostModel(get_device(arg or "cpu"), limits=limits)
+    if kind == "measured" and arg == "cuda":
+        from graphsub.cost.cuda import CudaCostModel
+
+        return CudaCostModel(cache=cache, progress=progress, limits=limits, **kwargs)
     if kind == "measured":
         from graphsub.cost.measured import MeasuredCostModel
 

@@ -92,7 +92,9 @@ P100 = Device("p100", 9300.0, 732.0, 5.0, 56 * 2048,
               "NVIDIA Tesla P100 PCIe datasheet: 9.3 TFLOP/s fp32, 732 GB/s HBM2, 56 SMs")
 V100 = Device("v100", 15700.0, 900.0, 5.0, 80 * 2048,
               "NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s fp32, 900 GB/s HBM2, 80 SMs")
-GPU_PRESETS = {"p100": P100, "v100": V100}
+H100 = Device("h100", 67000.0, 3350.0, 5.0, 132 * 2048,
+              "NVIDIA H100 SXM5 datasheet: 67 TFLOP/s fp32 (non-tensor), 3.35 TB/s HBM3, 132 SMs")
+GPU_PRESETS = {"p100": P100, "v100": V100, "h100": H100}
 CPU_LAUNCH_US = 5.0
 
 
