@@ -100,8 +100,11 @@ def _load_or_exit(spec: str, shapes: dict[str, tuple[int, ...]] | None, as_json:
 
 
 def _confirm_not_input(src: str | None, dst: Path, as_json: bool) -> None:
+    """Refuse an output that is the input file, or whose directory is missing (checked before long work)."""
     if src and not src.startswith("zoo:") and Path(src).resolve() == dst.resolve():
         _fail(Exit.USAGE, f"refusing to overwrite the input file {src}", as_json)
+    if not dst.resolve().parent.is_dir():
+        _fail(Exit.CANNOT_WRITE, f"{dst}: directory {dst.parent} does not exist", as_json)
 
 
 def _write(graph: Any, output: Path, as_json: bool, *, seed: int) -> None:

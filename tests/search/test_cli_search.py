@@ -1,0 +1,59 @@
+"""`graphsub search`: JSON fields for scripts, a verified ONNX output, and the error paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+from typer.testing import CliRunner
+
+from graphsub import zoo
+from graphsub.cli import app
+from graphsub.data import materialize
+from graphsub.frontends.onnx_io import load
+from graphsub.verify import equivalent
+
+runner = CliRunner()
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout
+
+
+def test_json_fields_and_verified_output(tmp_path: Path) -> None:
+    out = tmp_path / "sru_opt.onnx"
+    code, text = invoke("search", "zoo:sru", "--algo", "taso", "--rules", "ocggs157", "--cost", "roofline:p100",
+                        "--k", "5", "--time", "20", "--json", "-o", str(out))
+    assert code == 0, text
+    d = json.loads(text)
+    for key in ("initial_cost", "best_cost", "search_time_s", "peak_mem_mb", "sequence", "explored"):
+        assert key in d
+    assert d["best_cost"] < d["initial_cost"]  # SRU's factoring rules pay under roofline:p100
+    assert 0 < len(d["sequence"]) <= 5
+    assert {"rule", "nodes", "cost"} <= set(d["sequence"][0])
+    assert d["verification"]["equivalent"] is True
+    onnx.checker.check_model(onnx.load(str(out)))
+    written = load(str(out))
+    assert written.num_ops <= d["best_num_ops"]  # weight-only nodes are folded into constants on export
+    assert equivalent(materialize(zoo.get("sru"), 0), written).equivalent  # same weights as the input, seed 0
+
+
+def test_output_directory_is_checked_before_searching(tmp_path: Path) -> None:
+    code, text = invoke("search", "zoo:sru", "--json", "-o", str(tmp_path / "missing" / "x.onnx"))
+    assert code == 4
+    assert "does not exist" in json.loads(text)["error"]
+
+
+def test_unknown_names_are_bad_input() -> None:
+    for args in (["--algo", "nope"], ["--rules", "nope"], ["--cost", "nope"]):
+        code, text = invoke("search", "zoo:sru", "--json", *args)
+        assert code == 3, (args, text)
+        assert "error" in json.loads(text)
+
+
+def test_enum_without_k_is_refused() -> None:
+    code, text = invoke("search", "zoo:sru", "--algo", "enum", "--json")
+    assert code == 3
+    assert "maximum sequence length" in json.loads(text)["error"]
