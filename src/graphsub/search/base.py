@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import resource
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from graphsub.cost.base import Cost, SumCostModel
 from graphsub.errors import BudgetExceeded
 from graphsub.ir.graph import Graph
+from graphsub.ir.node import Node
 from graphsub.rules.apply import apply
 from graphsub.rules.match import Match, find_matches, rematch
 from graphsub.rules.rule import Rule
@@ -130,15 +132,53 @@ def rss_mb() -> float:
     return v if v is not None else peak_rss_mb()
 
 
-@dataclass
+_MASK = (1 << 64) - 1
+
+
+def _local_hash(graph: Graph, node: Node) -> int:
+    """Hash of a node's signature and its inputs' signatures (id-independent, one hop)."""
+    nodes = graph.nodes
+    return hash((node.sig.digest, tuple((nodes[r.node].sig.digest, r.index) for r in node.inputs)))
+
+
+def fingerprint(graph: Graph) -> int:
+    """Order-independent sum of :func:`_local_hash` over all nodes: equal graphs have equal
+    fingerprints (not conversely; the structural hash decides on a collision)."""
+    return sum(_local_hash(graph, n) for n in graph.nodes.values()) & _MASK
+
+
+def child_fingerprint(parent: Graph, parent_fp: int, child: Graph) -> int:
+    """:func:`fingerprint` of ``child`` in O(change), for a child made by one edit of ``parent``.
+
+    Only added, removed and touched nodes (new nodes, rewired consumers) can change their local
+    hash: a rewired node keeps its signature, so its consumers' local hashes stay the same.
+    """
+    info = child.edit_info()
+    if info is None:
+        return fingerprint(child)
+    added, removed, touched = info
+    changed = set(added) | set(removed) | set(touched)
+    fp = parent_fp
+    for nid in changed:
+        old, new = parent.nodes.get(nid), child.nodes.get(nid)
+        if old is not None:
+            fp -= _local_hash(parent, old)
+        if new is not None:
+            fp += _local_hash(child, new)
+    return fp & _MASK
+
+
+@dataclass(eq=False)
 class State:
-    """A graph reached by ``seq``; ``matches`` are its rule matches once computed."""
+    """A graph reached by ``seq``; ``matches`` are its rule matches once computed; ``fp`` its
+    :func:`fingerprint` (searches that deduplicate)."""
 
     graph: Graph
     cost: Cost
     value: float
     seq: tuple[Step, ...] = ()
     matches: list[Match] | None = None
+    fp: int = 0
 
 
 class Search:
@@ -157,7 +197,15 @@ class Search:
         c = cost.graph_cost(graph)
         self.root = State(graph, c, cost.scalar(c))
         self.best = self.root
-        self.seen: set[int] = {graph.structural_hash()}
+        # Duplicate detection in two levels: the O(change) fingerprint first; the structural hash
+        # (O(forward cone of the edit)) only when fingerprints collide.  A bucket holds the
+        # structural hashes of graphs already compared or expanded, and weak references to the
+        # states not hashed yet.  A dead reference is a state that was neither expanded nor kept by
+        # the algorithm (pruned: an equal graph would be pruned again), so it is dropped.
+        self.seen: dict[int, list[int | weakref.ref[State]]] = {}
+        if dedup:
+            self.root.fp = fingerprint(graph)
+            self.seen[self.root.fp] = [graph.structural_hash()]
         self.trace: list[tuple[float, float]] = [(0.0, self.root.value)]
         self.stopped_by = ""
 
@@ -197,20 +245,47 @@ class Search:
         t2 = time.perf_counter()
         self.stats.time_apply_s += t2 - t
         self.stats.generated += 1
+        fp = 0
         if self.dedup:
-            h = sub.graph.structural_hash()
-            t3 = time.perf_counter()
-            self.stats.time_hash_s += t3 - t2
-            if h in self.seen:
+            fp = child_fingerprint(state.graph, state.fp, sub.graph)
+            bucket = self.seen.get(fp)
+            if bucket is not None and self._known(bucket, sub.graph):
+                self.stats.time_hash_s += time.perf_counter() - t2
                 self.stats.deduplicated += 1
                 return None
-            self.seen.add(h)
+            t3 = time.perf_counter()
+            self.stats.time_hash_s += t3 - t2
             t2 = t3
         c = state.cost + self.cost.delta(state.graph, sub.graph)  # O(change); limits give inf
         value = self.cost.scalar(c)
         self.stats.time_cost_s += time.perf_counter() - t2
         step = Step(match.rule.name, tuple(n for _, n in match.nodes), value)
-        return State(sub.graph, c, value, (*state.seq, step))
+        ch = State(sub.graph, c, value, (*state.seq, step), fp=fp)
+        if self.dedup:  # hashed already on a fingerprint collision (cached), else hashed lazily
+            bucket = self.seen.setdefault(fp, [])
+            bucket.append(sub.graph.structural_hash() if bucket else weakref.ref(ch))
+        return ch
+
+    @staticmethod
+    def _known(bucket: list[int | weakref.ref[State]], graph: Graph) -> bool:
+        """Whether ``graph`` equals a graph in ``bucket`` (resolving the bucket to hashes)."""
+        resolved: list[int | weakref.ref[State]] = []
+        for e in bucket:
+            if isinstance(e, int):
+                resolved.append(e)
+            elif (st := e()) is not None:
+                resolved.append(st.graph.structural_hash())
+        h = graph.structural_hash()
+        bucket[:] = resolved
+        return h in resolved
+
+    def _resolve(self, state: State) -> None:
+        """Replace ``state``'s weak reference by its structural hash (it is being expanded)."""
+        bucket = self.seen.get(state.fp)
+        if bucket is not None:
+            for i, e in enumerate(bucket):
+                if not isinstance(e, int) and e() is state:
+                    bucket[i] = state.graph.structural_hash()
 
     def allowed(self, state: State, match: Match) -> bool:
         """Hook: restrict which matches an algorithm may apply (e.g. MetaFlow's parts)."""
@@ -218,6 +293,10 @@ class Search:
 
     def children(self, state: State, parent: State | None = None) -> Iterator[State]:
         self.stats.expanded += 1
+        if self.dedup:
+            t = time.perf_counter()
+            self._resolve(state)
+            self.stats.time_hash_s += time.perf_counter() - t
         for m in self.matches(state, parent):
             if not self.allowed(state, m):
                 continue

@@ -140,7 +140,7 @@ def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
             break
         s = _PartSearch("metaflow", current.graph, rules, cost, share(part_frac if i >= 0 else local_share))
         s.owner, s.part = owner, i
-        s.root = State(current.graph, current.cost, current.value, (), current.matches)
+        s.root = State(current.graph, current.cost, current.value, (), current.matches, fp=s.root.fp)
         s.best = s.root
         remaining_k = None if budget.k is None else budget.k - len(current.seq)
         s.budget = Budget(s.budget.time_s, s.budget.expansions, remaining_k, s.budget.memory_mb)
