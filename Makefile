@@ -21,8 +21,8 @@ demo: $(STAMP)
 	$(BIN)/graphsub zoo export resnext50 -o $(OUT)/resnext50.onnx
 	$(BIN)/graphsub convert $(OUT)/resnext50.onnx -o $(OUT)/resnext50_roundtrip.onnx
 	$(BIN)/graphsub verify $(OUT)/resnext50.onnx $(OUT)/resnext50_roundtrip.onnx
-	$(BIN)/graphsub search zoo:inception_v3 --algo taso --rules ocggs157 --cost roofline:p100 --k 10 --time 5 \
-		-o $(OUT)/inception_v3_opt.onnx
+	$(BIN)/graphsub zoo export nasrnn -o $(OUT)/nasrnn.onnx
+	$(BIN)/graphsub optimize $(OUT)/nasrnn.onnx -o $(OUT)/nasrnn_opt.onnx --budget 15
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

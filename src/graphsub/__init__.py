@@ -1,3 +1,22 @@
+"""graphsub: verified graph substitutions for faster ONNX models.
+
+``graphsub.optimize_module(module, example_inputs, ...)`` optimizes a PyTorch module through ONNX
+(:mod:`graphsub.optimize_torch`); :func:`graphsub.optimize.optimize` does the same for ONNX files.
+"""
+
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "optimize_module":  # lazy: keeps `import graphsub` light
+        from graphsub.optimize_torch import optimize_module
+
+        return optimize_module
+    raise AttributeError(f"module 'graphsub' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "optimize_module"]

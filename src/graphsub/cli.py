@@ -42,6 +42,7 @@ app = typer.Typer(
         "equivalent substitutions, checking every result numerically in onnxruntime.\n\n"
         "MODEL arguments are an .onnx file or a built-in benchmark model written zoo:NAME "
         "(e.g. zoo:resnext50, zoo:resnet:blocks=4); see `graphsub zoo list`.\n\n"
+        "Start with `graphsub optimize model.onnx -o faster.onnx`.\n\n"
         "Exit codes: 0 ok, 1 not equivalent, 2 usage error, 3 bad input, 4 cannot write output."
     ),
     no_args_is_help=True,
@@ -276,6 +277,7 @@ __all__ = ["app", "graph_info", "load_model", "main"]
 
 from graphsub.cli_bench import bench_cmd  # noqa: E402  (these need the helpers above)
 from graphsub.cli_cost import cost_cmd, profile_cmd  # noqa: E402
+from graphsub.cli_optimize import optimize_cmd  # noqa: E402
 from graphsub.cli_rules import rules_app  # noqa: E402
 from graphsub.cli_search import search_cmd  # noqa: E402
 
@@ -283,4 +285,5 @@ app.add_typer(rules_app, name="rules")
 app.command("cost")(cost_cmd)
 app.command("profile")(profile_cmd)
 app.command("search")(search_cmd)
+app.command("optimize")(optimize_cmd)
 app.command("bench")(bench_cmd)

@@ -26,7 +26,8 @@ from graphsub.errors import GraphsubError
 
 def search_cmd(
     model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME.")],
-    algo: Annotated[str, typer.Option("--algo", help="greedy | taso | metaflow | enum.")] = "taso",
+    algo: Annotated[str, typer.Option("--algo", help="greedy | taso | metaflow | enum | pruning | dpp | "
+                                                     "sampling (enum, pruning and dpp need --k).")] = "taso",
     rules: Annotated[str, typer.Option("--rules", help="Rule set (see `graphsub rules list`); "
                                                        "comma-separated sets are combined.")] = "default",
     cost: Annotated[str, typer.Option("--cost", help="Cost model: flops, bytes, roofline:cpu|p100|v100, "
@@ -36,6 +37,8 @@ def search_cmd(
     k: Annotated[int | None, typer.Option("--k", help="Maximum substitution-sequence length K.")] = None,
     memory_mb: Annotated[float | None, typer.Option("--memory-mb", help="Stop above this RSS growth.")] = None,
     alpha: Annotated[float, typer.Option(help="Relaxation for taso/metaflow: keep graphs < alpha*best.")] = 1.05,
+    q: Annotated[int, typer.Option("--q", help="Sample size Q for sampling.")] = 20,
+    eta: Annotated[int, typer.Option("--eta", help="Successive cost increases for sampling.")] = 1,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the optimized model (.onnx) "
                                                                        "after verifying it.")] = None,
     threads: Annotated[int | None, typer.Option(help="onnxruntime threads for measured costs.")] = None,
@@ -57,6 +60,8 @@ def search_cmd(
             rule_list.extend(r for r in get_set(name.strip()) if r.name not in {x.name for x in rule_list})
         cm = get_model(cost, threads=threads, progress=not as_json)
         params: dict[str, Any] = {"alpha": alpha} if algo in ("taso", "metaflow") else {}
+        if algo == "sampling":
+            params = {"q": q, "eta": eta}
         with err.status(f"searching {g.name} with {algo} ({len(rule_list)} rules, {cost})"):
             result = search(g, rule_list, cm, Budget(time_s=time_s, expansions=expansions, k=k, memory_mb=memory_mb),
                             seed, algo=algo, **params)

@@ -191,8 +191,8 @@ def check_run(run: Run) -> list[str]:
         else:
             if name not in zoo.MODELS:
                 problems.append(f"unknown zoo model {name!r}")
-    if run.algo == "enum" and run.k is None:
-        problems.append("enum needs K")
+    if run.algo in ("enum", "pruning", "dpp") and run.k is None:
+        problems.append(f"{run.algo} needs K")
     if run.cutoff_s <= 0:
         problems.append("the cut-off must be positive")
     return problems

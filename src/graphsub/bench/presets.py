@@ -31,10 +31,12 @@ from typing import Any
 
 from graphsub.bench.harness import Run
 
-#: OCGGS §6.1: alpha 1.05 for MF and TS (as in TASO and MetaFlow), MetaFlow's split threshold 30.
+#: OCGGS §6.1: alpha 1.05 for MF and TS (as in TASO and MetaFlow), MetaFlow's split threshold 30,
+#: Q = 20 and eta = 1 for Sampling.
 OCGGS_PARAMS: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "taso": {"alpha": 1.05},
     "metaflow": {"alpha": 1.05, "threshold": 30},
+    "sampling": {"q": 20, "eta": 1},
 })
 
 

@@ -7,6 +7,9 @@
 ``taso``      TASO/MetaFlow cost-based backtracking (alpha, hash dedup, size cap)
 ``metaflow``  MetaFlow: flow-based recursive split, backtracking per part, local search
 ``enum``      ENU: every sequence up to K (exact, exponential)
+``pruning``   OCGGS Pruning (Alg. 1): ENU over ordered sequences only (Def. 8; exact, K required)
+``dpp``       OCGGS DPP (Alg. 2): Pruning + child substitution sets reused from the parent (exact)
+``sampling``  OCGGS Sampling (Alg. 3): Q/2 cheapest + Q/2 further-exploration (eta) per level
 ============  ===========================================================================
 
 >>> from graphsub import zoo
@@ -32,12 +35,18 @@ from graphsub.search.base import Budget, SearchFn, SearchResult, Step
 from graphsub.search.enumerate import enumerate_all
 from graphsub.search.greedy import greedy
 from graphsub.search.metaflow import metaflow, split_graph
+from graphsub.search.ocggs import dpp, pruning
+from graphsub.search.order import is_ordered, labels_of
+from graphsub.search.sampling import sampling
 
 ALGORITHMS: dict[str, SearchFn] = {
     "greedy": greedy,
     "taso": backtrack,
     "metaflow": metaflow,
     "enum": enumerate_all,
+    "pruning": pruning,
+    "dpp": dpp,
+    "sampling": sampling,
 }
 
 
@@ -50,4 +59,4 @@ def search(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budg
     return fn(graph, list(rules), cost, budget or Budget(), seed, **params)
 
 
-__all__ = ["ALGORITHMS", "Budget", "SearchResult", "Step", "search", "split_graph"]
+__all__ = ["ALGORITHMS", "Budget", "SearchResult", "Step", "is_ordered", "labels_of", "search", "split_graph"]

@@ -1,0 +1,170 @@
+"""``graphsub optimize``: search, verify, measure and write a faster equivalent ONNX model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from graphsub.cli_common import (
+    Exit,
+    JsonOpt,
+    SeedOpt,
+    ShapeOpt,
+    _confirm_not_input,
+    _fail,
+    _parse_shapes,
+    err,
+    out,
+)
+from graphsub.errors import ExportError, GraphsubError, VerificationError
+
+PHASES = {"load": "loading", "search": "searching", "verify": "verifying in onnxruntime",
+          "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing"}
+
+
+def optimize_cmd(
+    model: Annotated[str, typer.Argument(help="The model: an .onnx file, zoo:NAME[:k=v,...], or a PyTorch "
+                                              "module FILE.py:ClassName (with --input-shape).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the result (.onnx); never the "
+                                                                 "input file.")],
+    algo: Annotated[str, typer.Option("--algo", help="Search algorithm: taso | greedy | metaflow | enum.")] = "taso",
+    rules: Annotated[str, typer.Option("--rules", help="Rule set(s), comma-separated (see `graphsub rules "
+                                                       "list`).")] = "default",
+    cost: Annotated[str, typer.Option("--cost", help="Cost model guiding the search: fused (fusion-aware "
+                                                     "measured ORT_ENABLE_ALL costs), measured, roofline:cpu, "
+                                                     "flops, ...")] = "fused",
+    budget: Annotated[float, typer.Option("--budget", help="Search time budget in seconds.")] = 30.0,
+    k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
+    threads: Annotated[int, typer.Option("--threads", help="onnxruntime threads for costs and timing.")] = 1,
+    keep_slower: Annotated[bool, typer.Option("--keep-slower", help="Write the optimized model even when it is "
+                                                                    "not faster under ORT_ENABLE_ALL.")] = False,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Speedup under ORT_ENABLE_ALL needed to "
+                                                                     "prefer the optimized model.")] = 1.03,
+    seeds: Annotated[int, typer.Option("--seeds", help="Random input draws for verification.")] = 3,
+    input_shape: ShapeOpt = None,
+    seed: SeedOpt = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Optimize an ONNX model: find an equivalent graph that onnxruntime runs faster.
+
+    1. Search with the rule set and cost model (ops graphsub does not model are kept as they are).
+
+    2. Verify against the input in onnxruntime on random inputs; on failure, name the bad substitution.
+
+    3. Time both under ORT_ENABLE_ALL and ORT_DISABLE_ALL (median of repeats, fixed threads).
+
+    4. Write OUTPUT atomically: the optimized model if faster under ORT_ENABLE_ALL, else the original.
+
+    Exit codes: 0 written (optimized, or the original by design); 1 not verified, nothing written;
+
+    2 usage; 3 bad input (unreadable model, unknown zoo name); 4 cannot write.
+    """
+    from graphsub.optimize import optimize
+    from graphsub.search import ALGORITHMS, Budget
+
+    if algo not in ALGORITHMS:
+        _fail(Exit.USAGE, f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}", as_json)
+    if budget <= 0 or threads < 1 or seeds < 1:
+        _fail(Exit.USAGE, "--budget, --threads and --seeds must be positive", as_json)
+    _confirm_not_input(model, output, as_json)
+    try:  # unknown rule sets and cost models are usage errors, found before any work
+        from graphsub.cost import get_model
+        from graphsub.optimize import resolve_rules
+
+        resolve_rules(rules)
+        get_model(cost, threads=threads, progress=False)
+    except GraphsubError as e:
+        _fail(Exit.USAGE, str(e), as_json)
+    shapes = _parse_shapes(input_shape)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[best]}"),
+                        TimeElapsedColumn(), console=err, transient=True, disable=as_json)
+    task = progress.add_task("loading", total=budget, best="")
+
+    def report(phase: str, elapsed: float, best: float | None) -> None:
+        fields: dict[str, Any] = {"description": PHASES.get(phase, phase)}
+        if best is not None:
+            fields["best"] = f"best cost {best:.6g}"
+        if phase == "search":
+            fields["completed"] = min(elapsed, budget)
+        elif phase != "load":
+            fields["completed"] = budget
+        progress.update(task, **fields)
+
+    kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
+                          "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
+                          "keep_slower": keep_slower, "min_speedup": min_speedup, "progress": report}
+    try:
+        with progress:
+            res = (_optimize_module(model, shapes, kw) if ".py:" in model
+                   else optimize(model, input_shapes=shapes, **kw))
+    except VerificationError as e:
+        _fail(Exit.NOT_EQUIVALENT, str(e), as_json)
+        return
+    except (ExportError, OSError) as e:
+        _fail(Exit.CANNOT_WRITE, str(e), as_json)
+        return
+    except GraphsubError as e:
+        _fail(Exit.BAD_INPUT, str(e), as_json)
+        return
+    except TypeError as e:  # bad zoo keyword arguments
+        _fail(Exit.BAD_INPUT, f"{model}: {e}", as_json)
+        return
+    code = Exit.OK if res.verified else Exit.NOT_EQUIVALENT
+    if as_json:
+        print(json.dumps({**res.to_dict(), "exit_code": int(code)}, indent=2))
+        raise typer.Exit(int(code))
+    _print_human(res)
+    raise typer.Exit(int(code))
+
+
+def _optimize_module(spec: str, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any]) -> Any:
+    """``FILE.py:ClassName``: export the module on random inputs of the ``--input-shape`` shapes (in
+    order), optimize, verify against the module itself."""
+    import numpy as np
+
+    from graphsub.optimize_torch import load_module, optimize_module
+
+    if not shapes:
+        raise GraphsubError("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
+    import torch
+
+    rng = np.random.default_rng(kw["seed"])
+    inputs = [torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in shapes.values()]
+    return optimize_module(load_module(spec), inputs, **kw).result
+
+
+def _print_human(res: Any) -> None:
+    r = res.search
+    out.print(f"[bold]{res.model}[/] {r.algorithm}: cost {r.initial_cost:.6g} -> {r.best_cost:.6g} "
+              f"({r.improvement:.1%} lower) in {r.wall_time_s:.1f}s; ops {res.original.num_ops} -> "
+              f"{res.optimized.num_ops}, {len(r.sequence)} substitution(s)")
+    if r.sequence:
+        table = Table("#", "rule", "nodes", "cost after", title="substitutions")
+        for i, s in enumerate(r.sequence, 1):
+            table.add_row(str(i), s.rule, ",".join(map(str, s.nodes)), f"{s.cost:.6g}")
+        out.print(table)
+    if not res.verified:
+        f = res.failure
+        err.print(f"[bold red]verification failed[/]: {f.message if f else res.worst_output}; nothing written")
+        return
+    out.print(f"verified on {len(res.seeds)} random input draw(s): max abs diff {res.max_abs_diff:.3g}")
+    if res.latency_ms:
+        table = Table("onnxruntime level", "before (ms)", "after (ms)", "speedup",
+                      title=f"median latency, {res.threads} thread(s)")
+        for level, label in (("all", "ORT_ENABLE_ALL"), ("disable", "ORT_DISABLE_ALL")):
+            lat = res.latency_ms[level]
+            table.add_row(label, f"{lat['before']:.3f}", f"{lat['after']:.3f}", f"{res.speedup(level):.3f}x")
+        out.print(table)
+    colour = "yellow" if res.kept_original else "green"
+    out.print(f"[{colour}]{res.decision}[/]")
+    if res.written:
+        what = "the original model" if res.kept_original else "the optimized model"
+        out.print(f"wrote {what} to {res.written}")
+
+
+__all__ = ["optimize_cmd"]

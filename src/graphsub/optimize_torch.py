@@ -1,0 +1,143 @@
+"""``optimize_module``: optimize a PyTorch module through ONNX and get back an onnxruntime callable.
+
+The module is exported with torch's ONNX exporter (TorchScript-based, opset 17, static shapes from
+``example_inputs``), optimized with :func:`graphsub.optimize.optimize` (verified, timed, the original kept
+unless faster), and the written model is checked once more against the *module's own outputs* on the
+example inputs and on random draws of the same shapes.  PyTorch is imported lazily (it is optional).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import ImportError_, VerificationError
+from graphsub.optimize import OptimizeResult, optimize
+from graphsub.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_arrays
+
+
+@dataclass
+class OptimizedModule:
+    """A callable backed by onnxruntime (``ORT_ENABLE_ALL``) running the chosen model at ``path``."""
+
+    path: Path
+    result: OptimizeResult
+    max_abs_diff_vs_module: float
+    input_names: tuple[str, ...]
+    session: Any
+
+    def __call__(self, *inputs: Any) -> Any:
+        """Run on tensors or arrays; returns torch tensors for torch inputs, else arrays (one output
+        unwrapped)."""
+        as_torch = bool(inputs) and type(inputs[0]).__module__.startswith("torch")
+        feeds = {n: _to_numpy(x) for n, x in zip(self.input_names, inputs, strict=True)}
+        outs = [np.asarray(o) for o in self.session.run(None, feeds)]
+        if as_torch:
+            import torch
+
+            res: list[Any] = [torch.from_numpy(o) for o in outs]
+        else:
+            res = list(outs)
+        return res[0] if len(res) == 1 else tuple(res)
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):
+        return np.asarray(x.detach().cpu().numpy())
+    return np.asarray(x)
+
+
+def export_module(module: Any, example_inputs: Sequence[Any], path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Export ``module`` to ONNX at ``path`` (static shapes); returns the input names."""
+    import torch
+
+    names = tuple(f"input_{i}" for i in range(len(example_inputs)))
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, tuple(example_inputs), os.fspath(path), dynamo=False, opset_version=17,
+                              input_names=list(names), do_constant_folding=True)
+    except Exception as e:  # the exporter raises many types
+        raise ImportError_(f"torch.onnx.export failed: {e}") from e
+    return names
+
+
+def load_module(spec: str) -> Any:
+    """An instance of ``ClassName`` from ``path/to/file.py:ClassName`` (constructed without arguments,
+    in eval mode)."""
+    import importlib.util
+
+    path, sep, cls_name = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not cls_name:
+        raise ImportError_(f"expected FILE.py:ClassName, got {spec!r}")
+    if not Path(path).is_file():
+        raise ImportError_(f"{path}: no such file")
+    mod_spec = importlib.util.spec_from_file_location(f"graphsub_user_{Path(path).stem}", path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise ImportError_(f"{path}: cannot import")
+    mod = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(mod)
+        return getattr(mod, cls_name)().eval()
+    except Exception as e:  # user code: any error is a bad input
+        raise ImportError_(f"{spec}: cannot construct the module: {type(e).__name__}: {e}") from e
+
+
+def _draws(example: Sequence[Any], seed: int, n: int) -> list[list[np.ndarray]]:
+    """The example inputs, then ``n`` random draws (float inputs redrawn, others kept)."""
+    base = [_to_numpy(x) for x in example]
+    rng = np.random.default_rng(seed)
+    out = [base]
+    for _ in range(n):
+        out.append([rng.standard_normal(x.shape).astype(x.dtype) if x.dtype.kind == "f" else x for x in base])
+    return out
+
+
+def optimize_module(module: Any, example_inputs: Sequence[Any], *, output: str | os.PathLike[str] | None = None,
+                    seed: int = 0, draws: int = 2, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+                    **kwargs: Any) -> OptimizedModule:
+    """Export, optimize (``kwargs`` go to :func:`graphsub.optimize.optimize`), verify against the module,
+    and return an :class:`OptimizedModule`.  ``output``: where the ONNX model goes (default: a new
+    temporary directory).  Raises VerificationError when the graph-level or the module-level check fails."""
+    import torch
+
+    from graphsub.frontends.ort import make_session
+
+    module = module.eval()
+    workdir = Path(tempfile.mkdtemp(prefix="graphsub-module-"))
+    src = workdir / "exported.onnx"
+    out = Path(output) if output is not None else workdir / "optimized.onnx"
+    try:
+        names = export_module(module, example_inputs, src)
+        res = optimize(src, output=out, seed=seed, rtol=rtol, atol=atol, **kwargs)
+    finally:  # the exported model is only needed while optimizing
+        src.unlink(missing_ok=True)
+        if output is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if not res.verified:
+        raise VerificationError(res.decision)
+    sess = make_session(str(out), optimization="all", threads=res.threads)
+    worst = 0.0
+    for feeds in _draws(example_inputs, seed, draws):
+        with torch.no_grad():
+            want = module(*(torch.from_numpy(x) for x in feeds))
+        wants = [want] if isinstance(want, torch.Tensor) else list(want)
+        got = sess.run(None, dict(zip(names, feeds, strict=True)))
+        for i, (g, w) in enumerate(zip(got, wants, strict=True)):
+            d, _ = compare_arrays(f"output {i}", np.asarray(g), w.detach().numpy(), rtol, atol)
+            worst = max(worst, d.max_abs_diff)
+            if not d.ok:
+                raise VerificationError(f"the optimized model differs from the module on {d.name}: "
+                                        f"{d.reason} (max abs diff {d.max_abs_diff:.3g})")
+    return OptimizedModule(out, res, worst, names, sess)
+
+
+__all__ = ["OptimizedModule", "export_module", "load_module", "optimize_module"]

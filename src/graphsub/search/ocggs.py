@@ -1,0 +1,99 @@
+"""The OCGGS exact searches (Fang et al., VLDB 2020): Pruning (Algorithm 1) and DPP (Algorithm 2).
+
+Both are depth-first over substitution sequences of length <= K, without a hash set and without
+alpha, like ENU and the authors' code; they expand only **ordered** sequences (Corollary 1, the
+pruning rule; the order of Definition 8 is in :mod:`graphsub.search.order`).  By Theorem 4 every
+sequence has an equivalent ordered one, so the optimum is ENU's.
+
+* ``pruning`` matches every rule afresh on every state (Algorithm 1, lines 4-5).
+* ``dpp`` reuses the parent's child substitution set (Theorem 5): the parent's matches on nodes
+  the last step left alone are carried over (re-checked for the non-local conditions), and only
+  matches near the last step's new and rewired nodes -- the ones that can depend on it -- are
+  searched anew (:func:`graphsub.rules.match.rematch`).  The order filter ``B`` of Theorem 6 is
+  applied when a state is expanded; the stored set is the full ``Δ1 = Δ3 ∪ Δ4`` of Theorem 5, so
+  DPP expands exactly the sequences Pruning expands and differs only in matching time.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+
+from graphsub.cost.base import SumCostModel
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.rules.match import Match
+from graphsub.rules.rule import Rule
+from graphsub.search.base import Budget, Search, SearchResult, State
+from graphsub.search.order import ROOT, Labels
+
+
+class LabelledSearch(Search):
+    """:class:`Search` whose states carry node labels (Definition 6).
+
+    ``mode`` picks which matches a state may apply: ``"ordered"`` (Definition 8 against the last
+    step), ``"all"`` (no order check) or ``"dependent"`` (only substitutions depending on the last
+    step, Definition 12 (1)).  ``incremental`` selects match reuse (DPP) over full matching.
+    """
+
+    def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, *,
+                 incremental: bool, dedup: bool = False, mode: str = "ordered"):
+        super().__init__(name, graph, rules, cost, budget, dedup=dedup)
+        self.incremental = incremental
+        self.mode = mode
+        self.labels: weakref.WeakKeyDictionary[State, Labels] = weakref.WeakKeyDictionary()
+        self.labels[self.root] = ROOT
+
+    def label(self, state: State) -> Labels:
+        return self.labels[state]
+
+    def matches(self, state: State, parent: State | None = None) -> list[Match]:
+        return super().matches(state, parent if self.incremental else None)
+
+    def allowed(self, state: State, match: Match) -> bool:
+        if self.mode == "all":
+            return True
+        lab = self.labels[state]
+        ok = lab.follows(match) if self.mode == "ordered" else lab.depends_on_last(match)
+        if not ok:
+            self.stats.pruned += 1
+        return ok
+
+    def child(self, state: State, match: Match) -> State | None:
+        ch = super().child(state, match)
+        if ch is not None:
+            self.labels[ch] = self.labels[state].extend(match, ch.graph)
+        return ch
+
+
+def _exact(name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
+           incremental: bool) -> SearchResult:
+    if budget.k is None:
+        raise GraphsubError(f"{name} needs a maximum sequence length: Budget(k=...)")
+    s = LabelledSearch(name, graph, rules, cost, budget, incremental=incremental)
+    stack: list[tuple[State, State | None]] = [(s.root, None)]
+    while stack and not s.out_of_budget():
+        state, parent = stack.pop()
+        s.offer(state)
+        if not s.can_extend(state):
+            continue
+        kids = list(s.children(state, parent))
+        stack.extend((ch, state) for ch in reversed(kids))
+        if not incremental:
+            state.matches = None  # Pruning keeps no match sets (nothing to reuse)
+    return s.result()
+
+
+def pruning(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0) -> SearchResult:
+    """Algorithm 1 (Pruning): exact search over ordered sequences up to ``budget.k`` (required);
+    every state is matched from scratch.  ``seed`` is unused (deterministic)."""
+    return _exact("pruning", graph, rules, cost, budget, incremental=False)
+
+
+def dpp(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0) -> SearchResult:
+    """Algorithm 2 (DP with pruning): Pruning with the child substitution set reused from the
+    parent (Theorems 5-6).  ``budget.k`` is required; ``seed`` is unused (deterministic)."""
+    return _exact("dpp", graph, rules, cost, budget, incremental=True)
+
+
+__all__ = ["LabelledSearch", "dpp", "pruning"]
