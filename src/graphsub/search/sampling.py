@@ -16,8 +16,8 @@ again.  Then the sequences in ``P_inc`` ending with a cost increase are dropped,
 Potential, as in the authors' code (``get_potential``): the cheapest cost reachable by one
 dependent cost-decreasing substitution, or the sequence's own cost if there is none (a one-step
 look-ahead of Definition 12; with the default ``eta = 1`` the chain of Definition 12 has exactly
-one more step anyway).  Children are deduplicated by structural hash (the authors deduplicate each
-group by hash); alpha is not used (neither does the authors' code).  ``seed`` breaks ties between
+one more step anyway).  Children are deduplicated by structural hash within each group (as the
+authors do; see :func:`_unique`); alpha is not used (neither does the authors' code).  ``seed`` breaks ties between
 equal costs/potentials (deterministic for a given seed).
 """
 
@@ -85,7 +85,7 @@ class _Sampler:
 
     def level(self, sample: list[_Seq]) -> list[_Seq]:
         """One iteration of Algorithm 3's outer loop (lines 4-14)."""
-        tmp = [ch for sq in sample for ch in self.expand(sq, "all")]  # line 4-5
+        tmp = _unique([ch for sq in sample for ch in self.expand(sq, "all")])  # line 4-5
         inc = [sq for sq in tmp if self.further(sq)]  # line 6
         des = [sq for sq in tmp if sq.run == 0]  # line 7 (cost-increasing beyond eta dropped)
         frontier = inc
@@ -98,8 +98,22 @@ class _Sampler:
                 sq.lookahead = None
             inc.extend(kids)
             frontier = [k for k in kids if self.further(k)]
-        inc = [sq for sq in inc if sq.run == 0]  # line 13
+        inc = _unique([sq for sq in inc if sq.run == 0])  # line 13
         return self.top(des, "value") + self.top(inc, "value")  # line 14
+
+
+def _unique(seqs: list[_Seq]) -> list[_Seq]:
+    """``seqs`` without repeated graphs (first kept).  Duplicates are removed within a group, as
+    the authors do: a global hash set would also drop a graph that was generated once and then
+    not sampled (or only looked ahead at), losing it for good."""
+    seen: set[int] = set()
+    out = []
+    for sq in seqs:
+        h = sq.state.graph.structural_hash()
+        if h not in seen:
+            seen.add(h)
+            out.append(sq)
+    return out
 
 
 def sampling(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
@@ -108,7 +122,7 @@ def sampling(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
     cost-increasing substitutions; sequences are at most ``budget.k`` long when K is set."""
     if q < 1 or eta < 0:
         raise GraphsubError(f"sampling needs q >= 1 and eta >= 0 (got q={q}, eta={eta})")
-    s = LabelledSearch("sampling", graph, rules, cost, budget, incremental=True, dedup=True, mode="all")
+    s = LabelledSearch("sampling", graph, rules, cost, budget, incremental=True, dedup=False, mode="all")
     sampler = _Sampler(s, q, eta, random.Random(seed))
     sample = [_Seq(s.root, None)]
     while sample and not s.out_of_budget():  # line 3
