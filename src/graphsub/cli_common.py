@@ -119,4 +119,16 @@ def _write(graph: Any, output: Path, as_json: bool, *, seed: int) -> None:
         _fail(Exit.CANNOT_WRITE, f"{output}: {e}", as_json)
 
 
-__all__ = ["Exit", "JsonOpt", "SeedOpt", "ShapeOpt", "err", "load_model", "log", "out"]
+def print_sequence(steps: Any) -> None:
+    """Print a substitution sequence (``Step`` objects) as a table; nothing when empty."""
+    if not steps:
+        return
+    from rich.table import Table
+
+    table = Table("#", "rule", "nodes", "cost after", title="substitutions")
+    for i, st in enumerate(steps, 1):
+        table.add_row(str(i), st.rule, ",".join(map(str, st.nodes)), f"{st.cost:.6g}")
+    out.print(table)
+
+
+__all__ = ["Exit", "JsonOpt", "SeedOpt", "ShapeOpt", "err", "load_model", "log", "out", "print_sequence"]

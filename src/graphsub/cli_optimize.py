@@ -20,6 +20,7 @@ from graphsub.cli_common import (
     _parse_shapes,
     err,
     out,
+    print_sequence,
 )
 from graphsub.errors import ExportError, GraphsubError, VerificationError
 
@@ -143,11 +144,7 @@ def _print_human(res: Any) -> None:
     out.print(f"[bold]{res.model}[/] {r.algorithm}: cost {r.initial_cost:.6g} -> {r.best_cost:.6g} "
               f"({r.improvement:.1%} lower) in {r.wall_time_s:.1f}s; ops {res.original.num_ops} -> "
               f"{res.optimized.num_ops}, {len(r.sequence)} substitution(s)")
-    if r.sequence:
-        table = Table("#", "rule", "nodes", "cost after", title="substitutions")
-        for i, s in enumerate(r.sequence, 1):
-            table.add_row(str(i), s.rule, ",".join(map(str, s.nodes)), f"{s.cost:.6g}")
-        out.print(table)
+    print_sequence(r.sequence)
     if not res.verified:
         f = res.failure
         err.print(f"[bold red]verification failed[/]: {f.message if f else res.worst_output}; nothing written")

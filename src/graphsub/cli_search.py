@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from graphsub.cli_common import (
     Exit,
@@ -20,6 +19,7 @@ from graphsub.cli_common import (
     _parse_shapes,
     err,
     out,
+    print_sequence,
 )
 from graphsub.errors import GraphsubError
 
@@ -81,11 +81,7 @@ def search_cmd(
     out.print(f"[bold]{g.name}[/] {algo}: cost {result.initial_cost:.6g} -> {result.best_cost:.6g} "
               f"({result.improvement:.1%} lower) in {result.wall_time_s:.2f}s, {result.stats.expanded} graphs "
               f"expanded, stopped by {result.stopped_by}; ops {g.num_ops} -> {result.best.num_ops}")
-    if result.sequence:
-        table = Table("#", "rule", "nodes", "cost after", title="substitutions")
-        for i, s in enumerate(result.sequence, 1):
-            table.add_row(str(i), s.rule, ",".join(map(str, s.nodes)), f"{s.cost:.6g}")
-        out.print(table)
+    print_sequence(result.sequence)
     if output is not None:
         out.print(f"wrote {output} (verified: max abs diff {report['max_abs_diff']:.3g})")  # type: ignore[index]
 

@@ -312,6 +312,21 @@ class Search:
             return True
         return False
 
+    def depth_first(self, *, keep_matches: bool = True) -> SearchResult:
+        """Depth-first over every allowed sequence up to K (ENU, Pruning, DPP); ``keep_matches``
+        False drops a state's matches once expanded (nothing will reuse them)."""
+        stack: list[tuple[State, State | None]] = [(self.root, None)]
+        while stack and not self.out_of_budget():
+            state, parent = stack.pop()
+            self.offer(state)
+            if not self.can_extend(state):
+                continue
+            kids = list(self.children(state, parent))
+            stack.extend((ch, state) for ch in reversed(kids))
+            if not keep_matches:
+                state.matches = None
+        return self.result()
+
     def result(self, **params: Any) -> SearchResult:
         return SearchResult(
             algorithm=self.name, best=self.best.graph, best_cost=self.best.value, best_cost_detail=self.best.cost,

@@ -10,7 +10,7 @@ from graphsub.cost.base import SumCostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Search, SearchResult, State
+from graphsub.search.base import Budget, Search, SearchResult
 
 
 def enumerate_all(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
@@ -18,16 +18,7 @@ def enumerate_all(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budge
     """Exhaustive search up to ``budget.k`` (required) substitutions."""
     if budget.k is None:
         raise GraphsubError("ENU needs a maximum sequence length: Budget(k=...)")
-    s = Search("enum", graph, rules, cost, budget, dedup=False)
-    stack: list[tuple[State, State | None]] = [(s.root, None)]
-    while stack and not s.out_of_budget():
-        state, parent = stack.pop()
-        s.offer(state)
-        if not s.can_extend(state):
-            continue
-        kids = list(s.children(state, parent))
-        stack.extend((ch, state) for ch in reversed(kids))
-    return s.result()
+    return Search("enum", graph, rules, cost, budget, dedup=False).depth_first()
 
 
 __all__ = ["enumerate_all"]

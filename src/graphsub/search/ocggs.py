@@ -70,18 +70,9 @@ def _exact(name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, b
            incremental: bool) -> SearchResult:
     if budget.k is None:
         raise GraphsubError(f"{name} needs a maximum sequence length: Budget(k=...)")
-    s = LabelledSearch(name, graph, rules, cost, budget, incremental=incremental)
-    stack: list[tuple[State, State | None]] = [(s.root, None)]
-    while stack and not s.out_of_budget():
-        state, parent = stack.pop()
-        s.offer(state)
-        if not s.can_extend(state):
-            continue
-        kids = list(s.children(state, parent))
-        stack.extend((ch, state) for ch in reversed(kids))
-        if not incremental:
-            state.matches = None  # Pruning keeps no match sets (nothing to reuse)
-    return s.result()
+    # Pruning keeps no match sets (nothing to reuse); DPP keeps them for its children
+    return LabelledSearch(name, graph, rules, cost, budget, incremental=incremental).depth_first(
+        keep_matches=incremental)
 
 
 def pruning(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0) -> SearchResult:
