@@ -309,6 +309,14 @@ def _child(conn: Any, spec: dict[str, Any], threads: int | None, cache: str | No
 # ----------------------------------------------------------------------------- one run
 
 
+def _load_avg() -> float | None:
+    """The machine's 1-minute load average when the run starts (timings taken under load say so)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
@@ -342,7 +350,7 @@ def run_one(run: Run, *, grace_s: float = 10.0, grace_frac: float = 0.1, setup_t
     rec: dict[str, Any] = {"id": run.id, **run.spec(), "status": "error", "error": None,
                            "initial_cost": None, "best_cost": None, "improvement": None, "search_time_s": None,
                            "setup_time_s": None, "wall_time_s": None, "peak_mem_mb": None, "search_mem_mb": None,
-                           "num_ops": None, "started_at": _now()}
+                           "num_ops": None, "started_at": _now(), "load_avg_1m": _load_avg()}
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, run.spec(), threads, None if cache is None else str(cache)),

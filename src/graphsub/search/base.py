@@ -314,14 +314,18 @@ class Search:
 
     def depth_first(self, *, keep_matches: bool = True) -> SearchResult:
         """Depth-first over every allowed sequence up to K (ENU, Pruning, DPP); ``keep_matches``
-        False drops a state's matches once expanded (nothing will reuse them)."""
+        False drops a state's matches once expanded (nothing will reuse them).
+
+        Children are visited cheapest first (stable for ties), so the first descent is the greedy
+        path and a search stopped by its budget still holds a good graph; a search that finishes
+        visits the same set of sequences in any order, so exactness is unchanged."""
         stack: list[tuple[State, State | None]] = [(self.root, None)]
         while stack and not self.out_of_budget():
             state, parent = stack.pop()
             self.offer(state)
             if not self.can_extend(state):
                 continue
-            kids = list(self.children(state, parent))
+            kids = sorted(self.children(state, parent), key=lambda ch: ch.value)
             stack.extend((ch, state) for ch in reversed(kids))
             if not keep_matches:
                 state.matches = None
