@@ -25,7 +25,8 @@ from graphsub.cli_common import (
 from graphsub.errors import ExportError, GraphsubError, VerificationError
 
 PHASES = {"load": "loading", "search": "searching", "verify": "verifying in onnxruntime",
-          "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing"}
+          "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing",
+          "report": "writing the report"}
 
 
 def optimize_cmd(
@@ -47,6 +48,10 @@ def optimize_cmd(
     min_speedup: Annotated[float, typer.Option("--min-speedup", help="Speedup under ORT_ENABLE_ALL needed to "
                                                                      "prefer the optimized model.")] = 1.03,
     seeds: Annotated[int, typer.Option("--seeds", help="Random input draws for verification.")] = 3,
+    report_path: Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report "
+                                                                      "(histograms, substitutions, cost, latency, "
+                                                                      "search trace, changed regions), even when "
+                                                                      "the model is not written.")] = None,
     input_shape: ShapeOpt = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
@@ -61,6 +66,8 @@ def optimize_cmd(
 
     4. Write OUTPUT atomically: the optimized model if faster under ORT_ENABLE_ALL, else the original.
 
+    5. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
+
     Exit codes: 0 written (optimized, or the original by design); 1 not verified, nothing written;
 
     2 usage; 3 bad input (unreadable model, unknown zoo name); 4 cannot write.
@@ -73,6 +80,10 @@ def optimize_cmd(
     if budget <= 0 or threads < 1 or seeds < 1:
         _fail(Exit.USAGE, "--budget, --threads and --seeds must be positive", as_json)
     _confirm_not_input(model, output, as_json)
+    if report_path is not None:
+        _confirm_not_input(model, report_path, as_json)
+        if report_path.resolve() == output.resolve():
+            _fail(Exit.USAGE, "--report and --output must be different files", as_json)
     try:  # unknown rule sets and cost models are usage errors, found before any work
         from graphsub.cost import get_model
         from graphsub.optimize import resolve_rules
@@ -98,7 +109,8 @@ def optimize_cmd(
 
     kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
                           "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
-                          "keep_slower": keep_slower, "min_speedup": min_speedup, "progress": report}
+                          "keep_slower": keep_slower, "min_speedup": min_speedup, "progress": report,
+                          "report": report_path}
     try:
         with progress:
             res = (_optimize_module(model, shapes, kw) if ".py:" in model
@@ -148,6 +160,8 @@ def _print_human(res: Any) -> None:
     if not res.verified:
         f = res.failure
         err.print(f"[bold red]verification failed[/]: {f.message if f else res.worst_output}; nothing written")
+        if res.report:
+            out.print(f"wrote the report to {res.report}")
         return
     out.print(f"verified on {len(res.seeds)} random input draw(s): max abs diff {res.max_abs_diff:.3g}")
     if res.latency_ms:
@@ -162,6 +176,8 @@ def _print_human(res: Any) -> None:
     if res.written:
         what = "the original model" if res.kept_original else "the optimized model"
         out.print(f"wrote {what} to {res.written}")
+    if res.report:
+        out.print(f"wrote the report to {res.report}")
 
 
 __all__ = ["optimize_cmd"]

@@ -16,7 +16,10 @@
    ``ORT_ENABLE_ALL`` and ``ORT_DISABLE_ALL``, in alternating rounds; keep the original unless the
    result is faster under ``ORT_ENABLE_ALL`` -- median speedup above ``min_speedup`` *and* faster in
    at least 80% of the rounds, so that timing noise does not pass for a gain -- or ``keep_slower``;
-5. write the chosen model atomically (never over the input).
+5. write the chosen model atomically (never over the input);
+6. optionally write a self-contained HTML **report** (:mod:`graphsub.report`): histograms, the
+   applied substitutions, cost and latency, the search trace and pictures of the changed regions --
+   also when nothing was written (verification failed, or the original was kept).
 
 The default cost model is ``fused`` (fusion-aware measured costs for ``ORT_ENABLE_ALL``): of the
 cost models, it ranks measured ``ORT_ENABLE_ALL`` latencies best (Spearman 0.994 in
@@ -47,7 +50,7 @@ DEFAULT_COST = "fused"
 DEFAULT_RULES = "default"
 LEVELS = ("all", "disable")
 
-#: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write
+#: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write, report
 ProgressFn = Callable[[str, float, float | None], None]
 
 
@@ -71,6 +74,10 @@ class OptimizeResult:
     threads: int = 1
     seeds: tuple[int, ...] = ()
     timings_s: dict[str, float] = field(default_factory=dict)
+    rule_set: str = ""  # the rule-set spec (or "N rules" for a list)
+    cost_model: str = ""
+    rules: tuple[Rule, ...] = field(default=(), repr=False)  # to replay the sequence (report pictures)
+    report: str | None = None  # where the HTML report was written
 
     def speedup(self, level: str) -> float | None:
         """``before / after`` latency under ``level`` (``all`` or ``disable``); None if not timed."""
@@ -113,6 +120,9 @@ class OptimizeResult:
             "threads": self.threads,
             "seeds": list(self.seeds),
             "timings_s": self.timings_s,
+            "rule_set": self.rule_set,
+            "cost_model": self.cost_model,
+            "report": self.report,
         }
 
 
@@ -176,21 +186,29 @@ def _consistent(rounds: Sequence[tuple[float, float]]) -> bool:
     return faster >= (len(rounds) if len(rounds) < 5 else math.ceil(0.8 * len(rounds)))
 
 
-def write_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
-    """Write ``data`` atomically (temporary file in the same directory, then ``os.replace``)."""
+def write_bytes(data: bytes, path: str | os.PathLike[str], *, suffix: str = ".onnx") -> Path:
+    """Write ``data`` atomically (temporary file, named ``.graphsub-*SUFFIX``, in the same directory,
+    then ``os.replace``)."""
     out = Path(path)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise ExportError(f"{out}: directory {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".graphsub-", suffix=".onnx", dir=parent)
+    fd, tmp = tempfile.mkstemp(prefix=".graphsub-", suffix=suffix, dir=parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _has_external_data(path: str) -> bool:
@@ -212,6 +230,7 @@ def optimize(
     model: str | os.PathLike[str] | Graph,
     *,
     output: str | os.PathLike[str] | None = None,
+    report: str | os.PathLike[str] | None = None,
     algo: str = DEFAULT_ALGO,
     rules: str | Sequence[Rule] = DEFAULT_RULES,
     cost: str = DEFAULT_COST,
@@ -235,9 +254,10 @@ def optimize(
     The optimized model is chosen when it is verified and faster under ``ORT_ENABLE_ALL`` (median
     speedup above ``min_speedup``, faster in 80% of the timing rounds; always, with ``keep_slower``);
     otherwise the original is chosen (and written, byte for byte for a file input).  Nothing is
-    written when verification fails.
-    Raises GraphsubError for bad input or an output that is the input file, ExportError/OSError
-    when the output cannot be written.
+    written when verification fails.  ``report``: where to write an HTML report (always, when given;
+    see :func:`graphsub.report.render_report`).
+    Raises GraphsubError for bad input or an output (or report) that is the input file,
+    ExportError/OSError when the output or the report cannot be written.
     """
     from graphsub.cost import get_model
     from graphsub.data import materialize, random_inputs
@@ -250,6 +270,9 @@ def optimize(
     if output is not None and not isinstance(model, Graph) and not str(model).startswith("zoo:") \
             and _same_file(model, output):
         raise GraphsubError(f"refusing to overwrite the input file {model}")
+    if report is not None and not isinstance(model, Graph) and not str(model).startswith("zoo:") \
+            and _same_file(model, report):
+        raise GraphsubError(f"refusing to overwrite the input file {model} with the report")
     note("load", 0.0, None)
     name, graph = load_input(model, input_shapes)
     rule_list = resolve_rules(rules)
@@ -285,7 +308,8 @@ def optimize(
     final = finalize(ref, result.best, seed) if result.sequence else ref
     ok, diff, worst = check(ref, final, seed_list, **tol) if result.sequence else (True, 0.0, "")
     res = OptimizeResult(name, ref, final, ref, result, ok, diff, worst, threads=threads, seeds=seed_list,
-                         timings_s=timings)
+                         timings_s=timings, rule_set=rules if isinstance(rules, str) else f"{len(rule_list)} rules",
+                         cost_model=cost, rules=tuple(rule_list))
     timings["verify_s"] = time.perf_counter() - t
     if not ok:
         t = time.perf_counter()
@@ -293,8 +317,7 @@ def optimize(
         res.failure = bisect(graph, ref, rule_list, result.sequence, seed_list, seed, **tol)
         res.decision = "verification failed: " + res.failure.message + "; nothing written"
         timings["bisect_s"] = time.perf_counter() - t
-        timings["total_s"] = time.perf_counter() - t0
-        return res
+        return _finish(res, report, t0, note)
 
     # time both under ORT_ENABLE_ALL and ORT_DISABLE_ALL (the input file as given, not a re-export)
     is_file = not isinstance(model, Graph) and not str(model).startswith("zoo:")
@@ -344,7 +367,20 @@ def optimize(
             write_bytes(before, output)  # type: ignore[arg-type]
         res.written = os.fspath(output)
         timings["write_s"] = time.perf_counter() - t
-    timings["total_s"] = time.perf_counter() - t0
+    return _finish(res, report, t0, note)
+
+
+def _finish(res: OptimizeResult, report: str | os.PathLike[str] | None, t0: float, note: ProgressFn) -> OptimizeResult:
+    """Write the HTML report if asked (its ``total_s`` excludes the report's own time), and return ``res``."""
+    res.timings_s["total_s"] = time.perf_counter() - t0
+    if report is not None:
+        t = time.perf_counter()
+        note("report", 0.0, None)
+        from graphsub.report import write_report
+
+        res.report = os.fspath(report)
+        write_report(res, report)
+        res.timings_s["report_s"] = time.perf_counter() - t
     return res
 
 

@@ -110,6 +110,48 @@ def merge_qkv() -> Rule:
     )
 
 
+def merge_qkv_bias(lhs: bool) -> Rule:
+    names = ("q", "k", "v")
+
+    def src(p: PatternBuilder) -> Out:
+        x = p.var("x")
+        out = {}
+        for n in names:
+            mm, b = p.matmul(x, p.weight(f"w{n}"), act="none", name=f"mm_{n}"), p.weight(f"b{n}")
+            out[n] = p.add(b, mm, name=f"add_{n}") if lhs else p.add(mm, b, name=f"add_{n}")
+        return out
+
+    def compatible(m: MatchView) -> bool | str:
+        ws = [m.shape(f"w{n}") for n in names]
+        if any(len(w) != 2 for w in ws) or len({w[0] for w in ws}) != 1:
+            return f"right operands {ws} are not matrices with one row count"
+        bs = [m.shape(f"b{n}") for n in names]
+        if any(b != (w[1],) for b, w in zip(bs, ws, strict=True)):
+            return f"biases {bs} are not vectors of the output widths"
+        return True
+
+    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
+        w = t.concat(*(m[f"w{n}"] for n in names), axis=1)
+        b = t.concat(*(m[f"b{n}"] for n in names), axis=0)
+        y = t.add(t.matmul(m.x, w), b)
+        outs = merge_split(t, y, len(m.shape("mm_q")) - 1, [m.shape(f"w{n}")[-1] for n in names])
+        return dict(zip(names, outs, strict=True))
+
+    return make_rule(
+        f"cpu_merge_qkv_bias{'_lhs' if lhs else ''}", src, target,
+        where=[(compatible, "matrix weights with one row count, bias vectors of the output widths"),
+               (lambda m: in_order(m, "mm_q", "mm_k", "mm_v"), "one match per triple")],
+        doc=("bq+x@Wq, bk+x@Wk, bv+x@Wv" if lhs else "x@Wq+bq, x@Wk+bk, x@Wv+bv") + ": three linear layers on "
+            "one input (attention's Q/K/V as PyTorch exports nn.Linear) => x@[Wq|Wk|Wv] + [bq|bk|bv], then a "
+            "three-way split: one GEMM with a fusable bias instead of three.",
+        examples=[ex({"x": (4, 6), "wq": (6, 3), "wk": (6, 3), "wv": (6, 2), "bq": (3,), "bk": (3,), "bv": (2,)}),
+                  ex({"x": (2, 3, 4), "wq": (4, 2), "wk": (4, 2), "wv": (4, 2), "bq": (2,), "bk": (2,), "bv": (2,)}),
+                  ex({"x": (1, 5, 8), "wq": (8, 8), "wk": (8, 8), "wv": (8, 8), "bq": (8,), "bk": (8,),
+                      "bv": (8,)})],
+        tags=("matmul", "merge", "attention"),
+    )
+
+
 def _gemm_bias(m: MatchView) -> bool | str:
     a, b, c = m.shape("a"), m.shape("b"), m.shape("c")
     if len(a) != 2 or len(b) != 2:
@@ -297,7 +339,7 @@ def fold_conv_bias(kind: str) -> Rule:
 def _build() -> tuple[Rule, ...]:
     mf_merge = next(r for r in metaflow.rules() if r.name == "mf_merge_matmuls")
     return (
-        matmul_distribute(), matmul_factor_weight(), merge_qkv(), mf_merge,
+        matmul_distribute(), matmul_factor_weight(), merge_qkv(), merge_qkv_bias(False), merge_qkv_bias(True), mf_merge,
         matmul_bias_gemm(False), matmul_bias_gemm(True),
         transpose_transpose(False), transpose_transpose(True),
         reshape_reshape(),
@@ -322,5 +364,5 @@ def rules() -> list[Rule]:
 
 __all__ = [
     "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute", "matmul_factor_weight",
-    "merge_qkv", "neutral_element", "relu_relu", "reshape_reshape", "rules", "transpose_transpose",
+    "merge_qkv", "merge_qkv_bias", "neutral_element", "relu_relu", "reshape_reshape", "rules", "transpose_transpose",
 ]

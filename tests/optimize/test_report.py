@@ -1,0 +1,194 @@
+"""`graphsub optimize --report`: a self-contained HTML report, also when the optimized model is not written."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+
+import onnx
+import pytest
+from conftest import _node_count, small_model
+from typer.testing import CliRunner
+
+from graphsub.cli import app
+from graphsub.optimize import OptimizeResult, optimize
+from graphsub.report import render_report
+from graphsub.rules.rule import Rule
+from graphsub.search import Budget
+
+FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "seeds": 1}
+SECTIONS = {"summary", "performance", "histogram", "substitutions", "trace", "regions"}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class Page(HTMLParser):
+    """What the tests look at: section ids, image sources, every URL-ish attribute, tags, and the
+    rows of the substitutions table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.images: list[str] = []
+        self.urls: list[str] = []
+        self.tags: set[str] = set()
+        self.rows: list[str] = []  # class of each body row of the substitutions table
+        self._section = ""
+        self._in_body = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.add(tag)
+        if tag == "section":
+            self._section = a.get("id") or ""
+            self.sections.append(self._section)
+        if tag == "img":
+            self.images.append(a.get("src") or "")
+        self.urls += [v or "" for k, v in attrs if k in ("src", "href", "srcset", "action", "data", "poster")]
+        if tag == "tbody":
+            self._in_body = True
+        if tag == "tr" and self._in_body and self._section == "substitutions":
+            self.rows.append(a.get("class") or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tbody":
+            self._in_body = False
+
+
+def parse(text: str) -> Page:
+    page = Page()
+    page.feed(text)
+    page.close()
+    return page
+
+
+def assert_self_contained(text: str) -> Page:
+    page = parse(text)
+    assert set(page.sections) == SECTIONS
+    assert "http://" not in text and "https://" not in text
+    assert not {"script", "link", "iframe", "object", "embed"} & page.tags
+    assert "url(" not in text  # no CSS fetches either
+    for src in page.urls:
+        assert src.startswith("data:image/png;base64,"), src[:60]
+    for src in page.images:
+        assert base64.b64decode(src.split(",", 1)[1], validate=True).startswith(PNG)
+    return page
+
+
+def n_pictures(page: Page) -> int:
+    return len(page.images) - 2  # the histogram and the trace come first
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, OptimizeResult]]:
+    """The small model of conftest, optimized once (fake timing: the optimized model is faster)."""
+    path = tmp_path_factory.mktemp("report") / "small.onnx"
+    onnx.save(small_model(), str(path))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("graphsub.optimize.time_model", lambda model, feeds, **kw: _node_count(model))
+        yield path, optimize(path, **FAST)  # type: ignore[arg-type]
+
+
+def test_sections_images_and_rows(small: tuple[Path, OptimizeResult]) -> None:
+    _, res = small
+    text = render_report(res)
+    page = assert_self_contained(text)
+    n = len(res.search.sequence)
+    assert n >= 2 and res.verified and not res.kept_original
+    assert len(page.rows) == n and n_pictures(page) == n
+    for step in res.search.sequence:
+        assert step.rule in text
+    assert "ORT_ENABLE_ALL" in text and "ORT_DISABLE_ALL" in text and "no output file was requested" in text
+    assert "roofline:cpu" in text and res.search.algorithm in text
+    assert render_report(res) == text  # deterministic, images included
+
+
+def test_pictures_are_capped(small: tuple[Path, OptimizeResult]) -> None:
+    _, res = small
+    page = parse(text := render_report(res, max_pictures=1))
+    n = len(res.search.sequence)
+    assert n_pictures(page) == 1 and len(page.rows) == n
+    assert f"{n - 1} more substitution(s) not drawn" in text
+
+
+def test_user_strings_are_escaped(small: tuple[Path, OptimizeResult]) -> None:
+    _, res = small
+    evil = dataclasses.replace(res, model='<script>alert("x")</script>', decision="a < b & c",
+                               cost_model="<b>cost</b>")
+    text = render_report(evil)
+    assert "<script>" not in text and "<b>cost</b>" not in text
+    assert "&lt;script&gt;" in text and "a &lt; b &amp; c" in text
+    assert_self_contained(text)
+
+
+def test_zoo_model(tmp_path: Path) -> None:
+    out = tmp_path / "sru.html"
+    res = optimize("zoo:sru", report=out, measure_latency=False, cost="roofline:cpu", seeds=1,
+                   budget=Budget(time_s=2))
+    assert res.report == str(out)
+    page = assert_self_contained(text := out.read_text(encoding="utf-8"))
+    assert len(page.rows) == len(res.search.sequence) > 0
+    assert "Latency was not measured" in text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".graphsub-")]
+
+
+def test_report_when_the_original_is_kept(model_path: Path, tmp_path: Path,
+                                          fake_timing: Callable[..., None]) -> None:
+    fake_timing(lambda model: 1.0)  # never faster
+    out, rep = tmp_path / "o.onnx", tmp_path / "r.html"
+    res = optimize(model_path, output=out, report=rep, **FAST)  # type: ignore[arg-type]
+    assert res.kept_original and out.read_bytes() == model_path.read_bytes()
+    text = rep.read_text(encoding="utf-8")
+    page = assert_self_contained(text)
+    assert "NOT written" in text and "not faster" in text
+    assert len(page.rows) == len(res.search.sequence) > 0 and n_pictures(page) > 0  # what the search found
+
+
+def test_report_when_verification_fails(model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        bad_rule: Rule, fake_timing: Callable[..., None]) -> None:
+    from graphsub.rules.library import find_rule
+
+    monkeypatch.setattr("graphsub.optimize.resolve_rules", lambda spec: [find_rule("cpu_identity_remove"), bad_rule])
+    out, rep = tmp_path / "o.onnx", tmp_path / "r.html"
+    res = optimize(model_path, output=out, report=rep, **FAST)  # type: ignore[arg-type]
+    assert not res.verified and not out.exists() and res.failure is not None
+    text = rep.read_text(encoding="utf-8")
+    page = assert_self_contained(text)
+    assert "Verification FAILED" in text and "test_bad_add_drop" in text
+    assert page.rows.count("fail") == 1 and page.rows.index("fail") == res.failure.step - 1
+
+
+def test_report_without_substitutions(model_path: Path, fake_timing: Callable[..., None]) -> None:
+    res = optimize(model_path, rules=[], **FAST)  # type: ignore[arg-type]
+    text = render_report(res)
+    page = assert_self_contained(text)
+    assert not res.search.sequence and page.rows == [] and n_pictures(page) == 0
+    assert "No cheaper equivalent graph" in text and "Nothing changed" in text
+
+
+def test_cli_report_flag(model_path: Path, tmp_path: Path, fake_timing: Callable[..., None]) -> None:
+    runner = CliRunner()
+    out, rep = tmp_path / "o.onnx", tmp_path / "r.html"
+    args = ["optimize", str(model_path), "-o", str(out), "--cost", "roofline:cpu", "--budget", "5", "--k", "4"]
+    r = runner.invoke(app, [*args, "--report", str(rep), "--json"])
+    assert r.exit_code == 0, r.stdout
+    d = json.loads(r.stdout)
+    assert d["report"] == str(rep) and d["written"] == str(out)
+    assert len(parse(rep.read_text(encoding="utf-8")).rows) == len(d["applied"])
+    rep.unlink()
+    r = runner.invoke(app, [*args, "--report", str(rep)])
+    assert r.exit_code == 0 and rep.exists() and "wrote the report" in " ".join(r.stdout.split())
+    assert runner.invoke(app, [*args, "--report", str(out)]).exit_code == 2  # not the output
+    assert runner.invoke(app, [*args, "--report", str(model_path)]).exit_code == 2  # never the input
+    assert runner.invoke(app, [*args, "--report", str(tmp_path / "no" / "r.html")]).exit_code == 4
+
+
+def test_import_stays_light() -> None:
+    code = ("import sys, graphsub, graphsub.optimize, graphsub.report, graphsub.cli; "
+            "sys.exit('matplotlib' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
