@@ -206,8 +206,14 @@ class FusedMeasuredCostModel(MeasuredCostModel):
             return ZERO
         anchor = group_anchor(graph, nid, wo)
         if anchor is None:
-            return super().cost_in(graph, nid, wo)
-        if anchor != nid:
+            node = graph.nodes[nid]
+            if node.sig.op not in ANCHORS or node.sig.attr.get("act", "none") == "none":
+                return super().cost_in(graph, nid, wo)
+            # a conv/matmul/gemm with a fused activation is timed the way the same pair is timed as
+            # a group (one small model, constants as weights): a fused and an unfused spelling of one
+            # computation must cost the same, or the search chases the measurement difference
+            anchor = nid
+        elif anchor != nid:
             return ZERO
         group = fusion_group(graph, anchor, wo)
         key = group_key(graph, group, wo)
