@@ -196,3 +196,20 @@ def test_cli_runs_the_ocggs_algorithms(algo: str) -> None:
     assert d["algorithm"] == algo and d["best_cost"] < d["initial_cost"]
     if algo == "sampling":
         assert d["params"] == {"q": 6, "eta": 1}
+
+
+def test_symmetric_rule_mirror_matches_are_dropped_once() -> None:
+    """TASO's rule 77 (x@W1 + y@W2 -> concat) matches SRU's gate sums twice per node set (x and y
+    swapped); Pruning keeps one of each pair -- the one with the smaller key, whatever the order."""
+    from graphsub.search.ocggs import drop_symmetric
+
+    g = zoo.get("sru", length=1)
+    ms = find_all(g, get_set("ocggs157"))
+    kept = drop_symmetric(ms)
+    sets = [(m.rule.name, m.node_ids) for m in kept]
+    assert len(set(sets)) == len(sets) < len(ms)
+    mirrored = {k for k in sets if sum(1 for m in ms if (m.rule.name, m.node_ids) == k) > 1}
+    assert mirrored and all(r == "taso_pb_077" for r, _ in mirrored)
+    assert {m.key for m in drop_symmetric(list(reversed(ms)))} == {m.key for m in kept}
+    # every other match survives untouched
+    assert len(ms) - len(kept) == sum(sum(1 for m in ms if (m.rule.name, m.node_ids) == k) - 1 for k in mirrored)

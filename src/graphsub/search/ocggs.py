@@ -12,6 +12,9 @@ sequence has an equivalent ordered one, so the optimum is ENU's.
   searched anew (:func:`graphsub.rules.match.rematch`).  The order filter ``B`` of Theorem 6 is
   applied when a state is expanded; the stored set is the full ``Δ1 = Δ3 ∪ Δ4`` of Theorem 5, so
   DPP expands exactly the sequences Pruning expands and differs only in matching time.
+
+Both also drop mirror-image matches of symmetric rules (:func:`drop_symmetric`), as the authors'
+Pruning does for its list of symmetric rules; ENU keeps them.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ class LabelledSearch(Search):
 
     ``mode`` picks which matches a state may apply: ``"ordered"`` (Definition 8 against the last
     step), ``"all"`` (no order check) or ``"dependent"`` (only substitutions depending on the last
-    step, Definition 12 (1)).  ``incremental`` selects match reuse (DPP) over full matching.
+    step, Definition 12 (1)).  ``incremental`` selects match reuse (DPP) over full matching;
+    ``symmetric`` drops the mirror images of symmetric-rule matches (:func:`drop_symmetric`).
     """
 
     def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, *,
-                 incremental: bool, dedup: bool = False, mode: str = "ordered"):
+                 incremental: bool, dedup: bool = False, mode: str = "ordered", symmetric: bool = False):
         super().__init__(name, graph, rules, cost, budget, dedup=dedup)
         self.incremental = incremental
         self.mode = mode
+        self.symmetric = symmetric
         self.labels: weakref.WeakKeyDictionary[State, Labels] = weakref.WeakKeyDictionary()
         self.labels[self.root] = ROOT
 
@@ -48,7 +53,8 @@ class LabelledSearch(Search):
         return self.labels[state]
 
     def matches(self, state: State, parent: State | None = None) -> list[Match]:
-        return super().matches(state, parent if self.incremental else None)
+        ms = super().matches(state, parent if self.incremental else None)
+        return drop_symmetric(ms) if self.symmetric else ms
 
     def allowed(self, state: State, match: Match) -> bool:
         if self.mode == "all":
@@ -66,12 +72,34 @@ class LabelledSearch(Search):
         return ch
 
 
+def drop_symmetric(matches: Sequence[Match]) -> list[Match]:
+    """``matches`` without mirror images: of several matches of one rule on the same set of graph
+    nodes, only the one with the smallest :attr:`~graphsub.rules.match.Match.key` is kept.
+
+    Two such matches differ by an automorphism of the rule's source pattern (e.g. TASO's rule 77,
+    ``x@W1 + y@W2 -> concat(x, y) @ concat(W1, W2)``, matched with x and y swapped); their results
+    differ only in the order of concatenated operands, so they cost the same and admit the same
+    continuations.  The authors' Pruning does this for a hard-coded list of 11 of the 157 rules
+    ("symmetric rules", deduplicated by swapped source guids); this finds them by construction, and
+    the choice does not depend on the order the matches came in (so DPP keeps Pruning's)."""
+    best: dict[tuple[str, frozenset[int]], Match] = {}
+    for m in matches:
+        k = (m.rule.name, m.node_ids)
+        cur = best.get(k)
+        if cur is None or m.key < cur.key:
+            best[k] = m
+    if len(best) == len(matches):
+        return list(matches)
+    keep = {id(m) for m in best.values()}
+    return [m for m in matches if id(m) in keep]
+
+
 def _exact(name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
            incremental: bool) -> SearchResult:
     if budget.k is None:
         raise GraphsubError(f"{name} needs a maximum sequence length: Budget(k=...)")
     # Pruning keeps no match sets (nothing to reuse); DPP keeps them for its children
-    return LabelledSearch(name, graph, rules, cost, budget, incremental=incremental).depth_first(
+    return LabelledSearch(name, graph, rules, cost, budget, incremental=incremental, symmetric=True).depth_first(
         keep_matches=incremental)
 
 
@@ -87,4 +115,4 @@ def dpp(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
     return _exact("dpp", graph, rules, cost, budget, incremental=True)
 
 
-__all__ = ["LabelledSearch", "dpp", "pruning"]
+__all__ = ["LabelledSearch", "dpp", "drop_symmetric", "pruning"]
