@@ -171,7 +171,7 @@ def child_fingerprint(parent: Graph, parent_fp: int, child: Graph) -> int:
 @dataclass(eq=False)
 class State:
     """A graph reached by ``seq``; ``matches`` are its rule matches once computed; ``fp`` its
-    :func:`fingerprint` (searches that deduplicate)."""
+    :func:`fingerprint` (searches that deduplicate or ask for fingerprints; else 0)."""
 
     graph: Graph
     cost: Cost
@@ -185,12 +185,13 @@ class Search:
     """Shared machinery: costing, expansion with incremental matching, dedup, budget, trace."""
 
     def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
-                 *, dedup: bool = True):
+                 *, dedup: bool = True, fingerprints: bool = False):
         self.name = name
         self.rules = list(rules)
         self.cost = cost
         self.budget = budget
         self.dedup = dedup
+        self.fingerprints = dedup or fingerprints  # states carry fp (for dedup, or for the algorithm)
         self.stats = Stats()
         self.t0 = time.perf_counter()
         self.rss0 = rss_mb()
@@ -203,8 +204,9 @@ class Search:
         # states not hashed yet.  A dead reference is a state that was neither expanded nor kept by
         # the algorithm (pruned: an equal graph would be pruned again), so it is dropped.
         self.seen: dict[int, list[int | weakref.ref[State]]] = {}
-        if dedup:
+        if self.fingerprints:
             self.root.fp = fingerprint(graph)
+        if dedup:
             self.seen[self.root.fp] = [graph.structural_hash()]
         self.trace: list[tuple[float, float]] = [(0.0, self.root.value)]
         self.stopped_by = ""
@@ -245,9 +247,8 @@ class Search:
         t2 = time.perf_counter()
         self.stats.time_apply_s += t2 - t
         self.stats.generated += 1
-        fp = 0
+        fp = child_fingerprint(state.graph, state.fp, sub.graph) if self.fingerprints else 0
         if self.dedup:
-            fp = child_fingerprint(state.graph, state.fp, sub.graph)
             bucket = self.seen.get(fp)
             if bucket is not None and self._known(bucket, sub.graph):
                 self.stats.time_hash_s += time.perf_counter() - t2

@@ -41,8 +41,9 @@ class LabelledSearch(Search):
     """
 
     def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, *,
-                 incremental: bool, dedup: bool = False, mode: str = "ordered", symmetric: bool = False):
-        super().__init__(name, graph, rules, cost, budget, dedup=dedup)
+                 incremental: bool, dedup: bool = False, mode: str = "ordered", symmetric: bool = False,
+                 fingerprints: bool = False):
+        super().__init__(name, graph, rules, cost, budget, dedup=dedup, fingerprints=fingerprints)
         self.incremental = incremental
         self.mode = mode
         self.symmetric = symmetric

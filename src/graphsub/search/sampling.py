@@ -112,13 +112,19 @@ class _Sampler:
 def _unique(seqs: list[_Seq]) -> list[_Seq]:
     """``seqs`` without repeated graphs (first kept).  Duplicates are removed within a group, as
     the authors do: a global hash set would also drop a graph that was generated once and then
-    not sampled (or only looked ahead at), losing it for good."""
+    not sampled (or only looked ahead at), losing it for good.
+
+    "Repeated" is decided by the O(change) fingerprint every state carries -- like the authors'
+    graph hash, a sum of per-node hashes: equal graphs always share it; two different graphs share
+    it only if they differ by a rewiring between producers of identical signature, and then one of
+    them is left out of the *sample* (the search stays sound; only its choice narrows).  Confirming
+    every collision with the structural hash cost 45% of Sampling's time on NasRNN, where a third
+    of the children are true duplicates (independent substitutions applied in either order)."""
     seen: set[int] = set()
     out = []
     for sq in seqs:
-        h = sq.state.graph.structural_hash()
-        if h not in seen:
-            seen.add(h)
+        if sq.state.fp not in seen:
+            seen.add(sq.state.fp)
             out.append(sq)
     return out
 
@@ -129,7 +135,8 @@ def sampling(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
     cost-increasing substitutions; sequences are at most ``budget.k`` long when K is set."""
     if q < 1 or eta < 0:
         raise GraphsubError(f"sampling needs q >= 1 and eta >= 0 (got q={q}, eta={eta})")
-    s = LabelledSearch("sampling", graph, rules, cost, budget, incremental=True, dedup=False, mode="all")
+    s = LabelledSearch("sampling", graph, rules, cost, budget, incremental=True, dedup=False, mode="all",
+                       fingerprints=True)
     sampler = _Sampler(s, q, eta, random.Random(seed))
     sample = [_Seq(s.root, None)]
     while sample and not s.out_of_budget():  # line 3
