@@ -277,6 +277,7 @@ __all__ = ["app", "graph_info", "load_model", "main"]
 
 from graphsub.cli_bench import bench_cmd  # noqa: E402  (these need the helpers above)
 from graphsub.cli_cost import cost_cmd, profile_cmd  # noqa: E402
+from graphsub.cli_fuse import fuse_cmd  # noqa: E402
 from graphsub.cli_optimize import optimize_cmd  # noqa: E402
 from graphsub.cli_rules import rules_app  # noqa: E402
 from graphsub.cli_search import search_cmd  # noqa: E402
@@ -287,3 +288,4 @@ app.command("profile")(profile_cmd)
 app.command("search")(search_cmd)
 app.command("optimize")(optimize_cmd)
 app.command("bench")(bench_cmd)
+app.command("fuse")(fuse_cmd)

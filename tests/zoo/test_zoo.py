@@ -104,6 +104,62 @@ EXPECTED: dict[str, tuple[int, dict[str, int], list[tuple[int, ...]], list[tuple
         [(1, 3, 224, 224)],
         [(1, 1000)],
     ),
+    # layer-fusion CNNs (issue 9); counts derived by hand in graphsub.zoo.fusion_cnns
+    "resnet101": (
+        241,
+        {"add": 33, "conv2d": 104, "flatten": 1, "gemm": 1, "global_avgpool": 1, "maxpool2d": 1,
+         "relu": 100},
+        [(1, 3, 224, 224)],
+        [(1, 1000)],
+    ),
+    "resnet152": (
+        360,
+        {"add": 50, "conv2d": 155, "flatten": 1, "gemm": 1, "global_avgpool": 1, "maxpool2d": 1,
+         "relu": 151},
+        [(1, 3, 224, 224)],
+        [(1, 1000)],
+    ),
+    "mobilenet_v2": (
+        100,
+        {"add": 10, "clip": 35, "conv2d": 52, "flatten": 1, "gemm": 1, "global_avgpool": 1},
+        [(1, 3, 224, 224)],
+        [(1, 1000)],
+    ),
+    "mobilenet_v3_small": (
+        122,
+        {"add": 6, "conv2d": 52, "flatten": 1, "gemm": 2, "global_avgpool": 10, "hardsigmoid": 9,
+         "hardswish": 19, "mul": 9, "relu": 14},
+        [(1, 3, 224, 224)],
+        [(1, 1000)],
+    ),
+    "mobilenet_v3_large": (
+        140,
+        {"add": 10, "conv2d": 62, "flatten": 1, "gemm": 2, "global_avgpool": 9, "hardsigmoid": 8,
+         "hardswish": 21, "mul": 8, "relu": 19},
+        [(1, 3, 224, 224)],
+        [(1, 1000)],
+    ),
+    "efficientnet_b0": (
+        239,
+        {"add": 9, "conv2d": 81, "flatten": 1, "gemm": 1, "global_avgpool": 17, "mul": 65,
+         "sigmoid": 65},
+        [(1, 3, 224, 224)],
+        [(1, 1000)],
+    ),
+    "efficientnet_b3": (
+        386,
+        {"add": 19, "conv2d": 130, "flatten": 1, "gemm": 1, "global_avgpool": 27, "mul": 104,
+         "sigmoid": 104},
+        [(1, 3, 300, 300)],
+        [(1, 1000)],
+    ),
+    "deeplabv3_mobilenet_v3_large": (
+        154,
+        {"add": 10, "concat": 1, "conv2d": 70, "global_avgpool": 9, "hardsigmoid": 8,
+         "hardswish": 20, "mul": 8, "relu": 26, "resize": 2},
+        [(1, 3, 513, 513)],
+        [(1, 21, 513, 513)],
+    ),
 }
 
 _CACHE: dict[str, Graph] = {}
@@ -270,7 +326,10 @@ def test_intermediate_shapes() -> None:
 def test_registry() -> None:
     assert zoo.list_models()[0] == "inception_v3"
     assert set(zoo.list_models(family="torchvision")) == {
-        "squeezenet", "vgg16", "vgg19", "alexnet", "resnet18", "resnet50"}
+        "squeezenet", "vgg16", "vgg19", "alexnet", "resnet18", "resnet50", "resnet101", "resnet152",
+        "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_b3",
+        "deeplabv3_mobilenet_v3_large"}
+    assert len(zoo.list_models(tag="fusion")) == 12
     assert zoo.list_models(tag="rnn") == ["sru", "nasrnn"]
     m = zoo.MODELS["resnet"]
     assert m.params == {"blocks": 8} and m.family == "taso" and "sized" in m.tags

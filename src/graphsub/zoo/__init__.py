@@ -12,8 +12,9 @@ True
 
 Families: ``"taso"`` -- the peers' benchmarks, reproduced from the OCGGS/TASO example
 scripts (op counts as in their tables); ``"torchvision"`` --
-classic CNNs shaped like torchvision's ONNX exports.  Tags: ``cnn``, ``rnn``,
-``transformer``, ``sized`` (has a size parameter).
+classic CNNs shaped like torchvision's ONNX exports (including the layer-fusion CNNs of
+:mod:`graphsub.zoo.fusion_cnns`).  Tags: ``cnn``, ``rnn``, ``transformer``, ``sized`` (has a
+size parameter), ``fusion`` (the CNNs of the layer-fusion experiments, issue 9).
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ from typing import Any
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.zoo.bert import bert
+from graphsub.zoo.fusion_cnns import (
+    deeplabv3_mobilenet_v3_large,
+    efficientnet_b0,
+    efficientnet_b3,
+    mobilenet_v2,
+    mobilenet_v3_large,
+    mobilenet_v3_small,
+    resnet101,
+    resnet152,
+)
 from graphsub.zoo.nasnet import nasnet_a
 from graphsub.zoo.rnn import nasrnn, sru
 from graphsub.zoo.taso_cnn import inception_e, inception_v3, resnet, resnext50
@@ -103,17 +114,35 @@ _ENTRIES = (
     _m("bert_corrected", bert, "8 attention layers (64x1024, 16 heads); attention feeds "
        "the output projection through softmax(q k^T / 8) v", 129, "taso", ("transformer",), variant="corrected"),
     _m("squeezenet", squeezenet, "SqueezeNet 1.0 (torchvision structure)",
-       65, "torchvision", ("cnn",), batchnorm=False),
-    _m("vgg16", vgg16, "VGG-16 (torchvision structure)", 38, "torchvision", ("cnn",),
+       65, "torchvision", ("cnn", "fusion"), batchnorm=False),
+    _m("vgg16", vgg16, "VGG-16 (torchvision structure)", 38, "torchvision", ("cnn", "fusion"),
        batchnorm=False),
     _m("vgg19", vgg19, "VGG-19 (torchvision structure)", 44, "torchvision", ("cnn",),
        batchnorm=False),
     _m("alexnet", alexnet, "AlexNet (torchvision structure)", 20, "torchvision", ("cnn",),
        batchnorm=False),
     _m("resnet18", resnet18, "ResNet-18 (torchvision structure)", 49, "torchvision",
-       ("cnn",), batchnorm=False),
+       ("cnn", "fusion"), batchnorm=False),
     _m("resnet50", resnet50, "ResNet-50 v1.5 (torchvision structure)", 122, "torchvision",
-       ("cnn",), batchnorm=False),
+       ("cnn", "fusion"), batchnorm=False),
+    # layer-fusion CNNs (issue 9): torchvision recipes, BN folded, the paper's input sizes
+    _m("resnet101", resnet101, "ResNet-101 v1.5 (torchvision structure)", 241, "torchvision",
+       ("cnn", "fusion")),
+    _m("resnet152", resnet152, "ResNet-152 v1.5 (torchvision structure)", 360, "torchvision",
+       ("cnn", "fusion")),
+    _m("mobilenet_v2", mobilenet_v2, "MobileNetV2 (torchvision structure, BN folded)", 100,
+       "torchvision", ("cnn", "fusion", "sized"), image_size=224),
+    _m("mobilenet_v3_small", mobilenet_v3_small, "MobileNetV3-Small (torchvision, BN folded)", 122,
+       "torchvision", ("cnn", "fusion", "sized"), image_size=224),
+    _m("mobilenet_v3_large", mobilenet_v3_large, "MobileNetV3-Large (torchvision, BN folded)", 140,
+       "torchvision", ("cnn", "fusion", "sized"), image_size=224),
+    _m("efficientnet_b0", efficientnet_b0, "EfficientNet-B0 (torchvision, BN folded)", 239,
+       "torchvision", ("cnn", "fusion", "sized"), image_size=224),
+    _m("efficientnet_b3", efficientnet_b3, "EfficientNet-B3 at 300x300 (torchvision, BN folded)", 386,
+       "torchvision", ("cnn", "fusion", "sized"), image_size=300),
+    _m("deeplabv3_mobilenet_v3_large", deeplabv3_mobilenet_v3_large,
+       "DeepLabV3 + dilated MobileNetV3-Large at 513x513 (torchvision, no aux head)", 154,
+       "torchvision", ("cnn", "fusion", "sized"), image_size=513, num_classes=21),
 )
 
 #: All models by name.
@@ -147,15 +176,23 @@ __all__ = [
     "ZooModel",
     "alexnet",
     "bert",
+    "deeplabv3_mobilenet_v3_large",
+    "efficientnet_b0",
+    "efficientnet_b3",
     "get",
     "inception_e",
     "inception_v3",
     "list_models",
+    "mobilenet_v2",
+    "mobilenet_v3_large",
+    "mobilenet_v3_small",
     "nasnet_a",
     "nasrnn",
     "resnet",
     "resnet18",
     "resnet50",
+    "resnet101",
+    "resnet152",
     "resnext50",
     "squeezenet",
     "sru",
