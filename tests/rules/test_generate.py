@@ -1,0 +1,201 @@
+"""Rule generation (TASO Algorithm 1): enumeration, fingerprints, pruning, emission, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from graphsub.cli import app
+from graphsub.rules.generate.emit import load_rules, load_substitutions
+from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, decode, enumerate_shard, first_choices
+from graphsub.rules.generate.parallel import merge, run_shards
+from graphsub.rules.generate.pipeline import doc_header, generate
+from graphsub.rules.generate.prune import Pair, canonical_key, pair_text
+from graphsub.rules.generate.templates import TEMPLATES, conv_mod, pool_mod, relu_poly, resolve_ops
+from graphsub.rules.verify.numeric import verify_rule
+
+runner = CliRunner()
+SMALL = EnumConfig(templates=("matmul", "add", "transpose", "concat0_2d", "concat1_2d", "split0", "split1"),
+                   max_ops=2)
+
+
+@pytest.fixture(scope="module")
+def small() -> object:
+    return generate(SMALL)
+
+
+def texts(gen: object) -> list[str]:
+    return [s["text"] for s in gen.doc["substitutions"]]  # type: ignore[attr-defined]
+
+
+def test_known_identities_are_found(small: object) -> None:
+    found = texts(small)
+    assert "matmul(matmul(x1,w1),w2) == matmul(x1,matmul(w1,w2))" in found  # associativity
+    assert "concat0_2d(concat0_2d(x1,x2),x3) == concat0_2d(x1,concat0_2d(x2,x3))" in found
+    gen3 = generate(EnumConfig(templates=("matmul", "add"), max_ops=3))
+    assert "add(matmul(x1,w1),matmul(x1,w2)) == matmul(x1,add(w1,w2))" in texts(gen3)  # linearity
+    sub = next(s for s in gen3.doc["substitutions"] if s["text"].startswith("add(matmul(x1,w1),matmul(x1,w2))"))
+    assert sub["directions"] == ["ab", "ba"]
+
+
+def test_counts_are_monotone_and_stats_add_up(small: object) -> None:
+    c = small.counts  # type: ignore[attr-defined]
+    assert c["graphs"] >= c["fingerprints"] > 0
+    assert c["graphs"] - c["fingerprints"] <= c["candidates"]
+    assert c["candidates"] >= c["confirmed"] >= c["after_renaming"] >= c["after_common_subgraph"] >= c["emitted"] > 0
+    dropped = small.stats.dropped  # type: ignore[attr-defined]
+    renaming = sum(v for k, v in dropped.items() if k.startswith("renaming"))
+    assert c["confirmed"] - c["after_renaming"] == renaming
+
+
+def test_emitted_rules_pass_numeric_verification(small: object) -> None:
+    subs = load_substitutions(small.doc)  # type: ignore[attr-defined]
+    from graphsub.rules.generate.emit import to_rules
+
+    rules = [r for s in subs[:12] for r in to_rules(s)]
+    assert rules
+    for r in rules:
+        rep = verify_rule(r)
+        assert rep.passed, (r.name, r.doc, rep.reason)
+        assert r.origin == "generated" and len(r.examples) >= 3
+
+
+def test_false_pair_is_not_merged() -> None:
+    cfg = EnumConfig(templates=("add", "mul", "relu"), max_ops=1)
+    gen = generate(cfg)
+    assert gen.counts["candidates"] == 0  # add(x1,x2) and mul(x1,x2) have different fingerprints
+    # the ReLU stand-in is not linear, so relu(a + b) and relu(a) + relu(b) differ
+    a, b = np.array([5, 7]), np.array([11, 2])
+    assert not np.array_equal(relu_poly(a + b), (relu_poly(a) + relu_poly(b)) % 1_000_003)
+
+
+def test_duplicate_computation_is_pruned() -> None:
+    cfg = EnumConfig(templates=("transpose",), max_ops=2)
+    recs = enumerate_shard(cfg, 0, 1)
+    codes = [decode(c) for lst in recs.values() for _, c in lst]
+    # transpose(transpose(w)) equals w: never kept; the same op twice: never kept
+    assert all(len(g.ops) == 1 or g.ops[1][1][0] < g.num_vars for g in codes)
+    assert len({g.ops for g in codes}) == len(codes)
+
+
+def test_sharding_is_deterministic_and_resumable(tmp_path: Path) -> None:
+    cfg = EnumConfig(templates=("matmul", "add", "relu"), max_ops=2)
+    one = merge(run_shards(cfg, num_shards=1))
+    calls: list[int] = []
+    three = merge(run_shards(cfg, num_shards=3, checkpoint=tmp_path, on_done=lambda s, r: calls.append(s)))
+    assert one.codes == three.codes and bool((one.fps == three.fps).all())
+    assert len(list(tmp_path.glob("shard-*.npz"))) == 3
+    again = run_shards(cfg, num_shards=3, checkpoint=tmp_path)
+    assert all(r.loaded for r in again)  # nothing recomputed
+    (tmp_path / "shard-00001-of-00003.npz").unlink()
+    partly = run_shards(cfg, num_shards=3, checkpoint=tmp_path)
+    assert [r.loaded for r in partly] == [True, False, True]
+    with pytest.raises(Exception, match="another configuration"):
+        run_shards(EnumConfig(templates=("add",), max_ops=2), num_shards=3, checkpoint=tmp_path)
+
+
+def test_process_pool_matches_serial() -> None:
+    cfg = EnumConfig(templates=("matmul", "transpose"), max_ops=2)
+    a = merge(run_shards(cfg, num_shards=4, executor="process", workers=2))
+    b = merge(run_shards(cfg, num_shards=1))
+    assert a.codes == b.codes
+
+
+def test_ray_executor_errors_clearly_when_missing() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("ray is installed here")
+    with pytest.raises(Exception, match="pip install ray"):
+        run_shards(EnumConfig(templates=("add",), max_ops=1), num_shards=2, executor="ray")
+
+
+def test_canonical_key_identifies_renamings() -> None:
+    cfg = SMALL
+    mm = cfg.templates.index("matmul")
+    nv = len(cfg.variables)
+    # matmul(x1, w1) vs matmul(x2, w3): same pair up to renaming; x1 is 0, x2 is 1, w1 is 3, w3 is 5
+    p1 = Pair(GraphCode(((mm, (0, 3)),), nv, (1,)), GraphCode(((mm, (0, 3)),), nv, (1,)), ((nv, nv),))
+    p2 = Pair(GraphCode(((mm, (1, 5)),), nv, (1,)), GraphCode(((mm, (1, 5)),), nv, (1,)), ((nv, nv),))
+    p3 = Pair(GraphCode(((mm, (3, 3)),), nv, (1,)), GraphCode(((mm, (3, 3)),), nv, (1,)), ((nv, nv),))
+    assert canonical_key(cfg, p1) == canonical_key(cfg, p2) != canonical_key(cfg, p3)
+    assert pair_text(cfg, p2) == (("matmul(x2,w3)", "matmul(x2,w3)"),)
+
+
+def test_modular_kernels_match_float_references() -> None:
+    from graphsub.ops.conv import conv2d_ref
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(-3, 4, (1, 4, 5, 5))
+    w = rng.integers(-3, 4, (4, 2, 1, 3))
+    want = conv2d_ref(x.astype(np.float64), w.astype(np.float64), None, (1, 1), "SAME")
+    assert np.array_equal(conv_mod(x % 1_000_003, w % 1_000_003), np.round(want).astype(np.int64) % 1_000_003)
+    s = pool_mod(np.ones((1, 1, 3, 3), np.int64) * 9, True)
+    assert s[0, 0, 1, 1] == 9  # the centre window: 9 nines times 1/9
+    assert resolve_ops(["conv", "add"])[:2] == ("conv3x3", "conv3x3r")
+    with pytest.raises(KeyError, match="frobnicate"):
+        resolve_ops(["frobnicate"])
+    assert len(first_choices(EnumConfig(templates=("const_imm",), max_ops=1))) == 1
+    assert TEMPLATES["conv1x3"].param == (1, 3)
+
+
+def test_malformed_rules_files_are_rejected(tmp_path: Path) -> None:
+    from graphsub.errors import RuleError
+
+    head = doc_header(SMALL)
+    bad_docs = [
+        {"format": "nope"},
+        {**head, "substitutions": [{"id": 0, "a": [{"op": "frob", "in": ["x1"]}], "b": [{"op": "relu", "in": ["x1"]}],
+                                    "outputs": [["$0", "$0"]]}]},
+        {**head, "substitutions": [{"id": 0, "a": [{"op": "relu", "in": ["$3"]}], "b": [{"op": "relu", "in": ["x1"]}],
+                                    "outputs": [["$0", "$0"]]}]},
+        {**head, "substitutions": [{"id": 0, "a": [{"op": "relu", "in": ["zz"]}], "b": [{"op": "relu", "in": ["x1"]}],
+                                    "outputs": [["$0", "$0"]]}]},
+        {**head, "substitutions": [{"id": 0, "a": [{"op": "relu", "in": ["x1"]}], "b": [{"op": "relu", "in": ["x1"]}],
+                                    "outputs": []}]},
+    ]
+    for doc in bad_docs:
+        with pytest.raises(RuleError):
+            load_substitutions(doc)
+    f = tmp_path / "bad.json"
+    f.write_text("{not json")
+    with pytest.raises(RuleError, match="not valid JSON"):
+        load_rules(f)
+
+
+def test_cli_generate_and_errors(tmp_path: Path) -> None:
+    out = tmp_path / "rules.json"
+    r = runner.invoke(app, ["rules", "generate", "--ops", "matmul,transpose", "--max-ops", "2", "--shards", "2",
+                            "--executor", "serial", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.stdout
+    summary = json.loads(r.stdout)
+    assert summary["counts"]["emitted"] == len(json.loads(out.read_text())["substitutions"]) > 0
+    assert load_rules(out)
+    r = runner.invoke(app, ["rules", "generate", "--ops", "matmul,frobnicate", "-o", str(out), "--json"])
+    assert r.exit_code == 2 and "frobnicate" in json.loads(r.stdout)["error"]
+    r = runner.invoke(app, ["rules", "generate", "--max-ops", "9", "-o", str(out), "--json"])
+    assert r.exit_code == 2
+    r = runner.invoke(app, ["rules", "generate", "--executor", "mpi", "--ops", "add", "--max-ops", "1",
+                            "-o", str(out), "--json"])
+    assert r.exit_code == 2 and "executor" in json.loads(r.stdout)["error"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "graphsub-generated-rules", "version": 7}))
+    r = runner.invoke(app, ["rules", "prove", "--file", str(bad), "--json"])
+    assert r.exit_code == 3 and "version" in json.loads(r.stdout)["error"]
+
+
+def test_generated_set_is_registered_and_verified() -> None:
+    from graphsub.rules.library import GENERATED_JSON, get_set
+
+    if not GENERATED_JSON.is_file():
+        pytest.skip("generated.json not produced yet (benchmarks/rulegen.py --install)")
+    rules = get_set("generated")
+    assert len(rules) > 100 and all(r.origin == "generated" for r in rules)
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(rules), size=15, replace=False):
+        assert verify_rule(rules[int(i)]).passed, rules[int(i)].doc
+    assert "generated" not in {r.origin for r in get_set("default")}

@@ -1,0 +1,80 @@
+"""Z3 proofs from TASO's operator axioms, and the axioms' concrete check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from graphsub.cli import app
+from graphsub.rules.library import get_set
+from graphsub.rules.rule import Example, make_rule
+from graphsub.rules.verify.axioms import AXIOMS, Axiom, check_axiom, check_axioms
+from graphsub.rules.verify.smt import prove_rule
+
+runner = CliRunner()
+
+
+def _rule(name: str, src_op: str, dst_op: str):  # type: ignore[no-untyped-def]
+    def source(p):  # type: ignore[no-untyped-def]
+        return {"y": p.op(src_op, p.var("a"), p.var("b"))}
+
+    def target(t, m):  # type: ignore[no-untyped-def]
+        return {"y": t.op(dst_op, m.a, m.b)}
+
+    ex = [Example(types={"a": (2, 3), "b": (2, 3)}) for _ in range(3)]
+    return make_rule(name, source, target, examples=ex)
+
+
+def test_axioms_hold_on_concrete_tensors() -> None:
+    checks = check_axioms(seed=3)
+    assert len(checks) == len(AXIOMS) >= 43
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+
+def test_a_false_axiom_is_caught_by_the_concrete_check() -> None:
+    bad = Axiom("matmul_comm", "false", ("x", "y"), (), lambda A, x, y: A.matmul(x, y),
+                lambda A, x, y: A.matmul(y, x), (({"x": (3, 3), "y": (3, 3)}, {}),))
+    assert not check_axiom(bad).ok
+
+
+def test_true_rules_are_proven() -> None:
+    assert prove_rule(_rule("comm", "add", "add"), timeout_ms=5000).status == "proven"
+    alg = {r.name: r for r in get_set("algebra")}
+    for name in ("alg_matmul_assoc_l2r", "alg_concat_conv_outch_pull", "alg_matmul_concat_split"):
+        assert prove_rule(alg[name], timeout_ms=5000).status == "proven", name
+
+
+def test_wrong_rule_is_refuted() -> None:
+    r = prove_rule(_rule("add_is_mul", "add", "mul"), timeout_ms=5000)
+    assert r.status == "refuted", r
+    assert "counterexample" in r.reason
+
+
+def test_ops_without_axioms_are_unknown_with_a_reason() -> None:
+    def source(p):  # type: ignore[no-untyped-def]
+        return {"y": p.sigmoid(p.var("a"))}
+
+    def target(t, m):  # type: ignore[no-untyped-def]
+        return {"y": t.sigmoid(m.a)}
+
+    r = prove_rule(make_rule("sig", source, target, examples=[Example(types={"a": (2, 2)})] * 3))
+    assert r.status == "unknown" and "sigmoid" in r.reason
+
+
+@pytest.mark.parametrize("index", [0, 5, 40])
+def test_taso_pb_rules_are_proven(index: int) -> None:
+    rules = get_set("taso-pb")
+    assert prove_rule(rules[index], timeout_ms=5000).status == "proven"
+
+
+def test_cli_prove_json() -> None:
+    r = runner.invoke(app, ["rules", "prove", "metaflow", "--timeout-ms", "2000", "--json"])
+    data = json.loads(r.stdout)
+    assert r.exit_code == (1 if data["summary"]["refuted"] else 0)
+    assert data["summary"]["total"] == len(data["rules"]) > 0
+    assert {x["status"] for x in data["rules"]} <= {"proven", "refuted", "unknown"}
+    assert all(x["reason"] for x in data["rules"] if x["status"] != "proven")
+    r = runner.invoke(app, ["rules", "prove", "no_such_set", "--json"])
+    assert r.exit_code == 3
