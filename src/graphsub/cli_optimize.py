@@ -37,9 +37,9 @@ def optimize_cmd(
     algo: Annotated[str, typer.Option("--algo", help="Search algorithm: taso | greedy | metaflow | enum.")] = "taso",
     rules: Annotated[str, typer.Option("--rules", help="Rule set(s), comma-separated (see `graphsub rules "
                                                        "list`).")] = "default",
-    cost: Annotated[str, typer.Option("--cost", help="Cost model guiding the search: fused (fusion-aware "
-                                                     "measured ORT_ENABLE_ALL costs), measured, roofline:cpu, "
-                                                     "flops, ...")] = "fused",
+    cost: Annotated[str, typer.Option("--cost", help="Cost model guiding the search: fused[min] (fusion-aware "
+                                                     "measured ORT_ENABLE_ALL costs, minimum of repeats), fused "
+                                                     "(median), measured, roofline:cpu, flops, ...")] = "fused[min]",
     budget: Annotated[float, typer.Option("--budget", help="Search time budget in seconds.")] = 30.0,
     k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
     threads: Annotated[int, typer.Option("--threads", help="onnxruntime threads for costs and timing.")] = 1,
