@@ -8,7 +8,7 @@ Prints DRAM traffic (MB = 2**20 bytes), maximum buffer usage (KB = 1024 bytes), 
 and validity of the best plan found; ``--json`` prints one document with at least ``dram_mb``,
 ``mbu_kb``, ``num_groups``, ``valid``, ``evaluated_plans``, ``time_s``.  Exit codes as in
 :mod:`graphsub.cli`: 2 for a usage error (malformed ``--buffer``, budget < 1, unknown scheme,
-algorithm or repair, a repair not built yet), 3 for a model that cannot be loaded (unknown zoo
+algorithm or repair, missing ``--model-weights``), 3 for a model that cannot be loaded (unknown zoo
 name, unreadable file), 4 when the picture cannot be written.
 """
 
@@ -48,7 +48,11 @@ def fuse_cmd(
     buffer: Annotated[str, typer.Option("--buffer", help="On-chip buffer size, e.g. 256KB or 1MB.")] = "256KB",
     algo: Annotated[str, typer.Option("--algo", help="Search: rs (random), ls (local), nsga2.")] = "ls",
     repair: Annotated[str, typer.Option(
-        "--repair", help="Repair of invalid groups: random (gnne, pg, rg: not built yet).")] = "random",
+        "--repair", help="Repair of invalid groups: random (baseline), or gnne / pg / rg (GNN explainer + "
+                         "recursive greedy split).")] = "random",
+    model_weights: Annotated[Path | None, typer.Option(
+        "--model-weights", help="Validity-GNN weights (.pt, with a .json beside it) for gnne/pg/rg; default: "
+                                "the packaged weights of the scheme.")] = None,
     budget: Annotated[int, typer.Option("--budget", help="Evaluated plans the search may spend.")] = 2000,
     bytes_per_elem: Annotated[int, typer.Option("--bytes-per-elem", help="Bytes per tensor element.")] = 1,
     weights_in_dram: Annotated[bool, typer.Option(
@@ -74,8 +78,10 @@ def fuse_cmd(
         buffer_bytes = parse_buffer(buffer)
     except ValueError as e:
         _fail(Exit.USAGE, str(e), as_json)
+    if model_weights is not None and not (model_weights.is_file() and model_weights.with_suffix(".json").is_file()):
+        _fail(Exit.USAGE, f"--model-weights {model_weights}: need the .pt file and its .json beside it", as_json)
     try:
-        repair_fn = get_repair(repair)
+        repair_fn = get_repair(repair, model_weights) if repair != "random" else get_repair(repair)
     except GraphsubError as e:
         _fail(Exit.USAGE, str(e), as_json)
     if plot is not None and not plot.resolve().parent.is_dir():
@@ -100,6 +106,9 @@ def fuse_cmd(
         **result.to_dict(),
         "groups": [list(g) for g in result.plan.groups],
     }
+    stats = getattr(repair_fn, "stats", None)
+    if callable(stats):
+        data["repair_stats"] = stats()
     if plot is not None:
         from graphsub.fusion.plot import draw_plan
 
@@ -118,6 +127,10 @@ def fuse_cmd(
     out.print(f"  MBU       {result.cost.mbu_kb:.3f} KB")
     out.print(f"  groups    {result.cost.num_groups} ({fg.num_ops} ops, {len(cost.unfusable)} unfusable)")
     out.print(f"  valid     {'yes' if result.cost.valid else 'NO'}")
+    if "repair_stats" in data and data["repair_stats"]["groups_repaired"]:
+        st = data["repair_stats"]
+        out.print(f"  repair    {st['rectified']}/{st['groups_repaired']} invalid groups rectified by the "
+                  f"explainer ({100 * st['rectify_rate']:.1f}%), {st['explain_split_s']:.2f}s explaining/splitting")
     if plot is not None:
         out.print(f"  picture   {plot}")
 

@@ -5,9 +5,14 @@ on-chip buffer while minimising DRAM traffic.
 * :mod:`~graphsub.fusion.plan` -- immutable fusion plans and their well-formedness check;
 * :mod:`~graphsub.fusion.lbdf`, :mod:`~graphsub.fusion.brr` -- the ``F_beta`` / ``F_D`` models;
 * :mod:`~graphsub.fusion.moves` -- random plans, random splits, local-search moves;
-* :mod:`~graphsub.fusion.repair` -- fixing invalid groups (``random`` baseline; explainer-driven
-  repairs plug in here later);
-* :mod:`~graphsub.fusion.search` -- Random Search, Local Search, NSGA-II.
+* :mod:`~graphsub.fusion.repair` -- fixing invalid groups (``random`` baseline, ``gnne`` / ``pg`` /
+  ``rg`` explainer-driven repairs);
+* :mod:`~graphsub.fusion.search` -- Random Search, Local Search, NSGA-II;
+* :mod:`~graphsub.fusion.gnn` -- the GNN validity classifier (PyTorch Geometric), dataset, training;
+* :mod:`~graphsub.fusion.explain` -- GNNExplainer, PGExplainer (PyG) and RG-Explainer;
+* :mod:`~graphsub.fusion.split` -- the recursive greedy split (Algorithm 1) and the explainer repairs.
+
+``gnn``, ``explain`` and ``split`` import torch / torch-geometric and are not imported here.
 """
 
 from __future__ import annotations
