@@ -6,7 +6,7 @@ Usage::
                                  [--timeout-ms 1000] [--install] [--skip-proofs]
 
 Writes ``benchmarks/results/rulegen.json`` and ``rulegen.md``; ``--install`` also writes the
-generated substitutions to ``src/graphsub/rules/library/generated.json`` (the ``generated`` set).
+generated substitutions to ``src/graphsub/rules/library/generated.json.gz`` (the ``generated`` set).
 With ``--checkpoint`` an interrupted run resumes; shards loaded from the checkpoint report their
 original enumeration time (``enumerate_cpu``) but not wall time.
 """
@@ -14,6 +14,7 @@ original enumeration time (``enumerate_cpu``) but not wall time.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import platform
 import resource
@@ -116,7 +117,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=64)
     ap.add_argument("--checkpoint", type=Path, default=None, help="checkpoint directory for the largest n")
     ap.add_argument("--timeout-ms", type=int, default=1000)
-    ap.add_argument("--install", action="store_true", help="write the largest n's result to generated.json")
+    ap.add_argument("--install", action="store_true", help="write the largest n's result to generated.json.gz")
     ap.add_argument("--skip-proofs", action="store_true")
     args = ap.parse_args()
     data: dict[str, Any] = {"machine": f"{platform.machine()}, {platform.python_version()}", "generation": [],
@@ -127,7 +128,7 @@ def main() -> None:
         data["generation"].append(row)
         print(n, row["counts"], row["seconds"], row["rediscovery"]["found"], flush=True)
         if n == largest and args.install:
-            GENERATED_JSON.write_text(json.dumps(gen.doc, indent=1) + "\n")
+            GENERATED_JSON.write_bytes(gzip.compress((json.dumps(gen.doc, indent=1) + "\n").encode(), mtime=0))
     if not args.skip_proofs:
         data["proofs"] = run_proofs(args.timeout_ms)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -173,7 +173,7 @@ def rules_generate(
     prime (ReLU replaced by x*(x+1)+1), pairs graphs with equal fingerprints, confirms them on
     --tests more inputs, prunes (input renaming, common subgraphs), checks every emitted rule
     numerically and writes rules.json (load it with `rules prove --file` or as the `generated`
-    set when installed as src/graphsub/rules/library/generated.json).
+    set when installed as src/graphsub/rules/library/generated.json.gz).
 
     Exit codes: 0 written; 2 bad arguments (unknown operators, --max-ops out of range, unknown
     executor, checkpoint of another configuration, ray missing); 4 cannot write the output.

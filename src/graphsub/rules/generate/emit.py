@@ -34,6 +34,7 @@ graphsub.errors.RuleError: substitution 0: side b is empty
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -182,13 +183,14 @@ def load_substitutions(doc: Any) -> list[Subst]:
 
 
 def read_file(path: str | Path) -> tuple[dict[str, Any], list[Subst]]:
-    """The document and its substitutions (RuleError if unreadable or malformed)."""
+    """The document and its substitutions (RuleError if unreadable or malformed); a ``.gz`` file is
+    read through gzip."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
+        doc = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
+    except (OSError, EOFError) as e:
         raise RuleError(f"cannot read {p}: {e}") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RuleError(f"{p}: not valid JSON: {e}") from None
     try:
         return doc, load_substitutions(doc)
