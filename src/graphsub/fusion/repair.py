@@ -45,13 +45,34 @@ class Repair(Protocol):
     def __call__(self, cost: FusionCostModel, plan: FusionPlan, rng: random.Random) -> FusionPlan: ...
 
 
-class RandomRepair:
-    """The baseline: split invalid groups at random into valid pieces (DRAM ignored)."""
+class SplitRepair:
+    """Shared driver: valid groups are kept, each invalid one is replaced by the pieces
+    :meth:`split_group` returns (counted in ``groups_repaired``)."""
 
-    name = "random"
+    name = ""
 
     def __init__(self) -> None:
         self.groups_repaired = 0
+
+    def split_group(self, cost: FusionCostModel, group: Group, rng: random.Random) -> list[Group]:
+        """Valid pieces covering ``group``."""
+        raise NotImplementedError
+
+    def __call__(self, cost: FusionCostModel, plan: FusionPlan, rng: random.Random) -> FusionPlan:
+        bad = [g for g in plan.groups if len(g) > 1 and not cost.valid(g)]
+        if not bad:
+            return plan
+        keep = [g for g in plan.groups if len(g) == 1 or cost.valid(g)]
+        for g in bad:
+            self.groups_repaired += 1
+            keep.extend(self.split_group(cost, g, rng))
+        return FusionPlan(keep)
+
+
+class RandomRepair(SplitRepair):
+    """The baseline: split invalid groups at random into valid pieces (DRAM ignored)."""
+
+    name = "random"
 
     def split_group(self, cost: FusionCostModel, group: Group, rng: random.Random) -> list[Group]:
         """Valid pieces covering ``group``."""
@@ -64,16 +85,6 @@ class RandomRepair:
             else:
                 stack.extend(random_split(cost.fg, g, rng))
         return out
-
-    def __call__(self, cost: FusionCostModel, plan: FusionPlan, rng: random.Random) -> FusionPlan:
-        bad = [g for g in plan.groups if len(g) > 1 and not cost.valid(g)]
-        if not bad:
-            return plan
-        keep = [g for g in plan.groups if len(g) == 1 or cost.valid(g)]
-        for g in bad:
-            self.groups_repaired += 1
-            keep.extend(self.split_group(cost, g, rng))
-        return FusionPlan(keep)
 
 
 class RepairNotBuilt(GraphsubError):

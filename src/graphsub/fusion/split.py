@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from graphsub.fusion.cost import FusionCostModel
-from graphsub.fusion.plan import FusionPlan, Group, components
-from graphsub.fusion.repair import RandomRepair
+from graphsub.fusion.plan import Group, components
+from graphsub.fusion.repair import RandomRepair, SplitRepair
 
 Edge = tuple[int, int]
 
@@ -176,7 +176,7 @@ class GreedySplitter:
         return best
 
 
-class ExplainerRepair:
+class ExplainerRepair(SplitRepair):
     """Repair invalid groups with :class:`GreedySplitter` over a GNN explainer (``gnne``, ``pg``
     or ``rg``); groups it cannot rectify fall back to the random split.
 
@@ -188,6 +188,7 @@ class ExplainerRepair:
 
     def __init__(self, name: str, weights: str | Path | None = None, top_k: int = 8, seed: int = 0,
                  max_cat3: int = 4, **explainer_kwargs: Any):
+        super().__init__()
         self.name = name
         self.weights = weights
         self.top_k = top_k
@@ -197,7 +198,6 @@ class ExplainerRepair:
         self._clf: Any = None
         self._splitter: GreedySplitter | None = None
         self._fallback = RandomRepair()
-        self.groups_repaired = 0
         self.rectified = 0
         self.fallback = 0
         self.explain_s = 0.0
@@ -218,7 +218,6 @@ class ExplainerRepair:
         return self._splitter
 
     def split_group(self, cost: FusionCostModel, group: Group, rng: random.Random) -> list[Group]:
-        self.groups_repaired += 1
         t0 = time.perf_counter()
         pieces = self.splitter(cost).split(cost, group)
         self.explain_s += time.perf_counter() - t0
@@ -227,15 +226,6 @@ class ExplainerRepair:
             return self._fallback.split_group(cost, group, rng)
         self.rectified += 1
         return pieces
-
-    def __call__(self, cost: FusionCostModel, plan: FusionPlan, rng: random.Random) -> FusionPlan:
-        bad = [g for g in plan.groups if len(g) > 1 and not cost.valid(g)]
-        if not bad:
-            return plan
-        keep = [g for g in plan.groups if len(g) == 1 or cost.valid(g)]
-        for g in bad:
-            keep.extend(self.split_group(cost, g, rng))
-        return FusionPlan(keep)
 
     def stats(self) -> dict[str, Any]:
         return {"groups_repaired": self.groups_repaired, "rectified": self.rectified, "fallback": self.fallback,
