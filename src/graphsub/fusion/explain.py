@@ -121,7 +121,22 @@ class GNNExplainerX(GroupExplainer):
         return _edge_scores(exp.edge_mask, len(edges))
 
 
-class PGExplainerX(GroupExplainer):
+class _Trained(GroupExplainer):
+    """An explainer with parameters of its own, trained on PyG graphs of groups (``_fit``)."""
+
+    def fit(self, cost: FusionCostModel, groups: Sequence[Group]) -> None:
+        self.fit_data([self.clf.data(cost, g) for g in groups if group_edges(cost.fg, g)])
+
+    def fit_data(self, graphs: Sequence[Any]) -> None:
+        """Train on PyG graphs of the groups to explain (one torch thread)."""
+        with torch_threads(1):
+            self._fit(graphs)
+
+    @abstractmethod
+    def _fit(self, graphs: Sequence[Any]) -> None: ...
+
+
+class PGExplainerX(_Trained):
     """PyG ``PGExplainer``; :meth:`fit` trains its MLP (``epochs`` passes over the groups)."""
 
     name = "pg"
@@ -148,14 +163,6 @@ class PGExplainerX(GroupExplainer):
     @property
     def trained(self) -> bool:
         return bool(self.algorithm._curr_epoch >= self.epochs - 1)
-
-    def fit(self, cost: FusionCostModel, groups: Sequence[Group]) -> None:
-        self.fit_data([self.clf.data(cost, g) for g in groups if group_edges(cost.fg, g)])
-
-    def fit_data(self, graphs: Sequence[Any]) -> None:
-        """Train on PyG graphs (explained as invalid: target 1)."""
-        with torch_threads(1):
-            self._fit(graphs)
 
     def _fit(self, graphs: Sequence[Any]) -> None:
         torch.manual_seed(self.seed)
@@ -204,7 +211,7 @@ class RGAgent(nn.Module):
         return torch.cat([add, stop])
 
 
-class RGExplainerX(GroupExplainer):
+class RGExplainerX(_Trained):
     """RG-Explainer (see the module docstring); :meth:`fit` runs REINFORCE for ``epochs``."""
 
     name = "rg"
@@ -273,14 +280,6 @@ class RGExplainerX(GroupExplainer):
         remap[keep] = torch.arange(int(keep.sum()))
         m = keep[edge_index[0]] & keep[edge_index[1]]
         return torch.sigmoid(self.clf.model(x[keep], remap[edge_index[:, m]])).view(-1)
-
-    def fit(self, cost: FusionCostModel, groups: Sequence[Group]) -> None:
-        self.fit_data([self.clf.data(cost, g) for g in groups if group_edges(cost.fg, g)])
-
-    def fit_data(self, graphs: Sequence[Any]) -> None:
-        """REINFORCE on PyG graphs (the groups to explain)."""
-        with torch_threads(1):
-            self._fit(graphs)
 
     def _fit(self, graphs: Sequence[Any]) -> None:
         torch.manual_seed(self.seed)
