@@ -130,7 +130,8 @@ def fuse_cmd(
     if "repair_stats" in data and data["repair_stats"]["groups_repaired"]:
         st = data["repair_stats"]
         out.print(f"  repair    {st['rectified']}/{st['groups_repaired']} invalid groups rectified by the "
-                  f"explainer ({100 * st['rectify_rate']:.1f}%), {st['explain_split_s']:.2f}s explaining/splitting")
+                  f"explainer ({100 * st['rectify_rate']:.1f}%; {100 * st['one_cut_rate']:.1f}% by the first cut), "
+                  f"{st['explain_split_s']:.2f}s explaining/splitting")
     if plot is not None:
         out.print(f"  picture   {plot}")
 

@@ -102,6 +102,7 @@ def test_split_finds_the_known_best_cut_and_never_loses_to_random() -> None:
     assert pieces is not None and sorted(pieces) == [(0, 1, 2), (3, 4, 5)]
     dram = sum(cost.fd(g) for g in pieces)
     assert dram == best
+    assert GreedySplitter(AllEdges()).split(cost, group) is not None
     for seed in range(10):
         rnd = RandomRepair().split_group(cost, group, random.Random(seed))
         assert dram <= sum(cost.fd(g) for g in rnd)
@@ -160,3 +161,37 @@ def test_explainer_repair_with_packaged_weights() -> None:
     fixed = rep(cost, plan, random.Random(0))
     assert cost.evaluate(fixed).valid and check_plan(cost.fg, fixed, cost.unfusable) == []
     assert rep.groups_repaired > 0
+
+
+class OnlyEdge:
+    """An "explainer" that always names one fixed edge."""
+
+    def __init__(self, edge: tuple[int, int]):
+        self.edge = edge
+
+    def explain(self, cost: LBDFCost, group: tuple[int, ...]) -> list[tuple[int, int]]:
+        return [self.edge] if self.edge[0] in group and self.edge[1] in group else []
+
+
+def test_split_records_the_category_of_the_first_cut() -> None:
+    fg = _chain([32, 32, 2, 32, 32, 32])
+    cost = LBDFCost(fg, 40 * 1024)
+    group = tuple(range(6))
+    good = GreedySplitter(OnlyEdge((2, 3)))  # the edge over the 2-channel tensor: one cut suffices
+    assert good.split(cost, group) == [(0, 1, 2), (3, 4, 5)]
+    assert good.category[cost][group] == 1
+    poor = GreedySplitter(OnlyEdge((0, 1)))  # a cut at the start leaves an invalid tail: recursion
+    pieces = poor.split(cost, group)
+    assert poor.category[cost][group] != 1
+    if pieces is not None:
+        assert all(cost.valid(g) for g in pieces) and sorted(v for g in pieces for v in g) == list(group)
+
+
+def test_repair_stats_count_one_cut_rectifications() -> None:
+    cost = LBDFCost(_chain([32, 32, 2, 32, 32, 32]), 40 * 1024)
+    rep = ExplainerRepair("gnne")
+    rep._splitter = GreedySplitter(OnlyEdge((2, 3)))
+    fixed = rep(cost, FusionPlan([tuple(range(6))]), random.Random(0))
+    assert cost.evaluate(fixed).valid
+    st = rep.stats()
+    assert (st["groups_repaired"], st["rectified"], st["one_cut"], st["one_cut_rate"]) == (1, 1, 1, 1.0)

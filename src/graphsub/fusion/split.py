@@ -24,7 +24,11 @@ explainer-driven repairs ``gnne``, ``pg``, ``rg`` built on it.
 Results are memoized per group (``F_beta`` / ``F_D`` are memoized by the cost model), and so are
 explanations.  ``split`` returns ``None`` when the explanation gives no usable cut (e.g. a group
 without edges): the repair then falls back to the random split, and the group does not count as
-*rectified* (the paper's Table V rate = rectified / invalid groups repaired).
+*rectified* (the paper's Table V rate = rectified / invalid groups repaired).  Because every
+explanation edge is widened into a full cut, Algorithm 1 with recursion rectifies nearly every
+group; the repair therefore also counts *one-cut* rectifications, where the explanation's first
+split is already category 1 (every piece valid with no recursion) -- the measure that tells
+explainers apart (``one_cut_rate``).
 
 >>> import random
 >>> from graphsub import zoo
@@ -107,6 +111,8 @@ class GreedySplitter:
         self._memo: weakref.WeakKeyDictionary[FusionCostModel, dict[Group, tuple[Group, ...] | None]] = \
             weakref.WeakKeyDictionary()
         self.calls = 0
+        # category (1, 2, 3; 0 = no usable cut) of the first split of each group split
+        self.category: weakref.WeakKeyDictionary[FusionCostModel, dict[Group, int]] = weakref.WeakKeyDictionary()
 
     def _pieces(self, cost: FusionCostModel, group: Group, a: Group) -> tuple[list[Group], list[Group]]:
         aset = set(a)
@@ -162,6 +168,8 @@ class GreedySplitter:
                 cat2.append((-sum(len(g) for g in valid), rank, valid, other))
             else:
                 cat3.append((side_a, side_b))
+        cats = self.category.setdefault(cost, {})
+        cats[group] = 1 if cat1 else 2 if cat2 else 3 if cat3 else 0
         if cat1:
             return min(cat1, key=lambda t: t[0])[1]
         for _, _, valid, other in sorted(cat2, key=lambda t: (t[0], t[1])):
@@ -183,7 +191,8 @@ class ExplainerRepair(SplitRepair):
     The classifier is loaded on first use for the cost model's scheme (``weights``: a ``.pt``
     path, default the packaged one).  A PG / RG explainer without pre-trained parameters in the
     weights file is trained on the fly on invalid groups of random plans of the model being
-    searched (seeded).  Counters: ``groups_repaired``, ``rectified``, ``fallback``, ``explain_s``.
+    searched (seeded).  Counters: ``groups_repaired``, ``rectified``, ``one_cut``, ``fallback``,
+    ``explain_s``.
     """
 
     def __init__(self, name: str, weights: str | Path | None = None, top_k: int = 8, seed: int = 0,
@@ -200,6 +209,7 @@ class ExplainerRepair(SplitRepair):
         self._fallback = RandomRepair()
         self.rectified = 0
         self.fallback = 0
+        self.one_cut = 0
         self.explain_s = 0.0
         self.fit_s = 0.0
 
@@ -225,11 +235,15 @@ class ExplainerRepair(SplitRepair):
             self.fallback += 1
             return self._fallback.split_group(cost, group, rng)
         self.rectified += 1
+        if self._splitter is not None and self._splitter.category.get(cost, {}).get(group) == 1:
+            self.one_cut += 1
         return pieces
 
     def stats(self) -> dict[str, Any]:
         return {"groups_repaired": self.groups_repaired, "rectified": self.rectified, "fallback": self.fallback,
                 "rectify_rate": self.rectified / self.groups_repaired if self.groups_repaired else None,
+                "one_cut": self.one_cut,
+                "one_cut_rate": self.one_cut / self.groups_repaired if self.groups_repaired else None,
                 "explain_split_s": self.explain_s, "explainer_fit_s": self.fit_s}
 
 
