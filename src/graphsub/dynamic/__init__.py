@@ -1,0 +1,18 @@
+"""Dynamic-graph reuse (after Liu 2019): define-by-run PyTorch code traced lazily into a DAG,
+frequent subgraphs found by depth-limited signatures, compiled once and reused, and
+signature-keyed batching of independent occurrences.
+
+* :mod:`graphsub.dynamic.lazy` -- ``with lazy(engine): ...`` records a DAG (TorchFunctionMode +
+  ``__torch_function__``), ``build(out)`` / ``out.backward()`` evaluate it;
+* :mod:`graphsub.dynamic.signature` -- ``H'(n, d)`` signatures, ``shared()``, §5.5, the
+  collision-checked pattern table;
+* :mod:`graphsub.dynamic.codegen` -- one generated function per pattern, python / fx / inductor;
+* :mod:`graphsub.dynamic.engine` -- :class:`Reuse`: collection, replacement, execution, batching;
+* :mod:`graphsub.dynamic.sst` and :mod:`graphsub.dynamic.models` -- SST trees, the synthetic
+  treebank, the binary Tree-LSTM and a sequence LSTM written as plain eager PyTorch.
+"""
+
+from graphsub.dynamic.engine import Reuse
+from graphsub.dynamic.lazy import LazyError, LazyTensor, build, lazy
+
+__all__ = ["LazyError", "LazyTensor", "Reuse", "build", "lazy"]

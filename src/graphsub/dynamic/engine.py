@@ -1,0 +1,357 @@
+"""The reuse engine (the thesis' §4.7 and §5.1's context manager), plus signature-keyed batching.
+
+:class:`Reuse` runs lazy traces (``with lazy(engine, examples=n): ...``) in two stages:
+
+1. **collection** (the first ``collect`` traces, the thesis' ``P_Collect``): the DAG is tiled
+   by the queue search (:func:`~graphsub.dynamic.signature.tile`) with depth ``depth``
+   (``P_Depth``) and every signature is counted; the trace itself is evaluated node by node.
+   At the end, signatures whose count per example reaches ``freq`` (``P_Freq``) become the
+   frequent patterns;
+2. **optimization**: each later DAG is walked from its output; a node whose subgraph signature is
+   frequent is replaced by one call of the pattern's code (generated and compiled once per
+   signature, :mod:`graphsub.dynamic.codegen`), other nodes stay single ops.
+
+With ``batching=True`` (beyond the thesis; DyNet's autobatching and TensorFlow Fold's dynamic
+batching, keyed here by the signatures), the units of the optimized DAG (pattern calls and single
+ops) are levelled (a unit's level is one more than its inputs') and all units of one level with
+the same key -- pattern id or op and constants, input shapes, parameter identities -- run as one
+call on inputs concatenated along dimension 0.  A key is batched only when every tensor of the
+unit has a leading dimension of 1 (one row per instance) and a first-use check agrees: the first
+batched call of every key is compared with instance-by-instance calls, and a key that differs
+(an op that mixes rows) is never batched again.  Inputs are gathered with one ``index_select``
+per source batch, outputs stay in their batch until a consumer needs them, and autograd runs
+through it all, so the backward pass is batched too.
+
+Timings of the last run are in :attr:`Reuse.last` (``optimize_s``, ``execute_s``, counts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from graphsub.dynamic.codegen import compile_pattern, generate
+from graphsub.dynamic.lazy import LazyTensor, evaluate_plain, fill, is_param
+from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, tile
+
+
+@dataclass
+class Unit:
+    """One call of the optimized DAG: a pattern instance or a single op."""
+
+    root: LazyTensor
+    inputs: list[Any]
+    entry: PatternEntry | None = None
+    key: Any = None
+    level: int = 0
+
+
+@dataclass
+class RunStats:
+    optimize_s: float = 0.0
+    execute_s: float = 0.0
+    units: int = 0
+    pattern_units: int = 0
+    ops_covered: int = 0
+    ops_total: int = 0
+    calls: int = 0
+    collecting: bool = False
+
+
+@dataclass
+class Reuse:
+    """Frequent-subgraph reuse with optional batching (module docstring).
+
+    ``depth``/``freq``/``collect``: the thesis' ``P_Depth``, ``P_Freq`` (occurrences per
+    example) and ``P_Collect``; ``shapes``: shape (True) or structure (False) equivalence;
+    ``backend``: ``python``, ``fx`` or ``inductor``; ``batching``: run same-key units of a level
+    as one call; ``check_tol``: tolerance of the first-use batching check.
+    """
+
+    depth: int = 8
+    freq: float = 1.0
+    collect: int = 3
+    shapes: bool = True
+    backend: str = "python"
+    batching: bool = False
+    check_tol: float = 1e-5
+    hash_fn: Any = hash
+    table: PatternTable = field(init=False)
+    traces_seen: int = 0
+    examples_seen: int = 0
+    frequent: set[int] = field(default_factory=set)
+    last: RunStats = field(default_factory=RunStats)
+    unbatchable_ops: set[Any] = field(default_factory=set)
+    checked_ops: set[Any] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.table = PatternTable(self.hash_fn)
+
+    @property
+    def collecting(self) -> bool:
+        return self.traces_seen < self.collect
+
+    # ----------------------------------------------------------------- stage 1
+    def collect_trace(self, out: LazyTensor, examples: int) -> list[Subgraph]:
+        subs = tile(out, self.depth, consumer_map(out), self.shapes)
+        for s in subs:
+            if s.op_count > 1:
+                self.table.add(s)
+        self.traces_seen += 1
+        self.examples_seen += examples
+        if not self.collecting:
+            self.frequent = {e.pid for e in self.table.entries()
+                             if e.count / max(self.examples_seen, 1) >= self.freq}
+        return subs
+
+    def patterns(self) -> list[PatternEntry]:
+        """The frequent patterns (after collection), most frequent first."""
+        return sorted((e for e in self.table.entries() if e.pid in self.frequent), key=lambda e: -e.count)
+
+    # ----------------------------------------------------------------- stage 2
+    def plan(self, out: LazyTensor) -> list[Unit]:
+        """Units of the optimized DAG in topological order (inputs first)."""
+        consumers = consumer_map(out)
+        units: dict[int, Unit] = {}
+        order: list[Unit] = []
+        stack: list[tuple[LazyTensor, bool]] = [(out, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(units[node.gid])
+                continue
+            if node.gid in units or node.value is not None:
+                continue
+            unit = self._unit(node, consumers)
+            units[node.gid] = unit
+            stack.append((node, True))
+            for i in reversed(unit.inputs):
+                if type(i) is LazyTensor and i.gid not in units and i.value is None:
+                    stack.append((i, False))
+        return order
+
+    def _unit(self, node: LazyTensor, consumers: dict[int, list[LazyTensor]]) -> Unit:
+        if self.frequent:
+            sub = extract(node, self.depth, consumers, self.shapes)
+            if sub.op_count > 1:
+                entry = self.table.lookup(sub)
+                if entry is not None and entry.pid in self.frequent:
+                    if entry.fn is None:
+                        entry.source, fn = generate(sub, f"pattern_{entry.pid}")
+                        entry.fn = compile_pattern(fn, self.backend)
+                    return Unit(node, sub.inputs, entry)
+        return Unit(node, list(node.inputs))
+
+    # ----------------------------------------------------------------- execution
+    def run(self, trace: Any, out: LazyTensor) -> Any:
+        st = RunStats()
+        self.last = st
+        if self.collecting:
+            t0 = time.perf_counter()
+            self.collect_trace(out, trace.examples)
+            st.optimize_s = time.perf_counter() - t0
+            st.collecting = True
+            t0 = time.perf_counter()
+            value = evaluate_plain(out)
+            st.execute_s = time.perf_counter() - t0
+            return value
+        t0 = time.perf_counter()
+        units = self.plan(out)
+        st.units = len(units)
+        st.pattern_units = sum(u.entry is not None for u in units)
+        st.ops_covered = sum(u.entry.op_count for u in units if u.entry is not None)
+        st.ops_total = st.ops_covered + st.units - st.pattern_units
+        if self.batching:
+            _level(units)
+        st.optimize_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if self.batching:
+            self._run_batched(units, st)
+        else:
+            for u in units:
+                u.root.value = self._call(u, [_val(i) for i in u.inputs])
+                st.calls += 1
+        st.execute_s = time.perf_counter() - t0
+        return out.value
+
+    def _call(self, u: Unit, vals: list[Any]) -> Any:
+        if u.entry is not None:
+            u.entry.calls += 1
+            assert u.entry.fn is not None
+            return u.entry.fn(*vals)
+        args, kwargs = fill(u.root.template, vals)
+        return u.root.func(*args, **kwargs)
+
+    def _run_batched(self, units: list[Unit], st: RunStats) -> None:
+        store: dict[int, tuple[torch.Tensor, int | None]] = {}
+        groups: dict[tuple[int, Any], list[Unit]] = defaultdict(list)
+        for u in units:
+            u.key = self._key(u)
+            groups[(u.level, u.key if u.key is not None else ("single", u.root.gid))].append(u)
+        for (_, key), members in sorted(groups.items(), key=lambda kv: kv[0][0]):
+            if key is not None and key[0] == "item":
+                for u in members:  # output k of a batched multi-output unit: no call needed
+                    t, r = store[u.inputs[0].gid]
+                    store[u.root.gid] = (t[key[1]], r)
+                continue
+            if key is None or len(members) == 1 or key[0] == "single" or key in self.unbatchable_ops:
+                for u in members:
+                    v = self._call(u, [_get(store, i) for i in u.inputs])
+                    store[u.root.gid] = (v, None)
+                    st.calls += 1
+                continue
+            first = members[0]
+            cols = []
+            for k, x in enumerate(first.inputs):
+                if type(x) is not LazyTensor and is_param(x):
+                    cols.append(x)
+                else:
+                    cols.append(_gather([_src(store, m.inputs[k]) for m in members]))
+            out = self._call(first, cols)
+            st.calls += 1
+            if first.entry is not None:
+                first.entry.batched_calls += 1
+                first.entry.calls += len(members) - 1
+            if key not in self.checked_ops:
+                if not self._check(members, store, out):
+                    self.unbatchable_ops.add(key)
+                    for u in members:
+                        store[u.root.gid] = (self._call(u, [_get(store, i) for i in u.inputs]), None)
+                    st.calls += len(members)
+                    continue
+                self.checked_ops.add(key)
+            for r, u in enumerate(members):
+                store[u.root.gid] = (out, r)
+        for u in units:
+            u.root.value = _resolve(store[u.root.gid])
+
+    def _check(self, members: list[Unit], store: dict[int, Any], out: Any) -> bool:
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == len(members) for o in outs):
+            return False
+        with torch.no_grad():
+            for r in sorted({0, len(members) - 1}):
+                one = self._call(members[r], [_get(store, i) for i in members[r].inputs])
+                ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
+                if len(ones) != len(outs):
+                    return False
+                for a, b in zip(ones, outs, strict=True):
+                    if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
+                            not torch.allclose(a, b[r:r + 1], atol=self.check_tol, rtol=self.check_tol):
+                        return False
+        return True
+
+    def _key(self, u: Unit) -> Any:
+        """Batching key, or ``None`` when the unit cannot be batched (not one row per instance)."""
+        nodes = [u.root] if u.entry is None else None
+        if u.entry is None and u.root.name == "getitem" and type(u.inputs[0]) is LazyTensor \
+                and u.inputs[0].shape is None and type(u.root.template[0][1]) is int:
+            return ("item", u.root.template[0][1])
+        if u.root.shape is None:
+            metas = u.root.meta
+            if not isinstance(metas, tuple) or any(m.dim() == 0 or m.shape[0] != 1 for m in metas):
+                return None
+        elif len(u.root.shape) == 0 or u.root.shape[0] != 1:
+            return None
+        parts: list[Any] = []
+        for x in u.inputs:
+            if type(x) is LazyTensor:
+                if x.shape is None or len(x.shape) == 0 or x.shape[0] != 1:
+                    return None
+                parts.append((tuple(x.shape), x.dtype))
+            elif is_param(x):
+                parts.append(("P", id(x)))
+            else:
+                if x.dim() == 0 or x.shape[0] != 1:
+                    return None
+                parts.append((tuple(x.shape), x.dtype))
+        if nodes is None:
+            assert u.entry is not None
+            return ("pattern", u.entry.pid, tuple(parts))
+        return ("op", u.root.func, u.root.ckey, tuple(parts))
+
+    def report(self) -> dict[str, Any]:
+        """Pattern statistics (the thesis' Table 6.3 columns) and batching state."""
+        pats = self.patterns()
+        return {"distinct_signatures": len(self.table), "frequent": len(pats),
+                "occurrences": sum(e.count for e in pats),
+                "avg_occurrence": (sum(e.count for e in pats) / len(pats)) if pats else 0.0,
+                "avg_op_count": (sum(e.op_count for e in pats) / len(pats)) if pats else 0.0,
+                "hash_collisions": self.table.collisions, "examples_seen": self.examples_seen,
+                "unbatchable_keys": len(self.unbatchable_ops)}
+
+
+def _level(units: list[Unit]) -> None:
+    lvl: dict[int, int] = {}
+    for u in units:
+        u.level = 1 + max((lvl.get(i.gid, 0) for i in u.inputs if type(i) is LazyTensor), default=0)
+        lvl[u.root.gid] = u.level
+
+
+def _val(x: Any) -> Any:
+    return x.value if type(x) is LazyTensor else x
+
+
+def _src(store: dict[int, tuple[torch.Tensor, int | None]], x: Any) -> tuple[torch.Tensor, int]:
+    if type(x) is LazyTensor:
+        if x.gid in store:
+            t, r = store[x.gid]
+            return (t, 0) if r is None else (t, r)
+        return (x.value, 0)
+    return (x, 0)
+
+
+def _get(store: dict[int, tuple[torch.Tensor, int | None]], x: Any) -> Any:
+    if type(x) is LazyTensor:
+        if x.gid in store:
+            return _resolve(store[x.gid])
+        return x.value
+    return x
+
+
+def _resolve(s: tuple[Any, int | None]) -> Any:
+    t, r = s
+    if isinstance(t, (tuple, list)):
+        return t if r is None else tuple(x[r:r + 1] for x in t)
+    if r is None or (t.shape[0] == 1 and r == 0):
+        return t
+    return t[r:r + 1]
+
+
+def _gather(srcs: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+    """Rows ``srcs[i]`` stacked in order: one ``index_select`` per source tensor."""
+    by_t: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
+    for p, (t, r) in enumerate(srcs):
+        ent = by_t.get(id(t))
+        if ent is None:
+            by_t[id(t)] = ent = (t, [], [])
+        ent[1].append(p)
+        ent[2].append(r)
+    parts = []
+    positions: list[int] = []
+    for t, pos, rows in by_t.values():
+        if len(rows) == t.shape[0] and rows == list(range(t.shape[0])):
+            parts.append(t)
+        elif len(rows) == 1:
+            parts.append(t[rows[0]:rows[0] + 1])
+        else:
+            parts.append(t.index_select(0, torch.tensor(rows)))
+        positions.extend(pos)
+    if len(parts) == 1:
+        return parts[0]
+    if all(p.shape[0] == 1 for p in parts) and positions == list(range(len(positions))):
+        return torch.cat(parts)
+    cat = torch.cat(parts)
+    if positions == list(range(len(positions))):
+        return cat
+    inv = [0] * len(positions)
+    for k, p in enumerate(positions):
+        inv[p] = k
+    return cat.index_select(0, torch.tensor(inv))
+
+
+__all__ = ["Reuse", "RunStats", "Unit"]

@@ -1,0 +1,458 @@
+"""Lazy tracing of define-by-run PyTorch code (the thesis' §4.3, §5.1-5.2, in PyTorch).
+
+Inside ``with lazy():`` ordinary torch code records a DAG instead of computing: every torch
+function, ``Tensor`` method or operator that touches a :class:`LazyTensor` or a tensor that
+requires grad (a parameter) returns a new :class:`LazyTensor` node.  The capture uses torch's
+own override machinery, not monkey patching: a :class:`~torch.overrides.TorchFunctionMode`
+sees every call inside the context (``nn.Module`` layers included, since they end in
+``torch.nn.functional`` calls), and :class:`LazyTensor` itself implements
+``__torch_function__`` so that lazy values keep working after the context is closed.  Calls on
+plain data only (``torch.tensor([3])``, ``torch.zeros(...)``) run eagerly: their results are
+the DAG's *inputs*.
+
+Tracked objects (§5.1):
+
+* **lazy nodes**: one per recorded call, with a global id ``gid``;
+* **parameters**: tensors that require grad, leaves keyed by identity (the optimizer updates
+  them in place, so they are read by reference at execution);
+* **data inputs and constants**: other real tensors (leaf constant ``C`` in signatures);
+* **Python scalars and other arguments** are kept in the call template and are part of a
+  node's signature (``x * 0.5`` and ``x * 2`` differ).
+
+Shapes come from running each op once on ``meta`` tensors, memoized per
+``(op, input shapes and dtypes, constant arguments)``, so a trace of a batch of trees costs a
+dictionary lookup per op after the first few.  Multi-output ops (``split``, ``chunk``,
+``unbind``, ...) give one node whose value is a tuple plus one ``getitem`` node per output (the
+thesis' ``access(x, i)``).
+
+Dropout in training mode is recorded as ``x * mask`` with the mask drawn at trace time, in
+program order: PyTorch's CPU dropout is exactly ``x * bernoulli(1 - p) / (1 - p)``, so a lazy run
+consumes the RNG as eager code does and gives bit-identical masks, however the DAG is later
+executed (batched or not).
+
+``build(out)`` (or ``out.item()``, ``out.backward()``, ``float(out)``...) evaluates the DAG: by
+the reuse engine of the trace if one was given (:mod:`graphsub.dynamic.engine`), otherwise node
+by node.
+
+>>> import torch
+>>> w = torch.nn.Parameter(torch.ones(3, 2))
+>>> with lazy() as tr:
+...     x = torch.tensor([[1.0, 2.0, 3.0]])
+...     y = torch.tanh(x @ w) * 2 + 1
+>>> type(y).__name__, tuple(y.shape), len(tr.nodes)
+('LazyTensor', (1, 2), 4)
+>>> torch.allclose(build(y), torch.tanh(x @ w) * 2 + 1)
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from graphsub.errors import GraphsubError
+
+
+class LazyError(GraphsubError):
+    """A lazy trace cannot be recorded or evaluated."""
+
+
+class Slot:
+    """Placeholder for the ``index``-th tensor input inside a call template."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"Slot({self.index})"
+
+
+_GID = itertools.count(1)
+_NAMES: dict[Any, str] = {}
+_STATE = threading.local()
+
+
+def _executing() -> bool:
+    return getattr(_STATE, "executing", 0) > 0
+
+
+@contextmanager
+def executing() -> Iterator[None]:
+    """Run real torch code inside a lazy context (the tracer passes calls through)."""
+    _STATE.executing = getattr(_STATE, "executing", 0) + 1
+    try:
+        yield
+    finally:
+        _STATE.executing -= 1
+
+
+_SLOT = object()  # marker token of a tensor input in a constant key
+_SIMPLE = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _flatten(obj: Any, inputs: list[Any], key: list[Any]) -> Any:
+    """Template of ``obj`` with every tensor / lazy value replaced by a :class:`Slot`; ``key``
+    receives a flat, hashable description of the constants (tensors as a marker)."""
+    t = type(obj)
+    if t is LazyTensor or isinstance(obj, torch.Tensor):
+        inputs.append(obj)
+        key.append(_SLOT)
+        return Slot(len(inputs) - 1)
+    if t is list or t is tuple:
+        key.append(t)
+        key.append(len(obj))
+        return t(_flatten(o, inputs, key) for o in obj)
+    if t is dict:
+        key.append(dict)
+        out = {}
+        for k, v in obj.items():
+            key.append(k)
+            out[k] = _flatten(v, inputs, key)
+        return out
+    key.append(t)
+    if t is slice:
+        key.extend((obj.start, obj.stop, obj.step))
+    elif isinstance(obj, _SIMPLE) or obj is Ellipsis or t is torch.Size:
+        key.append(obj)
+    else:
+        key.append(id(obj))  # an object compared by identity (e.g. a module)
+    return obj
+
+
+def fill(template: Any, values: Sequence[Any]) -> Any:
+    """Inverse of :func:`_flatten`: the template with slots replaced by ``values``."""
+    if type(template) is Slot:
+        return values[template.index]
+    if type(template) in (list, tuple):
+        return type(template)(fill(t, values) for t in template)
+    if type(template) is dict:
+        return {k: fill(v, values) for k, v in template.items()}
+    return template
+
+
+def op_name(func: Callable[..., Any]) -> str:
+    """Readable, stable name of a torch callable (``torch.tanh``, ``Tensor.__mul__``, ``F.linear``)."""
+    if func is operator.getitem:
+        return "getitem"
+    mod = getattr(func, "__module__", None) or ""
+    qual: str = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if "Tensor" in qual or mod.startswith("torch._tensor"):
+        return f"Tensor.{qual.split('.')[-1]}"
+    if mod.startswith("torch.nn.functional"):
+        return f"F.{qual}"
+    return f"torch.{getattr(func, '__name__', qual)}"
+
+
+class LazyTensor:
+    """A node of the lazy DAG: ``func(*fill(template, inputs))`` (see the module docstring).
+
+    ``inputs`` holds lazy nodes and real tensors (leaves); ``shape`` / ``dtype`` describe the
+    value (``shape`` is ``None`` and ``meta`` a tuple for a multi-output node); ``value`` is
+    filled by evaluation.
+    """
+
+    __slots__ = ("__weakref__", "ckey", "dtype", "func", "gid", "inputs", "meta", "name", "shape", "template",
+                 "trace", "value")
+
+    def __init__(self, func: Callable[..., Any], template: Any, inputs: tuple[Any, ...], meta: Any,
+                 trace: Trace, ckey: tuple[Any, ...] = ()):
+        self.gid = next(_GID)
+        self.func = func
+        self.ckey = ckey  # the call's constants (hashable): part of the node's signature
+        self.name = _NAMES.get(func) or _NAMES.setdefault(func, op_name(func))
+        self.template = template
+        self.inputs = inputs
+        self.meta = meta
+        if isinstance(meta, torch.Tensor):
+            self.shape: torch.Size | None = meta.shape
+            self.dtype: torch.dtype | None = meta.dtype
+        else:
+            self.shape, self.dtype = None, None
+        self.trace = trace
+        self.value: Any = None
+        trace.nodes.append(self)
+
+    # --- tensor-like surface -------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"LazyTensor(#{self.gid} {self.name}, shape={None if self.shape is None else tuple(self.shape)})"
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape())
+
+    def _shape(self) -> torch.Size:
+        if self.shape is None:
+            raise LazyError(f"{self!r} is a multi-output node; index it first")
+        return self.shape
+
+    def size(self, dim: int | None = None) -> Any:
+        s = self._shape()
+        return s if dim is None else s[dim]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def __len__(self) -> int:
+        return int(self._shape()[0])
+
+    @property
+    def requires_grad(self) -> bool:
+        return True
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @classmethod
+    def __torch_function__(cls, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return record(func, args, kwargs or {})
+
+    def __getattr__(self, attr: str) -> Any:
+        meth = getattr(torch.Tensor, attr, None)
+        if meth is None or not callable(meth):
+            raise AttributeError(f"LazyTensor has no attribute {attr!r}")
+        return lambda *a, **k: record(meth, (self, *a), k)
+
+    def __getitem__(self, idx: Any) -> Any:
+        return record(torch.Tensor.__getitem__, (self, idx), {})
+
+    # forcing evaluation
+    def build(self) -> torch.Tensor:
+        return build(self)
+
+    def item(self) -> Any:
+        return build(self).item()
+
+    def tolist(self) -> Any:
+        return build(self).tolist()
+
+    def backward(self, *args: Any, **kwargs: Any) -> None:
+        self.trace.backward(self, *args, **kwargs)
+
+    def __float__(self) -> float:
+        return float(build(self))
+
+    def __bool__(self) -> bool:
+        return bool(build(self))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(record(torch.Tensor.unbind, (self,), {}))
+
+
+def _binop(name: str) -> Callable[..., Any]:
+    meth = getattr(torch.Tensor, name)
+
+    def f(self: LazyTensor, *args: Any) -> Any:
+        return record(meth, (self, *args), {})
+
+    f.__name__ = name
+    return f
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__abs__", "__lt__", "__le__", "__gt__",
+              "__ge__", "__and__", "__or__", "__invert__", "__mod__", "__floordiv__"):
+    setattr(LazyTensor, _name, _binop(_name))
+LazyTensor.__hash__ = object.__hash__  # type: ignore[method-assign]
+
+
+class Trace:
+    """One lazy DAG: its nodes in creation order (a topological order), the engine that will
+    run it (``None``: plain node-by-node evaluation) and bookkeeping for leaves."""
+
+    def __init__(self, engine: Any = None, examples: int = 1):
+        self.nodes: list[LazyTensor] = []
+        self.engine = engine
+        self.examples = examples
+        self.built = False
+
+    def evaluate(self, out: LazyTensor) -> Any:
+        """Evaluate ``out`` (and what it needs) node by node; values stay on the nodes."""
+        if out.value is not None:
+            return out.value
+        with executing(), torch._C.DisableTorchFunction():
+            if self.engine is not None:
+                return self.engine.run(self, out)
+            return evaluate_plain(out)
+
+    def backward(self, out: LazyTensor, *args: Any, **kwargs: Any) -> None:
+        value = self.evaluate(out)
+        with executing(), torch._C.DisableTorchFunction():
+            value.backward(*args, **kwargs)
+
+
+def evaluate_plain(out: LazyTensor) -> Any:
+    """Node-by-node evaluation in topological order (iterative post-order DFS)."""
+    stack: list[tuple[LazyTensor, bool]] = [(out, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node.value is not None:
+            continue
+        if ready:
+            node.value = run_node(node)
+            continue
+        stack.append((node, True))
+        for i in node.inputs:
+            if type(i) is LazyTensor and i.value is None:
+                stack.append((i, False))
+    return out.value
+
+
+def run_node(node: LazyTensor) -> Any:
+    vals = [i.value if type(i) is LazyTensor else i for i in node.inputs]
+    args, kwargs = fill(node.template, vals)
+    return node.func(*args, **kwargs)
+
+
+_CURRENT: list[Trace] = []
+_DROPOUTS = (F.dropout, torch.dropout)
+_SHAPES: dict[Any, Any] = {}
+
+
+def _to_meta(x: Any) -> Any:
+    if type(x) is LazyTensor:
+        if x.meta is None:
+            raise LazyError(f"{x!r} has no shape")
+        return x.meta
+    return torch.empty_like(x, device="meta") if x.device.type != "meta" else x
+
+
+def _infer(func: Callable[..., Any], template: Any, inputs: list[Any], ckey: tuple[Any, ...] | None) -> Any:
+    """Meta value(s) of ``func`` on ``inputs`` (memoized on shapes, dtypes and constants)."""
+    key: Any = None
+    if ckey is not None:
+        key = (func, ckey, *((i.shape, i.dtype) for i in inputs))
+        if any(i.shape is None for i in inputs):
+            key = None
+    if key is not None:
+        hit = _SHAPES.get(key)
+        if hit is not None:
+            return hit
+    metas = [_to_meta(i) for i in inputs]
+    args, kwargs = fill(template, metas)
+    with executing():
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:  # report any shape error with the op's name
+            raise LazyError(f"{op_name(func)}: cannot infer the output shape ({e})") from e
+    if key is not None:
+        _SHAPES[key] = out
+    return out
+
+
+def _needs_record(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """Cheap pre-check: does any (top-level or listed) argument hold a lazy value or a parameter?"""
+    for a in itertools.chain(args, kwargs.values()):
+        if type(a) is LazyTensor or (isinstance(a, torch.Tensor) and a.requires_grad):
+            return True
+        if type(a) in (list, tuple) and any(type(b) is LazyTensor or (isinstance(b, torch.Tensor) and b.requires_grad)
+                                            for b in a):
+            return True
+    return False
+
+
+def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """Record ``func(*args, **kwargs)`` as a lazy node (or run it, for data-only calls)."""
+    with torch._C.DisableTorchFunction():
+        if _executing() or not _needs_record(args, kwargs):
+            return func(*args, **kwargs)
+        return _record(func, args, kwargs)
+
+
+def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    inputs: list[Any] = []
+    keyl: list[Any] = []
+    template = _flatten((tuple(args), dict(kwargs)), inputs, keyl)
+    ckey: tuple[Any, ...] | None = tuple(keyl)
+    try:
+        hash(ckey)
+    except TypeError:
+        ckey = None
+    trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (_CURRENT[-1] if _CURRENT else None)
+    if trace is None:
+        raise LazyError(f"{op_name(func)} on lazy values outside any trace")
+    if func in _DROPOUTS:
+        return _dropout(args, kwargs, trace)
+    if func is torch.Tensor.__getitem__ and not any(type(i) is LazyTensor for i in inputs[1:]) \
+            and type(inputs[0]) is LazyTensor and inputs[0].shape is None:
+        func = operator.getitem  # indexing a multi-output node: the thesis' access(x, i)
+    meta = _infer(func, template, inputs, ckey)
+    node = LazyTensor(func, template, tuple(inputs), meta if isinstance(meta, torch.Tensor) else None, trace,
+                      ckey if ckey is not None else ("unhashable", next(_GID)))
+    if isinstance(meta, torch.Tensor):
+        return node
+    if isinstance(meta, (tuple, list)) and all(isinstance(m, torch.Tensor) for m in meta):
+        node.meta = tuple(meta)
+        outs = tuple(LazyTensor(operator.getitem, ((Slot(0), k), {}), (node,), m, trace, ("getitem", k))
+                     for k, m in enumerate(meta))
+        return outs if isinstance(meta, tuple) else list(outs)
+    # a non-tensor result (e.g. a size): compute it now
+    with executing():
+        return func(*args, **kwargs)
+
+
+def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
+    names = ("input", "p", "training", "inplace")
+    bound = dict(zip(names, args, strict=False)) | kwargs
+    x, p, training = bound["input"], float(bound.get("p", 0.5)), bool(bound.get("training", True))
+    if not training or p == 0.0:
+        return x
+    if p >= 1.0:
+        return record(torch.mul, (x, 0.0), {})
+    shape: Any = x.shape
+    with executing():
+        mask = torch.empty(tuple(shape), dtype=x.dtype).bernoulli_(1.0 - p).div_(1.0 - p)
+    return record(torch.mul, (x, mask), {})
+
+
+class _LazyMode(TorchFunctionMode):
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if _executing():
+            return func(*args, **kwargs)
+        return record(func, args, kwargs)
+
+
+@contextmanager
+def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
+    """Record torch calls into a new :class:`Trace` (see the module docstring).
+
+    ``engine``: what runs the DAG when a value is needed (e.g. a
+    :class:`graphsub.dynamic.engine.Reuse`); ``examples``: how many training examples the trace
+    holds (the unit of the thesis' frequency threshold ``P_Freq``).
+    """
+    trace = Trace(engine, examples)
+    _CURRENT.append(trace)
+    try:
+        with _LazyMode():
+            yield trace
+    finally:
+        _CURRENT.pop()
+
+
+def build(out: Any) -> Any:
+    """Evaluate a lazy value (or a list / tuple of them); real tensors pass through."""
+    if type(out) is LazyTensor:
+        return out.trace.evaluate(out)
+    if isinstance(out, (list, tuple)):
+        return type(out)(build(o) for o in out)
+    return out
+
+
+def is_param(x: Any) -> bool:
+    """A leaf that is read by reference (a parameter or any tensor requiring grad)."""
+    return isinstance(x, torch.Tensor) and x.requires_grad
+
+
+__all__ = ["LazyError", "LazyTensor", "Slot", "Trace", "build", "evaluate_plain", "executing", "fill",
+           "is_param", "lazy", "op_name", "record", "run_node"]

@@ -1,0 +1,196 @@
+"""Dynamic workloads written as plain eager PyTorch: a binary Tree-LSTM and a per-step sequence LSTM.
+
+Both models are *define-by-run*: ``forward`` walks the input (a tree, a token list) in Python and issues one
+small tensor op after another, so every sentence produces a different graph. They use only ordinary torch
+calls -- ``torch.tensor``/``torch.zeros`` for inputs, ``nn.Embedding``, ``nn.Linear``, ``torch.cat``,
+``Tensor.chunk``, ``torch.sigmoid``/``torch.tanh``, ``*``/``+``, ``F.dropout``, ``F.cross_entropy``,
+``torch.stack``/``mean`` -- and never batch, cache or look at tensor values, so the same code runs eagerly
+or under the lazy tracer of :mod:`graphsub.dynamic` (which is what finds and reuses repeated subgraphs).
+
+:class:`BinaryTreeLSTM` is the N-ary (N = 2) Tree-LSTM of Tai et al. 2015 as in stanfordnlp's
+``BinaryTreeLSTM.lua``, with the sizes of Liu's thesis (embedding 300, hidden 150, dropout 0.5, binary SST,
+loss at the root only):
+
+* leaf: ``x = emb(word)``, ``c = W_c x + b_c``, ``h = sigmoid(W_o x + b_o) * tanh(c)``;
+* internal node: one ``Linear(2H, 5H)`` over ``cat([h_l, h_r])`` chunked into ``i, o, f_l, f_r, u``;
+  ``c = sigmoid(i) * tanh(u) + sigmoid(f_l) * c_l + sigmoid(f_r) * c_r``, ``h = sigmoid(o) * tanh(c)``;
+* output: ``Linear(H, classes)`` on the dropped-out root ``h``.
+
+Every per-node tensor has shape ``[1, H]``. :class:`SeqLSTM` is the matching chain workload: a standard
+LSTM over the sentence's words (gate order ``i, f, g, o`` as in ``nn.LSTMCell``), one ``Linear(E + H, 4H)``
+per step. The L2 regularisation of the thesis (1e-4) is the optimizer's ``weight_decay``
+(:func:`make_optimizer`: Adagrad, lr 0.05, as Tai et al.); the models add no penalty term themselves.
+
+Trees must be encoded first (:func:`~graphsub.dynamic.sst.encode_tree`, the preprocessing stage), so
+leaves carry integer word ids.
+
+>>> from graphsub.dynamic.sst import Vocab, parse_ptb
+>>> tree = parse_ptb("(1 (0 It) (1 (0 's) (1 good)))")
+>>> tree = encode_tree(tree, Vocab.build([tree]))
+>>> model = BinaryTreeLSTM(vocab_size=4, emb_dim=8, hidden=6)
+>>> model(tree).shape, model.loss(tree).shape
+(torch.Size([1, 2]), torch.Size([]))
+>>> SeqLSTM(vocab_size=4, emb_dim=8, hidden=6)(tree_tokens(tree)).shape
+torch.Size([1, 2])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphsub.dynamic.sst import Tree, encode_tree
+
+State = tuple[Tensor, Tensor]
+"""``(c, h)`` of one node or time step, each ``[1, H]``."""
+
+
+def _target(label: int, num_classes: int, device: torch.device) -> Tensor:
+    if not 0 <= label < num_classes:
+        raise ValueError(
+            f"label {label} outside 0..{num_classes - 1} (neutral or 5-class label? "
+            "load with binary=True or build the model with num_classes=5)"
+        )
+    return torch.tensor([label], device=device)
+
+
+def tree_tokens(tree: Tree) -> list[int]:
+    """The word ids of an encoded tree's leaves, left to right (the input of :class:`SeqLSTM`)."""
+    ids = [leaf.wid for leaf in tree.leaves()]
+    if any(i is None for i in ids):
+        raise ValueError("tree_tokens: tree is not encoded; call encode_tree(tree, vocab) first")
+    return [i for i in ids if i is not None]
+
+
+class BinaryTreeLSTM(nn.Module):
+    """Binary (N-ary, N = 2) Tree-LSTM sentiment classifier, evaluated recursively per tree."""
+
+    def __init__(
+        self, vocab_size: int, emb_dim: int = 300, hidden: int = 150, num_classes: int = 2, dropout: float = 0.5
+    ) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.embedding = nn.Embedding(vocab_size, emb_dim)
+        self.leaf_c = nn.Linear(emb_dim, hidden)
+        self.leaf_o = nn.Linear(emb_dim, hidden)
+        self.composer = nn.Linear(2 * hidden, 5 * hidden)
+        self.output = nn.Linear(hidden, num_classes)
+
+    def leaf(self, wid: int) -> State:
+        """State of a leaf holding word id ``wid``."""
+        x = self.embedding(torch.tensor([wid], device=self.embedding.weight.device))
+        c = self.leaf_c(x)
+        h = torch.sigmoid(self.leaf_o(x)) * torch.tanh(c)
+        return c, h
+
+    def compose(self, left: State, right: State) -> State:
+        """State of an internal node from its children's states."""
+        (lc, lh), (rc, rh) = left, right
+        i, o, fl, fr, u = self.composer(torch.cat([lh, rh], dim=1)).chunk(5, dim=1)
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * lc + torch.sigmoid(fr) * rc
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return c, h
+
+    def node_state(self, tree: Tree) -> State:
+        """``(c, h)`` of ``tree``'s root, by recursion over the tree (define-by-run)."""
+        if tree.left is None or tree.right is None:
+            if tree.wid is None:
+                raise ValueError(f"leaf {tree.word!r} has no word id; call encode_tree(tree, vocab) first")
+            return self.leaf(tree.wid)
+        return self.compose(self.node_state(tree.left), self.node_state(tree.right))
+
+    def forward(self, tree: Tree) -> Tensor:
+        """Class logits ``[1, num_classes]`` of the sentence ``tree``."""
+        _, h = self.node_state(tree)
+        return self.output(F.dropout(h, self.dropout, self.training))
+
+    def loss(self, tree: Tree) -> Tensor:
+        """Cross-entropy of the root label (a scalar); internal-node labels are not used."""
+        return F.cross_entropy(self(tree), _target(tree.label, self.num_classes, self.embedding.weight.device))
+
+    def parameter_groups(self) -> dict[str, int]:
+        """Parameter counts of the parts: ``embedding``, ``leaf`` (W_c, W_o), ``composer``, ``output``."""
+
+        def count(*mods: nn.Module) -> int:
+            return sum(p.numel() for m in mods for p in m.parameters())
+
+        return {
+            "embedding": count(self.embedding),
+            "leaf": count(self.leaf_c, self.leaf_o),
+            "composer": count(self.composer),
+            "output": count(self.output),
+        }
+
+
+class SeqLSTM(nn.Module):
+    """LSTM over a sentence's word ids, one step at a time in Python, classifying the last ``h``."""
+
+    def __init__(
+        self, vocab_size: int, emb_dim: int = 300, hidden: int = 150, num_classes: int = 2, dropout: float = 0.5
+    ) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.num_classes = num_classes
+        self.dropout = dropout
+        self.embedding = nn.Embedding(vocab_size, emb_dim)
+        self.cell = nn.Linear(emb_dim + hidden, 4 * hidden)
+        self.output = nn.Linear(hidden, num_classes)
+
+    def step(self, wid: int, state: State) -> State:
+        """One LSTM step on word id ``wid`` from ``state = (c, h)``."""
+        c, h = state
+        x = self.embedding(torch.tensor([wid], device=self.embedding.weight.device))
+        i, f, g, o = self.cell(torch.cat([x, h], dim=1)).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return c, h
+
+    def forward(self, tokens: Sequence[int]) -> Tensor:
+        """Class logits ``[1, num_classes]`` of the word-id sequence ``tokens`` (non-empty)."""
+        if len(tokens) == 0:
+            raise ValueError("SeqLSTM: empty token sequence")
+        device = self.embedding.weight.device
+        state = (torch.zeros(1, self.hidden, device=device), torch.zeros(1, self.hidden, device=device))
+        for wid in tokens:
+            state = self.step(wid, state)
+        return self.output(F.dropout(state[1], self.dropout, self.training))
+
+    def loss(self, tokens: Sequence[int], label: int) -> Tensor:
+        """Cross-entropy of the sentence label (a scalar)."""
+        return F.cross_entropy(self(tokens), _target(label, self.num_classes, self.embedding.weight.device))
+
+
+def batch_loss(model: BinaryTreeLSTM, trees: Sequence[Tree]) -> Tensor:
+    """Mean root loss over a batch of encoded trees (one recursive forward per tree)."""
+    if not trees:
+        raise ValueError("batch_loss: empty batch")
+    return torch.stack([model.loss(t) for t in trees]).mean()
+
+
+def seq_batch_loss(model: SeqLSTM, trees: Sequence[Tree]) -> Tensor:
+    """Mean loss of :class:`SeqLSTM` over encoded trees read as word sequences (root labels)."""
+    if not trees:
+        raise ValueError("seq_batch_loss: empty batch")
+    return torch.stack([model.loss(tree_tokens(t), t.label) for t in trees]).mean()
+
+
+def make_optimizer(model: nn.Module, lr: float = 0.05, weight_decay: float = 1e-4) -> torch.optim.Adagrad:
+    """Adagrad as in Tai et al. (lr 0.05); ``weight_decay`` is the thesis's L2 regularisation (1e-4)."""
+    return torch.optim.Adagrad(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+__all__ = [
+    "BinaryTreeLSTM",
+    "SeqLSTM",
+    "State",
+    "batch_loss",
+    "encode_tree",
+    "make_optimizer",
+    "seq_batch_loss",
+    "tree_tokens",
+]
