@@ -284,7 +284,7 @@ def render_fig5(rows: list[dict[str, Any]]) -> list[str]:
                 vals = [v for r in sel if (v := best_at(r["trace"], b)) is not None]
                 ys.append(statistics.mean(vals) if vals else float("nan"))
             ax.plot(bs, ys, marker="o", label=rp if rp == "random" else rp.upper())
-            out.append(f"| {rp} | " + " | ".join(f"{y:.3f}" for y in ys) + " - |" * (len(budgets) - len(ys)))
+            out.append(f"| {rp} | " + " | ".join(f"{y:.3f}" for y in ys) + " |" + " - |" * (len(budgets) - len(ys)))
         ax.set_title(f"{m} / {s.upper()} / {a.upper()} / {buf} KB")
         ax.set_xlabel("evaluated plans (budget)")
         ax.set_ylabel("best DRAM (MB)")
