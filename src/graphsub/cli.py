@@ -277,12 +277,14 @@ __all__ = ["app", "graph_info", "load_model", "main"]
 
 from graphsub.cli_bench import bench_cmd  # noqa: E402  (these need the helpers above)
 from graphsub.cli_cost import cost_cmd, profile_cmd  # noqa: E402
+from graphsub.cli_dynamic import dynamic_app  # noqa: E402
 from graphsub.cli_fuse import fuse_cmd  # noqa: E402
 from graphsub.cli_optimize import optimize_cmd  # noqa: E402
 from graphsub.cli_rules import rules_app  # noqa: E402
 from graphsub.cli_search import search_cmd  # noqa: E402
 
 app.add_typer(rules_app, name="rules")
+app.add_typer(dynamic_app, name="dynamic")
 app.command("cost")(cost_cmd)
 app.command("profile")(profile_cmd)
 app.command("search")(search_cmd)

@@ -22,6 +22,13 @@ batched call of every key is compared with instance-by-instance calls, and a key
 per source batch, outputs stay in their batch until a consumer needs them, and autograd runs
 through it all, so the backward pass is batched too.
 
+With batching and no frequent patterns (``Reuse(depth=1, collect=0, batching=True)``: op-level,
+signature-keyed batching, the fast path) every node is its own unit, and its level and key id were
+already computed by the tracer (:class:`~graphsub.dynamic.lazy.LazyTensor` ``level`` / ``kid``), so
+planning is one backward scan of the trace plus one grouping pass; a group's inputs that are the rows
+of one earlier batch in order are passed as they are, others take one ``cat`` and/or one
+``index_select``; values stay in their batch (``bval`` / ``brow``) and only the output is sliced out.
+
 Timings of the last run are in :attr:`Reuse.last` (``optimize_s``, ``execute_s``, counts).
 """
 
@@ -35,8 +42,8 @@ from typing import Any
 import torch
 
 from graphsub.dynamic.codegen import compile_pattern, generate
-from graphsub.dynamic.lazy import LazyTensor, evaluate_plain, fill, is_param
-from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, tile
+from graphsub.dynamic.lazy import KID_INFO, LazyTensor, evaluate_plain, fill, is_param, resolve_row
+from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, reachable, tile
 
 
 @dataclass
@@ -115,7 +122,7 @@ class Reuse:
     # ----------------------------------------------------------------- stage 2
     def plan(self, out: LazyTensor) -> list[Unit]:
         """Units of the optimized DAG in topological order (inputs first)."""
-        consumers = consumer_map(out)
+        consumers = consumer_map(out) if self.frequent else {}
         units: dict[int, Unit] = {}
         order: list[Unit] = []
         stack: list[tuple[LazyTensor, bool]] = [(out, False)]
@@ -159,6 +166,8 @@ class Reuse:
             value = evaluate_plain(out)
             st.execute_s = time.perf_counter() - t0
             return value
+        if self.batching and not self.frequent:  # op-level, signature-keyed batching (no patterns)
+            return self._run_ops(trace, out, st)
         t0 = time.perf_counter()
         units = self.plan(out)
         st.units = len(units)
@@ -177,6 +186,84 @@ class Reuse:
                 st.calls += 1
         st.execute_s = time.perf_counter() - t0
         return out.value
+
+    # ----------------------------------------------------------------- op-level batching
+    def _run_ops(self, trace: Any, out: LazyTensor, st: RunStats) -> Any:
+        """Batched run with one unit per node: the node's level and key id were computed while tracing
+        (:class:`~graphsub.dynamic.lazy.LazyTensor`), so planning is one grouping pass."""
+        t0 = time.perf_counter()
+        order = _needed(trace, out)
+        groups: dict[tuple[int, int], list[LazyTensor]] = {}
+        for n in order:
+            k = (n.level, n.kid if n.kid >= 0 else -n.gid)
+            g = groups.get(k)
+            if g is None:
+                groups[k] = [n]
+            else:
+                g.append(n)
+        st.units = st.ops_total = len(order)
+        st.optimize_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        calls = 0
+        unbatchable = self.unbatchable_ops
+        for (_, kid), members in sorted(groups.items(), key=_first_of_key):
+            batchable, item = KID_INFO[kid] if kid >= 0 else (False, -1)
+            if item >= 0:  # output ``item`` of a multi-output node: no call needed
+                for m in members:
+                    src = m.inputs[0]
+                    if src.value is not None:
+                        m.bval, m.brow = src.value[item], None
+                    else:
+                        m.bval, m.brow = src.bval[item], src.brow
+                continue
+            if len(members) == 1 or not batchable or ("k", kid) in unbatchable:
+                for m in members:
+                    m.bval = _call_node(m, [_nval(i) for i in m.inputs])
+                    m.brow = None
+                calls += len(members)
+                continue
+            first = members[0]
+            cols = []
+            for j, x in enumerate(first.inputs):
+                if type(x) is not LazyTensor and x.requires_grad:
+                    cols.append(x)  # a parameter, shared by the group (it is part of the key)
+                else:
+                    cols.append(_gather_col([m.inputs[j] for m in members]))
+            res = _call_node(first, cols)
+            calls += 1
+            if ("k", kid) not in self.checked_ops:
+                if not self._check_nodes(members, res):
+                    unbatchable.add(("k", kid))
+                    for m in members:
+                        m.bval = _call_node(m, [_nval(i) for i in m.inputs])
+                        m.brow = None
+                    calls += len(members)
+                    continue
+                self.checked_ops.add(("k", kid))
+            for r, m in enumerate(members):
+                m.bval = res
+                m.brow = r
+        st.calls = calls
+        out.value = resolve_row(out.bval, out.brow)
+        st.execute_s = time.perf_counter() - t0
+        return out.value
+
+    def _check_nodes(self, members: list[LazyTensor], out: Any) -> bool:
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == len(members) for o in outs):
+            return False
+        with torch.no_grad():
+            for r in sorted({0, len(members) - 1}):
+                m = members[r]
+                one = _call_node(m, [_nval(i) for i in m.inputs])
+                ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
+                if len(ones) != len(outs):
+                    return False
+                for a, b in zip(ones, outs, strict=True):
+                    if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
+                            not torch.allclose(a, b[r:r + 1], atol=self.check_tol, rtol=self.check_tol):
+                        return False
+        return True
 
     def _call(self, u: Unit, vals: list[Any]) -> Any:
         if u.entry is not None:
@@ -283,6 +370,92 @@ class Reuse:
                 "avg_op_count": (sum(e.op_count for e in pats) / len(pats)) if pats else 0.0,
                 "hash_collisions": self.table.collisions, "examples_seen": self.examples_seen,
                 "unbatchable_keys": len(self.unbatchable_ops)}
+
+
+def _first_of_key(kv: tuple[tuple[int, int], Any]) -> int:
+    return kv[0][0]
+
+
+def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
+    """Nodes ``out`` needs that have no value yet, in topological order (one backward scan of the trace)."""
+    need = {out.gid}
+    order: list[LazyTensor] = []
+    found = 0
+    refs = trace.refs if trace is not None and out.trace is trace else []
+    for ref in reversed(refs):
+        n = ref()
+        if n is not None and n.gid in need:
+            found += 1
+            if n.value is not None or n.bval is not None:
+                continue
+            order.append(n)
+            for i in n.inputs:
+                if type(i) is LazyTensor:
+                    need.add(i.gid)
+    if found != len(need):  # some input lives in another trace: walk the DAG itself
+        return [n for n in reachable(out) if n.value is None and n.bval is None]
+    order.reverse()
+    return order
+
+
+def _nval(x: Any) -> Any:
+    if type(x) is LazyTensor:
+        if x.value is not None:
+            return x.value
+        return resolve_row(x.bval, x.brow)
+    return x
+
+
+def _call_node(n: LazyTensor, vals: list[Any]) -> Any:
+    args, kwargs = fill(n.template, vals)
+    return n.func(*args, **kwargs)
+
+
+def _gather_col(xs: list[Any]) -> torch.Tensor:
+    """The rows of ``xs`` (lazy nodes in a batch, values, data tensors of one row) stacked in order."""
+    x0 = xs[0]
+    n = len(xs)
+    if type(x0) is LazyTensor and x0.value is None and x0.brow == 0:
+        t0 = x0.bval
+        if t0.shape[0] >= n:
+            for r, x in enumerate(xs):
+                if type(x) is not LazyTensor or x.bval is not t0 or x.brow != r or x.value is not None:
+                    break
+            else:
+                return t0 if t0.shape[0] == n else t0[:n]
+    ts: list[torch.Tensor] = []
+    rows: list[int] = []
+    for x in xs:
+        if type(x) is LazyTensor:
+            if x.value is not None:
+                ts.append(x.value)
+                rows.append(0)
+            else:
+                ts.append(x.bval)
+                rows.append(x.brow or 0)
+        else:
+            ts.append(x)
+            rows.append(0)
+    uniq: dict[int, int] = {}
+    parts: list[torch.Tensor] = []
+    offs: list[int] = []
+    total = 0
+    for t in ts:
+        o = uniq.get(id(t))
+        if o is None:
+            o = uniq[id(t)] = total
+            parts.append(t)
+            total += t.shape[0]
+        offs.append(o)
+    if len(parts) == n and total == n:  # one single-row tensor per member
+        return torch.cat(parts)
+    idx = [o + r for o, r in zip(offs, rows, strict=True)]
+    if len(parts) == 1:
+        t = parts[0]
+        if idx == list(range(idx[0], idx[0] + n)):
+            return t[idx[0]:idx[0] + n]
+        return t.index_select(0, torch.tensor(idx))
+    return torch.cat(parts).index_select(0, torch.tensor(idx))
 
 
 def _level(units: list[Unit]) -> None:

@@ -20,8 +20,12 @@ Tracked objects (§5.1):
   node's signature (``x * 0.5`` and ``x * 2`` differ).
 
 Shapes come from running each op once on ``meta`` tensors, memoized per
-``(op, input shapes and dtypes, constant arguments)``, so a trace of a batch of trees costs a
-dictionary lookup per op after the first few.  Multi-output ops (``split``, ``chunk``,
+``(op, input shapes and dtypes, parameter identities, constant arguments)``, so a trace of a batch of
+trees costs a dictionary lookup per op after the first few.  The memo also gives every node a small
+integer key id (``kid``, the op-level batching key, with a flag saying whether the op keeps one row per
+instance) and the tracer records each node's level (one more than its inputs'), so the batching engine
+needs no per-node analysis.  The cyclic garbage collector is paused while recording and evaluating: its
+passes over torch's large heap would otherwise cost more than the recording.  Multi-output ops (``split``, ``chunk``,
 ``unbind``, ...) give one node whose value is a tuple plus one ``getitem`` node per output (the
 thesis' ``access(x, i)``).
 
@@ -47,9 +51,11 @@ True
 
 from __future__ import annotations
 
+import gc
 import itertools
 import operator
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -78,6 +84,7 @@ class Slot:
 
 
 _GID = itertools.count(1)
+_weakref = weakref.ref
 _NAMES: dict[Any, str] = {}
 _STATE = threading.local()
 
@@ -161,26 +168,37 @@ class LazyTensor:
     filled by evaluation.
     """
 
-    __slots__ = ("__weakref__", "ckey", "dtype", "func", "gid", "inputs", "meta", "name", "shape", "template",
-                 "trace", "value")
+    __slots__ = ("__weakref__", "brow", "bval", "ckey", "dtype", "func", "gid", "inputs", "kid", "level", "meta",
+                 "name", "shape", "template", "trace", "value")
 
     def __init__(self, func: Callable[..., Any], template: Any, inputs: tuple[Any, ...], meta: Any,
-                 trace: Trace, ckey: tuple[Any, ...] = ()):
+                 trace: Trace, ckey: tuple[Any, ...] = (), kid: int = -1):
         self.gid = next(_GID)
         self.func = func
         self.ckey = ckey  # the call's constants (hashable): part of the node's signature
-        self.name = _NAMES.get(func) or _NAMES.setdefault(func, op_name(func))
+        name = _NAMES.get(func)
+        self.name = name if name is not None else _NAMES.setdefault(func, op_name(func))
         self.template = template
         self.inputs = inputs
         self.meta = meta
-        if isinstance(meta, torch.Tensor):
+        if meta is not None and type(meta) is not tuple:
             self.shape: torch.Size | None = meta.shape
             self.dtype: torch.dtype | None = meta.dtype
         else:
             self.shape, self.dtype = None, None
         self.trace = trace
         self.value: Any = None
-        trace.nodes.append(self)
+        # op-level batching: the node's key id (op, constants, input shapes / parameter identities; -1: none),
+        # its level (1 + the largest level of its lazy inputs) and, after a batched run, its batch and row
+        self.kid: int = kid
+        lvl: int = 0
+        for i in inputs:
+            if type(i) is LazyTensor and i.level > lvl:
+                lvl = i.level
+        self.level: int = lvl + 1
+        self.bval: Any = None
+        self.brow: int | None = None
+        trace.refs.append(_weakref(self))
 
     # --- tensor-like surface -------------------------------------------------------------
     def __repr__(self) -> str:
@@ -271,16 +289,35 @@ class Trace:
     run it (``None``: plain node-by-node evaluation) and bookkeeping for leaves."""
 
     def __init__(self, engine: Any = None, examples: int = 1):
-        self.nodes: list[LazyTensor] = []
+        # weak references: nodes hold their trace, and a strong list would make a reference cycle per
+        # trace that only the cyclic collector frees; this way a dropped trace is freed at once
+        self.refs: list[weakref.ref[LazyTensor]] = []
         self.engine = engine
         self.examples = examples
         self.built = False
+
+    @property
+    def nodes(self) -> list[LazyTensor]:
+        """The live nodes in creation order (a topological order)."""
+        return [n for n in (r() for r in self.refs) if n is not None]
 
     def evaluate(self, out: LazyTensor) -> Any:
         """Evaluate ``out`` (and what it needs) node by node; values stay on the nodes."""
         if out.value is not None:
             return out.value
+        collect = gc.isenabled()
+        gc.disable()  # as while recording (see lazy())
+        try:
+            return self._evaluate(out)
+        finally:
+            if collect:
+                gc.enable()
+
+    def _evaluate(self, out: LazyTensor) -> Any:
         with executing(), torch._C.DisableTorchFunction():
+            if out.bval is not None:  # computed inside a batch by an earlier run
+                out.value = resolve_row(out.bval, out.brow)
+                return out.value
             if self.engine is not None:
                 return self.engine.run(self, out)
             return evaluate_plain(out)
@@ -308,6 +345,17 @@ def evaluate_plain(out: LazyTensor) -> Any:
     return out.value
 
 
+def resolve_row(t: Any, r: int | None) -> Any:
+    """Row ``r`` (kept as a leading dimension of 1) of a batched value ``t``; ``None``: ``t`` itself."""
+    if r is None:
+        return t
+    if type(t) is tuple or type(t) is list:
+        return tuple(x[r:r + 1] for x in t)
+    if r == 0 and t.shape[0] == 1:
+        return t
+    return t[r:r + 1]
+
+
 def run_node(node: LazyTensor) -> Any:
     vals = [i.value if type(i) is LazyTensor else i for i in node.inputs]
     args, kwargs = fill(node.template, vals)
@@ -316,7 +364,44 @@ def run_node(node: LazyTensor) -> Any:
 
 _CURRENT: list[Trace] = []
 _DROPOUTS = (F.dropout, torch.dropout)
-_SHAPES: dict[Any, Any] = {}
+
+
+_KEYS: dict[Any, tuple[Any, int]] = {}  # (op, constants, input shapes / parameter ids) -> (meta value, key id)
+KID_INFO: list[tuple[bool, int]] = []
+"""Key id -> ``(one row per instance, item index)``: the first is True when the op's output(s) and all its
+non-parameter inputs have a leading dimension of 1 (a candidate for op-level batching); the second is ``k``
+for ``access(x, k)`` of a multi-output node (-1 otherwise)."""
+_ITEM_KIDS: dict[int, int] = {}
+_SLOTS = [Slot(i) for i in range(64)]
+
+
+def _new_kid(batchable: bool, item: int = -1) -> int:
+    KID_INFO.append((batchable, item))
+    return len(KID_INFO) - 1
+
+
+def _item_kid(k: int) -> int:
+    kid = _ITEM_KIDS.get(k)
+    if kid is None:
+        kid = _ITEM_KIDS[k] = _new_kid(False, k)
+    return kid
+
+
+def _one_row(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == 1
+
+
+def _row_batchable(inputs: Sequence[Any], meta: Any) -> bool:
+    outs = meta if isinstance(meta, (tuple, list)) else (meta,)
+    if not outs or not all(_one_row(m) for m in outs):
+        return False
+    for i in inputs:
+        if type(i) is LazyTensor:
+            if i.shape is None or len(i.shape) == 0 or i.shape[0] != 1:
+                return False
+        elif not i.requires_grad and not _one_row(i):
+            return False
+    return True
 
 
 def _to_meta(x: Any) -> Any:
@@ -327,76 +412,122 @@ def _to_meta(x: Any) -> Any:
     return torch.empty_like(x, device="meta") if x.device.type != "meta" else x
 
 
-def _infer(func: Callable[..., Any], template: Any, inputs: list[Any], ckey: tuple[Any, ...] | None) -> Any:
-    """Meta value(s) of ``func`` on ``inputs`` (memoized on shapes, dtypes and constants)."""
-    key: Any = None
-    if ckey is not None:
-        key = (func, ckey, *((i.shape, i.dtype) for i in inputs))
-        if any(i.shape is None for i in inputs):
-            key = None
-    if key is not None:
-        hit = _SHAPES.get(key)
-        if hit is not None:
-            return hit
+def _infer(func: Callable[..., Any], template: Any, inputs: list[Any]) -> Any:
+    """Meta value(s) of ``func`` on ``inputs``."""
     metas = [_to_meta(i) for i in inputs]
     args, kwargs = fill(template, metas)
     with executing():
         try:
-            out = func(*args, **kwargs)
+            return func(*args, **kwargs)
         except Exception as e:  # report any shape error with the op's name
             raise LazyError(f"{op_name(func)}: cannot infer the output shape ({e})") from e
-    if key is not None:
-        _SHAPES[key] = out
-    return out
 
 
 def _needs_record(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
     """Cheap pre-check: does any (top-level or listed) argument hold a lazy value or a parameter?"""
-    for a in itertools.chain(args, kwargs.values()):
-        if type(a) is LazyTensor or (isinstance(a, torch.Tensor) and a.requires_grad):
+    for a in args:
+        t = type(a)
+        if t is LazyTensor or (isinstance(a, torch.Tensor) and a.requires_grad):
             return True
-        if type(a) in (list, tuple) and any(type(b) is LazyTensor or (isinstance(b, torch.Tensor) and b.requires_grad)
-                                            for b in a):
+        if (t is list or t is tuple) and any(type(b) is LazyTensor or (isinstance(b, torch.Tensor) and b.requires_grad)
+                                             for b in a):
             return True
-    return False
+    return bool(kwargs) and _needs_record(tuple(kwargs.values()), {})
+
+
+_PASS: set[Any] = set()  # callables that never give a lazy node (attribute getters such as ``Tensor.device``)
 
 
 def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """Record ``func(*args, **kwargs)`` as a lazy node (or run it, for data-only calls)."""
     with torch._C.DisableTorchFunction():
-        if _executing() or not _needs_record(args, kwargs):
+        if func in _PASS or _executing() or not _needs_record(args, kwargs):
             return func(*args, **kwargs)
         return _record(func, args, kwargs)
 
 
 def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    # the call's template and constants, as _flatten((tuple(args), dict(kwargs))) would give, with a fast
+    # path for the usual flat argument lists
     inputs: list[Any] = []
-    keyl: list[Any] = []
-    template = _flatten((tuple(args), dict(kwargs)), inputs, keyl)
-    ckey: tuple[Any, ...] | None = tuple(keyl)
-    try:
-        hash(ckey)
-    except TypeError:
-        ckey = None
-    trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (_CURRENT[-1] if _CURRENT else None)
+    keyl: list[Any] = [tuple, 2, tuple, len(args)]
+    targs = []
+    trace: Trace | None = None
+    for a in args:
+        if type(a) is LazyTensor:
+            if trace is None:
+                trace = a.trace
+            n = len(inputs)
+            targs.append(_SLOTS[n] if n < 64 else Slot(n))
+            inputs.append(a)
+            keyl.append(_SLOT)
+        elif isinstance(a, torch.Tensor):
+            n = len(inputs)
+            targs.append(_SLOTS[n] if n < 64 else Slot(n))
+            inputs.append(a)
+            keyl.append(_SLOT)
+        else:
+            targs.append(_flatten(a, inputs, keyl))
+    keyl.append(dict)
+    tkw = {}
+    for k, v in kwargs.items():
+        keyl.append(k)
+        tkw[k] = _flatten(v, inputs, keyl)
+    template = (tuple(targs), tkw)
     if trace is None:
-        raise LazyError(f"{op_name(func)} on lazy values outside any trace")
+        trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (_CURRENT[-1] if _CURRENT else None)
+        if trace is None:
+            raise LazyError(f"{op_name(func)} on lazy values outside any trace")
     if func in _DROPOUTS:
         return _dropout(args, kwargs, trace)
-    if func is torch.Tensor.__getitem__ and not any(type(i) is LazyTensor for i in inputs[1:]) \
-            and type(inputs[0]) is LazyTensor and inputs[0].shape is None:
+    ckey: tuple[Any, ...] | None = tuple(keyl)
+    if func is torch.Tensor.__getitem__ and type(inputs[0]) is LazyTensor and inputs[0].shape is None \
+            and not any(type(i) is LazyTensor for i in inputs[1:]):
         func = operator.getitem  # indexing a multi-output node: the thesis' access(x, i)
-    meta = _infer(func, template, inputs, ckey)
-    node = LazyTensor(func, template, tuple(inputs), meta if isinstance(meta, torch.Tensor) else None, trace,
-                      ckey if ckey is not None else ("unhashable", next(_GID)))
+    # memo key: op, constants, input shapes and dtypes, parameter identities
+    skey: list[Any] = [func, ckey]
+    for i in inputs:
+        if type(i) is LazyTensor:
+            if i.shape is None:
+                skey.append(tuple((m.shape, m.dtype) for m in i.meta) if type(i.meta) is tuple else None)
+            else:
+                skey.append(i.shape)
+                skey.append(i.dtype)
+        else:
+            if i.requires_grad:
+                skey.append(id(i))
+            skey.append(i.shape)
+            skey.append(i.dtype)
+    key: Any = tuple(skey)
+    try:
+        hit = _KEYS.get(key)
+    except TypeError:  # an unhashable constant
+        key, hit, ckey = None, None, None
+    if hit is None:
+        meta = _infer(func, template, inputs)
+        if func is operator.getitem and type(template[0][1]) is int:
+            kid = _item_kid(template[0][1])
+        else:
+            kid = _new_kid(_row_batchable(inputs, meta))
+        if key is not None:
+            _KEYS[key] = (meta, kid)
+    else:
+        meta, kid = hit
     if isinstance(meta, torch.Tensor):
-        return node
+        return LazyTensor(func, template, tuple(inputs), meta, trace,
+                          ckey if ckey is not None else ("unhashable", next(_GID)), kid if ckey is not None else -1)
     if isinstance(meta, (tuple, list)) and all(isinstance(m, torch.Tensor) for m in meta):
+        node = LazyTensor(func, template, tuple(inputs), None, trace,
+                          ckey if ckey is not None else ("unhashable", next(_GID)), kid if ckey is not None else -1)
         node.meta = tuple(meta)
-        outs = tuple(LazyTensor(operator.getitem, ((Slot(0), k), {}), (node,), m, trace, ("getitem", k))
-                     for k, m in enumerate(meta))
+        outs = tuple(LazyTensor(operator.getitem, ((_SLOTS[0], k), {}), (node,), m, trace, ("getitem", k),
+                                _item_kid(k)) for k, m in enumerate(meta))
         return outs if isinstance(meta, tuple) else list(outs)
     # a non-tensor result (e.g. a size): compute it now
+    owner = getattr(func, "__self__", None)
+    if getattr(func, "__name__", "") == "__get__" and type(owner).__name__ == "getset_descriptor" and \
+            getattr(owner, "__name__", "") in ("device", "is_cuda", "is_sparse", "layout", "ndim"):
+        _PASS.add(func)  # the value does not depend on the tensor's data
     with executing():
         return func(*args, **kwargs)
 
@@ -417,10 +548,11 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
 
 class _LazyMode(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        # the mode is popped while its handler runs, so no DisableTorchFunction is needed here
         kwargs = kwargs or {}
-        if _executing():
+        if func in _PASS or _executing() or not _needs_record(args, kwargs):
             return func(*args, **kwargs)
-        return record(func, args, kwargs)
+        return _record(func, args, kwargs)
 
 
 @contextmanager
@@ -433,11 +565,18 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     """
     trace = Trace(engine, examples)
     _CURRENT.append(trace)
+    # the cyclic collector is paused while recording: a trace allocates tens of thousands of small
+    # acyclic objects, and the collector's passes over the (large) heap of torch would cost more than
+    # the recording itself; the trace's one cycle (nodes <-> trace) is collected after the context
+    collect = gc.isenabled()
+    gc.disable()
     try:
         with _LazyMode():
             yield trace
     finally:
         _CURRENT.pop()
+        if collect:
+            gc.enable()
 
 
 def build(out: Any) -> Any:
@@ -455,4 +594,4 @@ def is_param(x: Any) -> bool:
 
 
 __all__ = ["LazyError", "LazyTensor", "Slot", "Trace", "build", "evaluate_plain", "executing", "fill",
-           "is_param", "lazy", "op_name", "record", "run_node"]
+           "is_param", "lazy", "op_name", "record", "resolve_row", "run_node"]

@@ -1,0 +1,109 @@
+"""``graphsub dynamic ...``: dynamic-graph reuse (issue 10); ``bench`` runs the end-to-end comparison."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphsub.cli_common import Exit, JsonOpt, SeedOpt, _fail, err, out
+
+dynamic_app = typer.Typer(help="Dynamic-graph reuse (Liu 2019) and signature-keyed batching for define-by-run "
+                               "PyTorch (Tree-LSTM, sequence LSTM).", no_args_is_help=True)
+
+
+def _wide() -> Console:
+    return out if out.is_terminal else Console(width=160)
+
+
+def _f(x: Any, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _print(res: dict[str, Any]) -> None:
+    from graphsub.dynamic.bench import STAGE_LABELS, STAGES
+
+    con = _wide()
+    cfg = res["config"]
+    if res.get("note"):
+        err.print(f"[yellow]note:[/] {res['note']}")
+    med = res["ms_per_batch"]
+    modes = list(med)
+    t = Table("stage", *[f"{m} (ms)" for m in modes],
+              title=f"Table 6.4 layout: median ms per batch of {cfg['batch_size']} ({cfg['workload']}, {res['data']} "
+                    f"data, emb {cfg['emb']}, hidden {cfg['hidden']}, {cfg['batches']} batches, "
+                    f"first {cfg['warmup']} not counted)")
+    for s in STAGES:
+        t.add_row(STAGE_LABELS[s], *[_f(med[m][s]) for m in modes])
+    if "speedup" in res:
+        for s in ("forward", "backward", "full"):
+            t.add_row(f"speedup {s} vs eager", *[_f(res["speedup"][m][s], ".2f") + "x" for m in modes])
+    con.print(t)
+    if "table_6_3" in res:
+        t3 = Table("P_Depth", "occurrences", "frequent subgraphs", "avg occurrence", "avg op count",
+                   "distinct signatures", "collisions",
+                   title=f"Table 6.3: frequent subgraphs over the first {cfg['collect']} batches (P_Freq = 1)")
+        for r in res["table_6_3"]:
+            t3.add_row(str(r["depth"]), str(r["occurrences"]), str(r["frequent"]), _f(r["avg_occurrence"]),
+                       _f(r["avg_op_count"], ".2f"), str(r["distinct_signatures"]), str(r["hash_collisions"]))
+        con.print(t3)
+    if "training" in res:
+        tr = res["training"]
+        con.print(f"best mode: [bold]{res['best_mode']}[/], full step {res['speedup_full_step']:.2f}x eager; "
+                  f"training equivalence over {tr['steps']} Adagrad steps: loss max |diff| "
+                  f"{tr['loss_max_abs_diff']:.3g}, parameters max |diff| {tr['param_max_abs_diff']:.3g}")
+
+
+@dynamic_app.command("bench")
+def bench_cmd(
+    batches: Annotated[int, typer.Option("--batches", min=1, help="Number of batches per mode.")] = 12,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Trees per batch.")] = 20,
+    data: Annotated[str, typer.Option("--data", help="sst (real data, falls back to synthetic when absent) "
+                                                     "or synthetic.")] = "sst",
+    depth: Annotated[int, typer.Option("--depth", min=1, help="P_Depth of the reuse mode.")] = 8,
+    seed: SeedOpt = 0,
+    workload: Annotated[str, typer.Option("--workload", help="treelstm or seqlstm.")] = "treelstm",
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: eager,traced,reuse,reuse+batch.")] = (
+        "eager,traced,reuse,reuse+batch"),
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,
+    train_steps: Annotated[int, typer.Option("--train-steps", min=1, help="Steps of the training-equivalence "
+                                                                          "run (eager vs the best mode).")] = 5,
+    emb: Annotated[int, typer.Option("--emb", min=1, help="Embedding size.")] = 300,
+    hidden: Annotated[int, typer.Option("--hidden", min=1, help="Hidden size.")] = 150,
+    tables: Annotated[bool, typer.Option("--tables/--no-tables", help="Compute Table 6.3 (P_Depth 5..10).")] = True,
+    backends: Annotated[bool, typer.Option("--backends", help="Also time python / fx / inductor pattern "
+                                                              "functions (inductor compiles for seconds).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Eager vs traced vs reuse (thesis) vs reuse+batch per stage, Tables 6.3 / 6.4, training equivalence."""
+    from graphsub.dynamic.bench import MODES, WORKLOADS, BenchConfig, bench_backends, run_bench
+
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in mode_list if m not in MODES]
+    if bad or not mode_list:
+        _fail(Exit.USAGE, f"unknown mode(s) {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}", as_json)
+    if workload not in WORKLOADS:
+        _fail(Exit.USAGE, f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}", as_json)
+    if data not in ("sst", "synthetic"):
+        _fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
+    cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
+                      emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list))
+    res = run_bench(cfg, tables=tables)
+    if backends:
+        res["backends"] = bench_backends(hidden=hidden, emb=emb)
+    if as_json:
+        print(json.dumps(res, indent=2, default=str))
+        return
+    _print(res)
+    if backends:
+        t = Table("pattern", "ops", "backend", "fwd+bwd us/call", "first call (s)", title="pattern backends")
+        for r in res["backends"]:
+            t.add_row(str(r["pattern"]), str(r["ops"]), r["backend"], _f(r["us_per_call"]),
+                      _f(r["first_call_s"], ".2f"))
+        _wide().print(t)
+
+
+__all__ = ["bench_cmd", "dynamic_app"]

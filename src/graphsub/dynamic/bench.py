@@ -1,0 +1,297 @@
+"""End-to-end benchmark of dynamic-graph reuse (``graphsub dynamic bench``; the thesis' Tables 6.3 and 6.4).
+
+Modes, run side by side on the same batches (interleaved batch by batch, each with its own model and
+Adagrad optimizer built from the same seed):
+
+* ``eager`` -- plain define-by-run PyTorch, one small op after another (the baseline);
+* ``traced`` -- the lazy tracer, evaluated node by node (no reuse);
+* ``reuse`` -- the thesis' method: depth-limited signatures collected over the first ``P_Collect``
+  batches, frequent patterns generated once and called per instance (backend ``python``);
+* ``reuse+batch`` -- signature-keyed batching: every level's nodes with the same key (op, constants,
+  input shapes, parameter identities) run as one call (``Reuse(depth=1, collect=0, batching=True)``).
+
+Per mode and stage the median time per batch (ms) after ``warmup`` batches: preprocessing (encoding the
+trees), DAG construction (tracing), optimization (the engine's ``optimize_s``), execution (forward), backward,
+optimizer step, and the full step (all of them).  :func:`pattern_table` gives Table 6.3 (P_Depth 5..10 over
+the first P_Collect = 3 batches, P_Freq = 1), :func:`training_equivalence` runs the same ``K`` steps eagerly
+and in another mode and reports the largest loss difference.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from graphsub.dynamic.engine import Reuse
+from graphsub.dynamic.lazy import LazyTensor, build, lazy
+from graphsub.dynamic.models import BinaryTreeLSTM, SeqLSTM, batch_loss, make_optimizer, seq_batch_loss
+from graphsub.dynamic.sst import SSTNotFound, Tree, Vocab, encode_tree, load_sst, synthetic_treebank
+
+MODES = ("eager", "traced", "reuse", "reuse+batch")
+STAGES = ("preprocess", "trace", "optimize", "forward", "backward", "step", "full")
+STAGE_LABELS = {"preprocess": "preprocessing", "trace": "DAG construction", "optimize": "optimization",
+                "forward": "execution (forward)", "backward": "backward", "step": "optimizer step",
+                "full": "full step"}
+WORKLOADS = ("treelstm", "seqlstm")
+
+
+@dataclass
+class BenchConfig:
+    batches: int = 12
+    batch_size: int = 20
+    data: str = "synthetic"
+    depth: int = 8
+    collect: int = 3
+    seed: int = 0
+    workload: str = "treelstm"
+    emb: int = 300
+    hidden: int = 150
+    warmup: int = 3
+    train_steps: int = 5
+    modes: Sequence[str] = MODES
+    depths: Sequence[int] = (5, 6, 7, 8, 9, 10)
+
+
+@dataclass
+class Workload:
+    trees: list[Tree]  # raw (not yet encoded) trees, batch after batch
+    vocab: Vocab
+    data: str
+    note: str = ""
+    batches: list[list[Tree]] = field(default_factory=list)
+
+
+def load_workload(cfg: BenchConfig) -> Workload:
+    """``cfg.batches`` batches of raw trees (SST train split or the synthetic treebank) and their vocabulary."""
+    need = cfg.batches * cfg.batch_size
+    note = ""
+    data = cfg.data
+    trees: list[Tree] | None = None
+    if data == "sst":
+        try:
+            trees = load_sst(split="train")[:need]
+        except SSTNotFound as e:
+            note = f"SST not found ({e}); using the synthetic treebank instead"
+            data = "synthetic"
+    elif data != "synthetic":
+        raise ValueError(f"unknown data {cfg.data!r}; expected sst or synthetic")
+    if trees is None:
+        trees = synthetic_treebank(need, seed=cfg.seed)
+    vocab = Vocab.build(trees)
+    w = Workload(trees, vocab, data, note)
+    w.batches = [trees[i:i + cfg.batch_size] for i in range(0, len(trees), cfg.batch_size)]
+    return w
+
+
+def make_model(cfg: BenchConfig, vocab: Vocab) -> nn.Module:
+    torch.manual_seed(cfg.seed)
+    if cfg.workload == "treelstm":
+        return BinaryTreeLSTM(len(vocab) + 1, emb_dim=cfg.emb, hidden=cfg.hidden)
+    if cfg.workload == "seqlstm":
+        return SeqLSTM(len(vocab) + 1, emb_dim=cfg.emb, hidden=cfg.hidden)
+    raise ValueError(f"unknown workload {cfg.workload!r}; expected one of {', '.join(WORKLOADS)}")
+
+
+def loss_fn(cfg: BenchConfig) -> Callable[[Any, list[Tree]], torch.Tensor]:
+    return batch_loss if cfg.workload == "treelstm" else seq_batch_loss
+
+
+def make_engine(mode: str, cfg: BenchConfig, backend: str = "python") -> Reuse | None:
+    if mode in ("eager", "traced"):
+        return None
+    if mode == "reuse":
+        return Reuse(depth=cfg.depth, freq=1.0, collect=cfg.collect, backend=backend)
+    if mode == "reuse+batch":
+        return Reuse(depth=1, collect=0, batching=True)
+    raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+
+
+class Runner:
+    """One mode: its model, optimizer and engine; :meth:`step` times one training step by stage."""
+
+    def __init__(self, mode: str, cfg: BenchConfig, vocab: Vocab):
+        self.mode = mode
+        self.cfg = cfg
+        self.vocab = vocab
+        self.model = make_model(cfg, vocab)
+        self.opt = make_optimizer(self.model)
+        self.engine = make_engine(mode, cfg)
+        self.loss = loss_fn(cfg)
+        self.times: dict[str, list[float]] = {s: [] for s in STAGES}
+        self.losses: list[float] = []
+
+    def step(self, raw: list[Tree]) -> float:
+        clock = time.perf_counter
+        t0 = clock()
+        batch = [encode_tree(t, self.vocab) for t in raw]
+        t1 = clock()
+        self.opt.zero_grad()
+        optimize = 0.0
+        if self.mode == "eager":
+            loss = self.loss(self.model, batch)
+            t2 = t3 = clock()
+        else:
+            with lazy(self.engine, examples=len(batch)):
+                lazy_loss = self.loss(self.model, batch)
+            t2 = clock()
+            loss = build(lazy_loss)
+            t3 = clock()
+            if self.engine is not None:
+                optimize = self.engine.last.optimize_s
+        loss.backward()
+        t4 = clock()
+        self.opt.step()
+        t5 = clock()
+        value = float(loss.detach())
+        for stage, dt in (("preprocess", t1 - t0), ("trace", t2 - t1), ("optimize", optimize),
+                          ("forward", (t3 - t2 - optimize) if self.mode != "eager" else t2 - t1),
+                          ("backward", t4 - t3), ("step", t5 - t4), ("full", t5 - t0)):
+            self.times[stage].append(dt)
+        if self.mode == "eager":
+            self.times["trace"][-1] = 0.0
+        self.losses.append(value)
+        return value
+
+    def medians(self, warmup: int) -> dict[str, float]:
+        return {s: 1000 * statistics.median(v[warmup:] or v) for s, v in self.times.items()}
+
+
+def run_modes(cfg: BenchConfig, work: Workload) -> dict[str, Runner]:
+    """All modes, interleaved batch by batch (noise on a shared machine hits them alike)."""
+    runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
+    for b in work.batches:
+        for r in runners.values():
+            torch.manual_seed(cfg.seed + 1)
+            r.step(b)
+            gc.collect(0)
+    return runners
+
+
+def pattern_table(cfg: BenchConfig, work: Workload) -> list[dict[str, Any]]:
+    """Table 6.3: for each ``P_Depth``, the frequent subgraphs (``P_Freq`` = 1) over the first ``P_Collect``
+    batches: occurrences, number of distinct frequent subgraphs, average occurrence and op count."""
+    rows = []
+    collect = min(cfg.collect, len(work.batches))
+    batches = [[encode_tree(t, work.vocab) for t in b] for b in work.batches[:collect]]
+    model = make_model(cfg, work.vocab)
+    fn = loss_fn(cfg)
+    for d in cfg.depths:
+        eng = Reuse(depth=d, freq=1.0, collect=collect)
+        t0 = time.perf_counter()
+        for b in batches:
+            with lazy() as tr:
+                loss = fn(model, b)
+            eng.collect_trace(cast(LazyTensor, loss), len(b))
+            del tr, loss
+        rep = eng.report()
+        rows.append({"depth": d, "occurrences": rep["occurrences"], "frequent": rep["frequent"],
+                     "avg_occurrence": rep["avg_occurrence"], "avg_op_count": rep["avg_op_count"],
+                     "distinct_signatures": rep["distinct_signatures"], "hash_collisions": rep["hash_collisions"],
+                     "collect_s": time.perf_counter() - t0})
+    return rows
+
+
+def training_equivalence(cfg: BenchConfig, work: Workload, mode: str, steps: int) -> dict[str, Any]:
+    """The same ``steps`` Adagrad steps (same seed, same batches) eagerly and in ``mode``."""
+    losses: dict[str, list[float]] = {}
+    weights: dict[str, list[torch.Tensor]] = {}
+    for m in ("eager", mode):
+        r = Runner(m, cfg, work.vocab)
+        torch.manual_seed(cfg.seed + 1)
+        for b in work.batches[:steps]:
+            r.step(b)
+        losses[m] = r.losses
+        weights[m] = [p.detach().clone() for p in r.model.parameters()]
+    diff = max(abs(a - b) for a, b in zip(losses["eager"], losses[mode], strict=True))
+    wdiff = max(float((a - b).abs().max()) for a, b in zip(weights["eager"], weights[mode], strict=True))
+    return {"mode": mode, "steps": len(losses[mode]), "loss_max_abs_diff": diff, "param_max_abs_diff": wdiff,
+            "losses_eager": losses["eager"], "losses_mode": losses[mode]}
+
+
+def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
+    """Everything ``graphsub dynamic bench`` reports, as a JSON-able dict."""
+    torch.set_num_threads(1)
+    work = load_workload(cfg)
+    runners = run_modes(cfg, work)
+    warm = min(cfg.warmup, max(len(work.batches) - 1, 0))
+    med = {m: r.medians(warm) for m, r in runners.items()}
+    res: dict[str, Any] = {
+        "config": {k: (list(v) if isinstance(v, (tuple, list)) else v) for k, v in cfg.__dict__.items()},
+        "data": work.data, "note": work.note, "trees": len(work.trees), "vocab": len(work.vocab),
+        "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "ms_per_batch": med,
+    }
+    if "eager" in med:
+        base = med["eager"]
+        res["speedup"] = {m: {s: (base[s] / v[s] if v[s] > 0 else None) for s in ("forward", "backward", "full")}
+                          for m, v in med.items()}
+        others = [m for m in med if m != "eager"]
+        if others:
+            best = min(others, key=lambda m: med[m]["full"])
+            res["best_mode"] = best
+            res["speedup_full_step"] = base["full"] / med[best]["full"]
+            eq = training_equivalence(cfg, work, best, min(cfg.train_steps, len(work.batches)))
+            res["training"] = eq
+            res["loss_max_abs_diff"] = eq["loss_max_abs_diff"]
+    engines = {m: r.engine for m, r in runners.items() if r.engine is not None}
+    res["engines"] = {m: {**e.report(), "units": e.last.units, "calls": e.last.calls,
+                          "pattern_units": e.last.pattern_units, "ops_total": e.last.ops_total}
+                      for m, e in engines.items()}
+    if tables:
+        res["table_6_3"] = pattern_table(cfg, work)
+    return res
+
+
+def _leaf(v: Any) -> Any:
+    if isinstance(v, (tuple, list)):
+        return tuple(_leaf(x) for x in v)
+    return v.detach().requires_grad_(True)
+
+
+def bench_backends(depth: int = 4, hidden: int = 150, emb: int = 300, reps: int = 200,
+                   backends: Sequence[str] = ("python", "fx", "inductor")) -> list[dict[str, Any]]:
+    """Forward+backward time per call (µs) of a few Tree-LSTM patterns under each codegen backend."""
+    from graphsub.dynamic.codegen import compile_pattern, generate
+    from graphsub.dynamic.signature import consumer_map, tile
+
+    torch.set_num_threads(1)
+    trees = synthetic_treebank(4, seed=0)
+    vocab = Vocab.build(trees)
+    model = BinaryTreeLSTM(len(vocab) + 1, emb_dim=emb, hidden=hidden)
+    with lazy():
+        loss = batch_loss(model, [encode_tree(t, vocab) for t in trees])
+    build(loss)  # values for every node (the patterns' inputs)
+    root = cast(LazyTensor, loss)
+    subs = tile(root, depth, consumer_map(root))
+    seen: dict[Any, Any] = {}
+    for s in subs:
+        if s.op_count > 2 and s.structure not in seen:
+            seen[s.structure] = s
+    picks = sorted(seen.values(), key=lambda s: -s.op_count)[:3]
+    rows = []
+    for k, sub in enumerate(picks):
+        _, fn = generate(sub, f"pattern_{k}")
+        args = [_leaf(x.value) if type(x) is LazyTensor else x for x in sub.inputs]
+        for backend in backends:
+            t0 = time.perf_counter()
+            f = compile_pattern(fn, backend)
+            out = f(*args)
+            out.sum().backward()
+            compile_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                f(*args).sum().backward()
+            rows.append({"pattern": k, "ops": sub.op_count, "inputs": len(sub.inputs), "backend": backend,
+                         "us_per_call": 1e6 * (time.perf_counter() - t0) / reps, "first_call_s": compile_s})
+    return rows
+
+
+__all__ = ["MODES", "STAGES", "BenchConfig", "Runner", "bench_backends", "load_workload", "pattern_table",
+           "run_bench", "run_modes", "training_equivalence"]

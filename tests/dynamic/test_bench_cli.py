@@ -1,0 +1,44 @@
+"""``graphsub dynamic bench --json`` on tiny synthetic sizes (issue 10)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from graphsub.cli import app
+
+
+def test_dynamic_bench_json_tiny() -> None:
+    r = CliRunner().invoke(app, ["dynamic", "bench", "--data", "synthetic", "--batches", "3", "--batch-size", "3",
+                                 "--emb", "12", "--hidden", "6", "--warmup", "1", "--train-steps", "2", "--depth", "4",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert set(res["ms_per_batch"]) == {"eager", "traced", "reuse", "reuse+batch"}
+    assert res["speedup_full_step"] > 0 and res["best_mode"] != "eager"
+    assert res["loss_max_abs_diff"] < 1e-5
+    for stage in ("preprocess", "trace", "optimize", "forward", "backward", "step", "full"):
+        assert res["ms_per_batch"]["reuse+batch"][stage] >= 0
+    assert [row["depth"] for row in res["table_6_3"]] == [5, 6, 7, 8, 9, 10]
+    assert res["engines"]["reuse+batch"]["calls"] < res["engines"]["reuse+batch"]["units"]
+
+
+def test_dynamic_bench_seqlstm_and_usage_errors() -> None:
+    r = CliRunner().invoke(app, ["dynamic", "bench", "--data", "synthetic", "--batches", "2", "--batch-size", "2",
+                                 "--emb", "8", "--hidden", "4", "--warmup", "0", "--train-steps", "1",
+                                 "--workload", "seqlstm", "--modes", "eager,reuse+batch", "--no-tables", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["best_mode"] == "reuse+batch" and res["loss_max_abs_diff"] < 1e-5
+    r = CliRunner().invoke(app, ["dynamic", "bench", "--modes", "eager,bogus", "--json"])
+    assert r.exit_code == 2 and "bogus" in r.stdout
+
+
+@pytest.mark.slow
+def test_pattern_backends_agree_and_time() -> None:
+    from graphsub.dynamic.bench import bench_backends
+
+    rows = bench_backends(depth=3, hidden=8, emb=12, reps=3)
+    assert {r["backend"] for r in rows} == {"python", "fx", "inductor"}
