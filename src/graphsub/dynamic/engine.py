@@ -249,21 +249,8 @@ class Reuse:
         return out.value
 
     def _check_nodes(self, members: list[LazyTensor], out: Any) -> bool:
-        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == len(members) for o in outs):
-            return False
-        with torch.no_grad():
-            for r in sorted({0, len(members) - 1}):
-                m = members[r]
-                one = _call_node(m, [_nval(i) for i in m.inputs])
-                ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
-                if len(ones) != len(outs):
-                    return False
-                for a, b in zip(ones, outs, strict=True):
-                    if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
-                            not torch.allclose(a, b[r:r + 1], atol=self.check_tol, rtol=self.check_tol):
-                        return False
-        return True
+        return _rows_agree(out, len(members), lambda r: _call_node(members[r], [_nval(i) for i in members[r].inputs]),
+                           self.check_tol)
 
     def _call(self, u: Unit, vals: list[Any]) -> Any:
         if u.entry is not None:
@@ -317,20 +304,10 @@ class Reuse:
             u.root.value = _resolve(store[u.root.gid])
 
     def _check(self, members: list[Unit], store: dict[int, Any], out: Any) -> bool:
-        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == len(members) for o in outs):
-            return False
-        with torch.no_grad():
-            for r in sorted({0, len(members) - 1}):
-                one = self._call(members[r], [_get(store, i) for i in members[r].inputs])
-                ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
-                if len(ones) != len(outs):
-                    return False
-                for a, b in zip(ones, outs, strict=True):
-                    if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
-                            not torch.allclose(a, b[r:r + 1], atol=self.check_tol, rtol=self.check_tol):
-                        return False
-        return True
+        def one(r: int) -> Any:
+            return self._call(members[r], [_get(store, i) for i in members[r].inputs])
+
+        return _rows_agree(out, len(members), one, self.check_tol)
 
     def _key(self, u: Unit) -> Any:
         """Batching key, or ``None`` when the unit cannot be batched (not one row per instance)."""
@@ -370,6 +347,25 @@ class Reuse:
                 "avg_op_count": (sum(e.op_count for e in pats) / len(pats)) if pats else 0.0,
                 "hash_collisions": self.table.collisions, "examples_seen": self.examples_seen,
                 "unbatchable_keys": len(self.unbatchable_ops)}
+
+
+def _rows_agree(out: Any, n: int, call_one: Any, tol: float) -> bool:
+    """First-use batching check: ``out`` (a batched call over ``n`` instances) has ``n`` rows per output, and its
+    first and last rows equal ``call_one(r)``, the instance run alone."""
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == n for o in outs):
+        return False
+    with torch.no_grad():
+        for r in sorted({0, n - 1}):
+            one = call_one(r)
+            ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
+            if len(ones) != len(outs):
+                return False
+            for a, b in zip(ones, outs, strict=True):
+                if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
+                        not torch.allclose(a, b[r:r + 1], atol=tol, rtol=tol):
+                    return False
+    return True
 
 
 def _first_of_key(kv: tuple[tuple[int, int], Any]) -> int:
