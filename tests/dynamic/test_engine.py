@@ -191,3 +191,41 @@ def test_tile_covers_every_node_once(tree_batches: list) -> None:
     subs = tile(loss, 5, cons)
     covered = [n.gid for s in subs for n in s.nodes]
     assert len(covered) == len(set(covered)) == len(cons)
+
+
+def test_op_batching_groups_while_recording_and_reads_any_value_later() -> None:
+    lin = nn.Linear(4, 6)
+    xs = [torch.randn(1, 4) for _ in range(5)]
+    eng = Reuse(depth=1, collect=0, batching=True)
+    with lazy(eng) as tr:
+        parts = [lin(x).chunk(2, dim=1) for x in xs]  # multi-output: the parts live in their source's batch
+        hs = [torch.tanh(a) * torch.sigmoid(b) for a, b in parts]
+        out = torch.stack(hs).sum()
+    # five linears recorded into one group (same level, same key), nothing run yet
+    lin_groups = [g for g in tr.pending.values() if "linear" in g.members[0].name]
+    assert len(lin_groups) == 1 and [m.row for m in lin_groups[0].members] == [0, 1, 2, 3, 4]
+    ref = torch.stack([torch.tanh(a) * torch.sigmoid(b) for a, b in (lin(x).chunk(2, dim=1) for x in xs)]).sum()
+    assert torch.allclose(build(out), ref)
+    assert eng.last.calls < eng.last.units and not tr.pending  # batched, and the groups were consumed
+    # values inside a batch are read on demand, also for the outputs of a multi-output node
+    assert torch.allclose(build(hs[3]), torch.tanh(lin(xs[3])[:, :3]) * torch.sigmoid(lin(xs[3])[:, 3:]))
+    assert torch.allclose(build(parts[2][1]), lin(xs[2])[:, 3:])
+    # nodes recorded after the run form new groups, run on the next build
+    more = hs[0] * 2
+    assert torch.allclose(build(more), 2 * build(hs[0]))
+
+
+def test_lazy_context_leaves_no_young_objects_for_the_collector() -> None:
+    import gc
+
+    model = BinaryTreeLSTM(60, emb_dim=12, hidden=8)
+    trees = synthetic_treebank(8, seed=5, vocab_size=50)
+    vocab = Vocab.build(trees)
+    batch = [encode_tree(t, vocab) for t in trees]
+    gc.collect()
+    with lazy(Reuse(depth=1, collect=0, batching=True)):
+        loss = batch_loss(model, batch)  # thousands of nodes, made with the collector paused
+    assert gc.isenabled()
+    # they went straight to the oldest generation: no young collection is due at once
+    assert gc.get_count()[0] < gc.get_threshold()[0]
+    assert build(loss).dim() == 0

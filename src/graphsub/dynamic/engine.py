@@ -23,11 +23,12 @@ per source batch, outputs stay in their batch until a consumer needs them, and a
 through it all, so the backward pass is batched too.
 
 With batching and no frequent patterns (``Reuse(depth=1, collect=0, batching=True)``: op-level,
-signature-keyed batching, the fast path) every node is its own unit, and its level and key id were
-already computed by the tracer (:class:`~graphsub.dynamic.lazy.LazyTensor` ``level`` / ``kid``), so
-planning is one backward scan of the trace plus one grouping pass; a group's inputs that are the rows
-of one earlier batch in order are passed as they are, others take one ``cat`` and/or one
-``index_select``; values stay in their batch (``bval`` / ``brow``) and only the output is sliced out.
+signature-keyed batching, the fast path) every node is its own unit, and the tracer itself puts each
+node in its batch group as it records it (:class:`~graphsub.dynamic.lazy.Group`, keyed by the node's
+level and key id, both known from the op memo), so there is no planning pass at all: the groups run
+level by level; a group's inputs that are the rows of one earlier batch in order are passed as they
+are, others take one ``cat`` and/or one ``index_select``; values stay in their batch (the group's
+``value``, the node's ``row``) and only the output is sliced out.
 
 Timings of the last run are in :attr:`Reuse.last` (``optimize_s``, ``execute_s``, counts).
 """
@@ -42,7 +43,18 @@ from typing import Any
 import torch
 
 from graphsub.dynamic.codegen import compile_pattern, generate
-from graphsub.dynamic.lazy import KID_INFO, LazyTensor, evaluate_plain, fill, is_param, resolve_row
+from graphsub.dynamic.lazy import (
+    KID_INFO,
+    Group,
+    LazyError,
+    LazyTensor,
+    evaluate_plain,
+    fill,
+    is_param,
+    new_kid,
+    resolve_row,
+    source,
+)
 from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, reachable, tile
 
 
@@ -188,39 +200,33 @@ class Reuse:
         return out.value
 
     # ----------------------------------------------------------------- op-level batching
+    @property
+    def group_nodes(self) -> bool:
+        """Whether a new trace should group its nodes while recording (op-level batching, no patterns)."""
+        return self.batching and not self.collecting and not self.frequent
+
     def _run_ops(self, trace: Any, out: LazyTensor, st: RunStats) -> Any:
-        """Batched run with one unit per node: the node's level and key id were computed while tracing
-        (:class:`~graphsub.dynamic.lazy.LazyTensor`), so planning is one grouping pass."""
+        """Batched run with one unit per node.  When the trace grouped its nodes while recording
+        (:attr:`group_nodes`), planning is nothing: its pending groups are run level by level (the whole
+        pending trace, not only what ``out`` needs); otherwise the nodes ``out`` needs are grouped first."""
         t0 = time.perf_counter()
-        order = _needed(trace, out)
-        groups: dict[tuple[int, int], list[LazyTensor]] = {}
-        for n in order:
-            k = (n.level, n.kid if n.kid >= 0 else -n.gid)
-            g = groups.get(k)
-            if g is None:
-                groups[k] = [n]
-            else:
-                g.append(n)
-        st.units = st.ops_total = len(order)
+        if trace is not None and trace.grouping and out.trace is trace:
+            groups = trace.take_pending()
+        else:
+            groups = _group(_needed(trace, out))
+        st.units = st.ops_total = sum(len(g.members) for g in groups)
         st.optimize_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         calls = 0
         unbatchable = self.unbatchable_ops
-        for (_, kid), members in sorted(groups.items(), key=_first_of_key):
-            batchable, item = KID_INFO[kid] if kid >= 0 else (False, -1)
-            if item >= 0:  # output ``item`` of a multi-output node: no call needed
+        for g in groups:
+            members = g.members
+            batchable = KID_INFO[g.kid][0]
+            if len(members) == 1 or not batchable or ("k", g.kid) in unbatchable:
                 for m in members:
-                    src = m.inputs[0]
-                    if src.value is not None:
-                        m.bval, m.brow = src.value[item], None
-                    else:
-                        m.bval, m.brow = src.bval[item], src.brow
-                continue
-            if len(members) == 1 or not batchable or ("k", kid) in unbatchable:
-                for m in members:
-                    m.bval = _call_node(m, [_nval(i) for i in m.inputs])
-                    m.brow = None
+                    m.value = _call_node(m, [_nval(i) for i in m.inputs])
                 calls += len(members)
+                g.members = []
                 continue
             first = members[0]
             cols = []
@@ -231,20 +237,22 @@ class Reuse:
                     cols.append(_gather_col([m.inputs[j] for m in members]))
             res = _call_node(first, cols)
             calls += 1
-            if ("k", kid) not in self.checked_ops:
+            if ("k", g.kid) not in self.checked_ops:
                 if not self._check_nodes(members, res):
-                    unbatchable.add(("k", kid))
+                    unbatchable.add(("k", g.kid))
                     for m in members:
-                        m.bval = _call_node(m, [_nval(i) for i in m.inputs])
-                        m.brow = None
+                        m.value = _call_node(m, [_nval(i) for i in m.inputs])
                     calls += len(members)
+                    g.members = []
                     continue
-                self.checked_ops.add(("k", kid))
-            for r, m in enumerate(members):
-                m.bval = res
-                m.brow = r
+                self.checked_ops.add(("k", g.kid))
+            g.value = res
+            g.members = []
         st.calls = calls
-        out.value = resolve_row(out.bval, out.brow)
+        src = source(out)
+        if src is None:
+            raise LazyError(f"{out!r} was not computed by the batched run")
+        out.value = resolve_row(*src)
         st.execute_s = time.perf_counter() - t0
         return out.value
 
@@ -368,10 +376,6 @@ def _rows_agree(out: Any, n: int, call_one: Any, tol: float) -> bool:
     return True
 
 
-def _first_of_key(kv: tuple[tuple[int, int], Any]) -> int:
-    return kv[0][0]
-
-
 def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
     """Nodes ``out`` needs that have no value yet, in topological order (one backward scan of the trace)."""
     need = {out.gid}
@@ -382,14 +386,14 @@ def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
         n = ref()
         if n is not None and n.gid in need:
             found += 1
-            if n.value is not None or n.bval is not None:
+            if source(n) is not None:
                 continue
             order.append(n)
             for i in n.inputs:
                 if type(i) is LazyTensor:
                     need.add(i.gid)
     if found != len(need):  # some input lives in another trace: walk the DAG itself
-        return [n for n in reachable(out) if n.value is None and n.bval is None]
+        return [n for n in reachable(out) if source(n) is None]
     order.reverse()
     return order
 
@@ -398,8 +402,28 @@ def _nval(x: Any) -> Any:
     if type(x) is LazyTensor:
         if x.value is not None:
             return x.value
-        return resolve_row(x.bval, x.brow)
+        src = source(x)
+        if src is None:  # an input from another trace not run yet
+            x.trace.evaluate(x)
+            return x.value
+        return resolve_row(*src)
     return x
+
+
+def _group(order: list[LazyTensor]) -> list[Group]:
+    """Group nodes (in topological order) by level and key id, as a grouping trace does while recording."""
+    groups: dict[int, Group] = {}
+    for n in order:
+        if n.part >= 0:
+            continue
+        gk = n.level * 4294967296 + (n.kid if n.kid >= 0 else new_kid(False))
+        g = groups.get(gk)
+        if g is None:
+            g = groups[gk] = Group(n.level, gk % 4294967296)
+        n.grp = g
+        n.row = len(g.members)
+        g.members.append(n)
+    return [groups[k] for k in sorted(groups)]
 
 
 def _call_node(n: LazyTensor, vals: list[Any]) -> Any:
@@ -408,50 +432,37 @@ def _call_node(n: LazyTensor, vals: list[Any]) -> Any:
 
 
 def _gather_col(xs: list[Any]) -> torch.Tensor:
-    """The rows of ``xs`` (lazy nodes in a batch, values, data tensors of one row) stacked in order."""
-    x0 = xs[0]
+    """The rows of ``xs`` (lazy nodes in a batch, values, data tensors of one row) stacked in order.
+
+    The usual case -- every member's input is a row of the same batched call (possibly output ``k`` of
+    a multi-output op) -- is checked with list operations only: the rows in order give the batch itself
+    (or a slice), other orders one ``index_select``."""
     n = len(xs)
-    if type(x0) is LazyTensor and x0.value is None and x0.brow == 0:
-        t0 = x0.bval
-        if t0.shape[0] >= n:
-            for r, x in enumerate(xs):
-                if type(x) is not LazyTensor or x.bval is not t0 or x.brow != r or x.value is not None:
-                    break
-            else:
-                return t0 if t0.shape[0] == n else t0[:n]
-    ts: list[torch.Tensor] = []
-    rows: list[int] = []
+    x0 = xs[0]
+    if type(x0) is LazyTensor:
+        k = x0.part
+        called = [x if x.part < 0 else x.inputs[0] for x in xs]
+        gs = [c.grp for c in called]
+        g0 = gs[0]
+        if g0 is not None and g0.value is not None and gs.count(g0) == n and \
+                (k < 0 or [x.part for x in xs].count(k) == n):
+            t = g0.value if k < 0 else g0.value[k]
+            rows = [c.row for c in called]
+            r0 = rows[0]
+            if rows == list(range(r0, r0 + n)):
+                return t if r0 == 0 and t.shape[0] == n else t[r0:r0 + n]
+            return t.index_select(0, torch.tensor(rows))
+    srcs: list[tuple[torch.Tensor, int]] = []
     for x in xs:
         if type(x) is LazyTensor:
-            if x.value is not None:
-                ts.append(x.value)
-                rows.append(0)
-            else:
-                ts.append(x.bval)
-                rows.append(x.brow or 0)
+            src = source(x)
+            if src is None:
+                _nval(x)
+                src = (x.value, None)
+            srcs.append((src[0], src[1] or 0))
         else:
-            ts.append(x)
-            rows.append(0)
-    uniq: dict[int, int] = {}
-    parts: list[torch.Tensor] = []
-    offs: list[int] = []
-    total = 0
-    for t in ts:
-        o = uniq.get(id(t))
-        if o is None:
-            o = uniq[id(t)] = total
-            parts.append(t)
-            total += t.shape[0]
-        offs.append(o)
-    if len(parts) == n and total == n:  # one single-row tensor per member
-        return torch.cat(parts)
-    idx = [o + r for o, r in zip(offs, rows, strict=True)]
-    if len(parts) == 1:
-        t = parts[0]
-        if idx == list(range(idx[0], idx[0] + n)):
-            return t[idx[0]:idx[0] + n]
-        return t.index_select(0, torch.tensor(idx))
-    return torch.cat(parts).index_select(0, torch.tensor(idx))
+            srcs.append((x, 0))
+    return _gather(srcs)
 
 
 def _level(units: list[Unit]) -> None:
@@ -503,10 +514,9 @@ def _gather(srcs: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
     parts = []
     positions: list[int] = []
     for t, pos, rows in by_t.values():
-        if len(rows) == t.shape[0] and rows == list(range(t.shape[0])):
-            parts.append(t)
-        elif len(rows) == 1:
-            parts.append(t[rows[0]:rows[0] + 1])
+        r0 = rows[0]
+        if rows == list(range(r0, r0 + len(rows))):  # a run of rows in order: the tensor or a view of it
+            parts.append(t if r0 == 0 and len(rows) == t.shape[0] else t[r0:r0 + len(rows)])
         else:
             parts.append(t.index_select(0, torch.tensor(rows)))
         positions.extend(pos)

@@ -54,7 +54,6 @@ from __future__ import annotations
 import gc
 import itertools
 import operator
-import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -86,21 +85,38 @@ class Slot:
 _GID = itertools.count(1)
 _weakref = weakref.ref
 _NAMES: dict[Any, str] = {}
-_STATE = threading.local()
+
+
+def _enable_gc() -> None:
+    """Re-enable the cyclic collector after recording or evaluating with it paused.
+
+    The objects made meanwhile (tens of thousands of nodes, alive until the step ends) are moved
+    straight to the oldest generation (``gc.freeze()`` + ``gc.unfreeze()``, two O(1) list merges),
+    so they neither trigger a young collection at once nor count towards the next full collection;
+    a full collection over torch's large heap would otherwise run every few steps.  Skipped when the
+    program froze objects itself (unfreezing would release them).
+    """
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+    gc.enable()
+
+
+_EXEC = [0]  # depth of executing() (tracing and evaluation run on one thread)
 
 
 def _executing() -> bool:
-    return getattr(_STATE, "executing", 0) > 0
+    return _EXEC[0] > 0
 
 
 @contextmanager
 def executing() -> Iterator[None]:
     """Run real torch code inside a lazy context (the tracer passes calls through)."""
-    _STATE.executing = getattr(_STATE, "executing", 0) + 1
+    _EXEC[0] += 1
     try:
         yield
     finally:
-        _STATE.executing -= 1
+        _EXEC[0] -= 1
 
 
 _SLOT = object()  # marker token of a tensor input in a constant key
@@ -165,40 +181,49 @@ class LazyTensor:
 
     ``inputs`` holds lazy nodes and real tensors (leaves); ``shape`` / ``dtype`` describe the
     value (``shape`` is ``None`` and ``meta`` a tuple for a multi-output node); ``value`` is
-    filled by evaluation.
+    filled by evaluation.  ``kid`` is the node's op-level key id (op, constants, input shapes and
+    parameter identities), ``level`` one more than its lazy inputs' (an output of a multi-output node,
+    ``part >= 0``, has its source's level: it needs no call), ``tok`` a token of its shape and dtype
+    (part of its consumers' keys); ``grp`` / ``row``: its batch group and row when the trace groups
+    nodes while recording (:class:`Group`).
     """
 
-    __slots__ = ("__weakref__", "brow", "bval", "ckey", "dtype", "func", "gid", "inputs", "kid", "level", "meta",
-                 "name", "shape", "template", "trace", "value")
+    __slots__ = ("__weakref__", "ckey", "dtype", "func", "gid", "grp", "inputs", "kid", "level", "meta",
+                 "part", "row", "shape", "template", "tok", "trace", "value")
 
     def __init__(self, func: Callable[..., Any], template: Any, inputs: tuple[Any, ...], meta: Any,
                  trace: Trace, ckey: tuple[Any, ...] = (), kid: int = -1):
         self.gid = next(_GID)
         self.func = func
         self.ckey = ckey  # the call's constants (hashable): part of the node's signature
-        name = _NAMES.get(func)
-        self.name = name if name is not None else _NAMES.setdefault(func, op_name(func))
         self.template = template
         self.inputs = inputs
         self.meta = meta
         if meta is not None and type(meta) is not tuple:
             self.shape: torch.Size | None = meta.shape
             self.dtype: torch.dtype | None = meta.dtype
+            self.tok: Any = (meta.shape, meta.dtype)
         else:
             self.shape, self.dtype = None, None
+            self.tok = None if meta is None else tuple((m.shape, m.dtype) for m in meta)
         self.trace = trace
         self.value: Any = None
-        # op-level batching: the node's key id (op, constants, input shapes / parameter identities; -1: none),
-        # its level (1 + the largest level of its lazy inputs) and, after a batched run, its batch and row
         self.kid: int = kid
         lvl: int = 0
         for i in inputs:
             if type(i) is LazyTensor and i.level > lvl:
                 lvl = i.level
         self.level: int = lvl + 1
-        self.bval: Any = None
-        self.brow: int | None = None
+        self.part = -1
+        self.grp: Group | None = None
+        self.row = 0
         trace.refs.append(_weakref(self))
+
+    @property
+    def name(self) -> str:
+        """Readable op name (``torch.tanh``, ``Tensor.__mul__``, ``getitem``...)."""
+        name = _NAMES.get(self.func)
+        return name if name is not None else _NAMES.setdefault(self.func, op_name(self.func))
 
     # --- tensor-like surface -------------------------------------------------------------
     def __repr__(self) -> str:
@@ -271,12 +296,28 @@ def _binop(name: str) -> Callable[..., Any]:
     meth = getattr(torch.Tensor, name)
 
     def f(self: LazyTensor, *args: Any) -> Any:
-        return record(meth, (self, *args), {})
+        return _record(meth, (self, *args), _NOKW)
 
     f.__name__ = name
     return f
 
 
+def _method(name: str) -> Callable[..., Any]:
+    meth = getattr(torch.Tensor, name)
+
+    def f(self: LazyTensor, *args: Any, **kwargs: Any) -> Any:
+        return _record(meth, (self, *args), kwargs)
+
+    f.__name__ = name
+    return f
+
+
+_NOKW: dict[str, Any] = {}
+for _name in ("chunk", "split", "sum", "mean", "view", "reshape", "transpose", "permute", "squeeze", "unsqueeze",
+              "expand", "relu", "sigmoid", "tanh", "exp", "log", "softmax", "log_softmax", "matmul", "mm", "bmm",
+              "contiguous", "clone", "flatten", "max", "min", "abs", "sqrt", "pow", "add", "sub", "mul", "div",
+              "masked_fill", "narrow", "select", "index_select", "gather", "repeat", "t"):
+    setattr(LazyTensor, _name, _method(_name))
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
               "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__", "__abs__", "__lt__", "__le__", "__gt__",
               "__ge__", "__and__", "__or__", "__invert__", "__mod__", "__floordiv__"):
@@ -284,9 +325,31 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 LazyTensor.__hash__ = object.__hash__  # type: ignore[method-assign]
 
 
+class Group:
+    """Nodes of one trace with the same level and key id, in recording order: one batched call.
+
+    Built while recording when the trace's engine asks for it (``engine.group_nodes``); the member in
+    row ``r`` is ``members[r]`` (its ``row``).  After a batched run ``value`` holds the batched result
+    (rows in member order); a group run member by member leaves ``value`` ``None`` and puts each
+    value on its node.  ``members`` is emptied after the run (no reference cycles survive it).
+    """
+
+    __slots__ = ("kid", "level", "members", "value")
+
+    def __init__(self, level: int, kid: int):
+        self.level = level
+        self.kid = kid
+        self.members: list[LazyTensor] = []
+        self.value: Any = None
+
+
 class Trace:
     """One lazy DAG: its nodes in creation order (a topological order), the engine that will
-    run it (``None``: plain node-by-node evaluation) and bookkeeping for leaves."""
+    run it (``None``: plain node-by-node evaluation) and bookkeeping for leaves.
+
+    With an engine that groups nodes while recording (``engine.group_nodes``), ``pending`` maps
+    ``level * 2**32 + kid`` to the :class:`Group` of the nodes not yet run; the engine takes and
+    runs them (:meth:`take_pending`)."""
 
     def __init__(self, engine: Any = None, examples: int = 1):
         # weak references: nodes hold their trace, and a strong list would make a reference cycle per
@@ -295,11 +358,21 @@ class Trace:
         self.engine = engine
         self.examples = examples
         self.built = False
+        self.grouping: bool = bool(getattr(engine, "group_nodes", False))
+        self.pending: dict[int, Group] = {}
 
     @property
     def nodes(self) -> list[LazyTensor]:
-        """The live nodes in creation order (a topological order)."""
+        """The live nodes in creation order (a topological order); for a trace that groups while recording,
+        the nodes of its pending groups (the outputs of multi-output nodes are not listed)."""
+        if self.grouping:
+            return sorted((m for g in self.pending.values() for m in g.members), key=lambda n: n.gid)
         return [n for n in (r() for r in self.refs) if n is not None]
+
+    def take_pending(self) -> list[Group]:
+        """The groups not yet run, by level (then key id); the trace starts a new set."""
+        pending, self.pending = self.pending, {}
+        return [pending[k] for k in sorted(pending)]
 
     def evaluate(self, out: LazyTensor) -> Any:
         """Evaluate ``out`` (and what it needs) node by node; values stay on the nodes."""
@@ -311,12 +384,13 @@ class Trace:
             return self._evaluate(out)
         finally:
             if collect:
-                gc.enable()
+                _enable_gc()
 
     def _evaluate(self, out: LazyTensor) -> Any:
         with executing(), torch._C.DisableTorchFunction():
-            if out.bval is not None:  # computed inside a batch by an earlier run
-                out.value = resolve_row(out.bval, out.brow)
+            src = source(out)
+            if src is not None:  # computed inside a batch by an earlier run
+                out.value = resolve_row(*src)
                 return out.value
             if self.engine is not None:
                 return self.engine.run(self, out)
@@ -326,6 +400,21 @@ class Trace:
         value = self.evaluate(out)
         with executing(), torch._C.DisableTorchFunction():
             value.backward(*args, **kwargs)
+
+
+def source(x: LazyTensor) -> tuple[Any, int | None] | None:
+    """Where ``x``'s value is: ``(value, None)``, ``(batched value, row)``, or ``None`` if not computed yet."""
+    if x.value is not None:
+        return x.value, None
+    if x.part >= 0:
+        src = source(x.inputs[0])
+        if src is None:
+            return None
+        return src[0][x.part], src[1]
+    g = x.grp
+    if g is not None and g.value is not None:
+        return g.value, x.row
+    return None
 
 
 def evaluate_plain(out: LazyTensor) -> Any:
@@ -366,7 +455,6 @@ _CURRENT: list[Trace] = []
 _DROPOUTS = (F.dropout, torch.dropout)
 
 
-_KEYS: dict[Any, tuple[Any, int]] = {}  # (op, constants, input shapes / parameter ids) -> (meta value, key id)
 KID_INFO: list[tuple[bool, int]] = []
 """Key id -> ``(one row per instance, item index)``: the first is True when the op's output(s) and all its
 non-parameter inputs have a leading dimension of 1 (a candidate for op-level batching); the second is ``k``
@@ -375,7 +463,7 @@ _ITEM_KIDS: dict[int, int] = {}
 _SLOTS = [Slot(i) for i in range(64)]
 
 
-def _new_kid(batchable: bool, item: int = -1) -> int:
+def new_kid(batchable: bool, item: int = -1) -> int:
     KID_INFO.append((batchable, item))
     return len(KID_INFO) - 1
 
@@ -383,7 +471,7 @@ def _new_kid(batchable: bool, item: int = -1) -> int:
 def _item_kid(k: int) -> int:
     kid = _ITEM_KIDS.get(k)
     if kid is None:
-        kid = _ITEM_KIDS[k] = _new_kid(False, k)
+        kid = _ITEM_KIDS[k] = new_kid(False, k)
     return kid
 
 
@@ -440,90 +528,170 @@ _PASS: set[Any] = set()  # callables that never give a lazy node (attribute gett
 
 def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """Record ``func(*args, **kwargs)`` as a lazy node (or run it, for data-only calls)."""
-    with torch._C.DisableTorchFunction():
-        if func in _PASS or _executing() or not _needs_record(args, kwargs):
+    if func in _PASS or _EXEC[0] or not _needs_record(args, kwargs):
+        with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
-        return _record(func, args, kwargs)
+    return _record(func, args, kwargs)
+
+
+class _OpInfo:
+    """What the memo knows of one op key: output meta value(s), key id, shape / dtype / token, the call's
+    template and constants (shared by every node of the key), and per-output infos of a multi-output op."""
+
+    __slots__ = ("ckey", "dtype", "items", "kid", "meta", "shape", "template", "tok")
+
+    def __init__(self, meta: Any, kid: int, template: Any, ckey: tuple[Any, ...]):
+        self.meta, self.kid, self.template, self.ckey = meta, kid, template, ckey
+        self.items: tuple[_OpInfo, ...] = ()
+        if isinstance(meta, torch.Tensor):
+            self.shape: torch.Size | None = meta.shape
+            self.dtype: torch.dtype | None = meta.dtype
+            self.tok: Any = (meta.shape, meta.dtype)
+        else:
+            self.shape = self.dtype = None
+            self.tok = tuple((m.shape, m.dtype) for m in meta)
+
+
+_KEYS: dict[Any, _OpInfo] = {}
+_PARAMS: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
+
+
+def _param_tok(p: torch.Tensor) -> int:
+    """A token unique to the live tensor ``p`` (a parameter: read by reference, so part of the key)."""
+    ent = _PARAMS.get(id(p))
+    if ent is not None and ent[0]() is p:
+        return ent[1]
+    tok = -next(_GID)
+    _PARAMS[id(p)] = (_weakref(p), tok)
+    return tok
 
 
 def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     # the call's template and constants, as _flatten((tuple(args), dict(kwargs))) would give, with a fast
     # path for the usual flat argument lists
     inputs: list[Any] = []
-    keyl: list[Any] = [tuple, 2, tuple, len(args)]
+    keyl: list[Any] = [func, len(args)]  # the op and its constants, then (below) the inputs' tokens
     targs = []
-    trace: Trace | None = None
     for a in args:
-        if type(a) is LazyTensor:
-            if trace is None:
-                trace = a.trace
+        t = type(a)
+        if t is LazyTensor or isinstance(a, torch.Tensor):
             n = len(inputs)
             targs.append(_SLOTS[n] if n < 64 else Slot(n))
             inputs.append(a)
             keyl.append(_SLOT)
-        elif isinstance(a, torch.Tensor):
-            n = len(inputs)
-            targs.append(_SLOTS[n] if n < 64 else Slot(n))
-            inputs.append(a)
-            keyl.append(_SLOT)
+        elif t is int or t is float or t is bool or a is None:
+            targs.append(a)
+            keyl.append(t)
+            keyl.append(a)
         else:
             targs.append(_flatten(a, inputs, keyl))
-    keyl.append(dict)
     tkw = {}
-    for k, v in kwargs.items():
-        keyl.append(k)
-        tkw[k] = _flatten(v, inputs, keyl)
-    template = (tuple(targs), tkw)
-    if trace is None:
-        trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (_CURRENT[-1] if _CURRENT else None)
-        if trace is None:
-            raise LazyError(f"{op_name(func)} on lazy values outside any trace")
+    if kwargs:
+        keyl.append(dict)
+        for k, v in kwargs.items():
+            keyl.append(k)
+            tkw[k] = _flatten(v, inputs, keyl)
     if func in _DROPOUTS:
-        return _dropout(args, kwargs, trace)
-    ckey: tuple[Any, ...] | None = tuple(keyl)
+        return _dropout(args, kwargs, _trace_of(func, inputs))
     if func is torch.Tensor.__getitem__ and type(inputs[0]) is LazyTensor and inputs[0].shape is None \
             and not any(type(i) is LazyTensor for i in inputs[1:]):
         func = operator.getitem  # indexing a multi-output node: the thesis' access(x, i)
     # memo key: op, constants, input shapes and dtypes, parameter identities
-    skey: list[Any] = [func, ckey]
+    nconst = len(keyl)
+    keyl[0] = func
+    skey = keyl
+    trace: Trace | None = None
+    lvl = 0
     for i in inputs:
         if type(i) is LazyTensor:
-            if i.shape is None:
-                skey.append(tuple((m.shape, m.dtype) for m in i.meta) if type(i.meta) is tuple else None)
-            else:
-                skey.append(i.shape)
-                skey.append(i.dtype)
+            skey.append(i.tok)
+            if i.level > lvl:
+                lvl = i.level
+            if trace is None:
+                trace = i.trace
+        elif i.requires_grad:
+            skey.append(_param_tok(i))
         else:
-            if i.requires_grad:
-                skey.append(id(i))
             skey.append(i.shape)
             skey.append(i.dtype)
+    if trace is None:
+        trace = _trace_of(func, inputs)
     key: Any = tuple(skey)
     try:
-        hit = _KEYS.get(key)
-    except TypeError:  # an unhashable constant
-        key, hit, ckey = None, None, None
-    if hit is None:
+        info = _KEYS.get(key)
+    except TypeError:  # an unhashable constant: a key of its own
+        key, info = None, None
+    if info is None:
+        template = (tuple(targs), tkw)
+        ckey: tuple[Any, ...] = tuple(keyl[1:nconst]) if key is not None else ("unhashable", next(_GID))
         meta = _infer(func, template, inputs)
-        if func is operator.getitem and type(template[0][1]) is int:
-            kid = _item_kid(template[0][1])
-        else:
-            kid = _new_kid(_row_batchable(inputs, meta))
+        if isinstance(meta, torch.Tensor):
+            kid = _item_kid(template[0][1]) if func is operator.getitem and type(template[0][1]) is int \
+                else new_kid(_row_batchable(inputs, meta))
+        elif isinstance(meta, (tuple, list)) and meta and all(isinstance(m, torch.Tensor) for m in meta):
+            kid = new_kid(_row_batchable(inputs, meta))
+        else:  # a non-tensor result (e.g. a size): compute it now
+            return _non_tensor(func, args, kwargs)
+        info = _OpInfo(meta, kid, template, ckey)
+        if isinstance(meta, (tuple, list)):
+            info.items = tuple(_OpInfo(m, _item_kid(k), ((_SLOTS[0], k), {}), ("getitem", k))
+                               for k, m in enumerate(meta))
         if key is not None:
-            _KEYS[key] = (meta, kid)
-    else:
-        meta, kid = hit
-    if isinstance(meta, torch.Tensor):
-        return LazyTensor(func, template, tuple(inputs), meta, trace,
-                          ckey if ckey is not None else ("unhashable", next(_GID)), kid if ckey is not None else -1)
-    if isinstance(meta, (tuple, list)) and all(isinstance(m, torch.Tensor) for m in meta):
-        node = LazyTensor(func, template, tuple(inputs), None, trace,
-                          ckey if ckey is not None else ("unhashable", next(_GID)), kid if ckey is not None else -1)
-        node.meta = tuple(meta)
-        outs = tuple(LazyTensor(operator.getitem, ((_SLOTS[0], k), {}), (node,), m, trace, ("getitem", k),
-                                _item_kid(k)) for k, m in enumerate(meta))
-        return outs if isinstance(meta, tuple) else list(outs)
-    # a non-tensor result (e.g. a size): compute it now
+            _KEYS[key] = info
+    node = _new_node(func, info, tuple(inputs), trace, lvl + 1)
+    if not info.items:
+        return node
+    outs = [_new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
+    return tuple(outs) if isinstance(info.meta, tuple) else outs
+
+
+def _new_node(func: Callable[..., Any], info: _OpInfo, inputs: tuple[Any, ...], trace: Trace,
+              level: int) -> LazyTensor:
+    """A node with everything known from the memo (no per-node analysis); grouped if the trace asks."""
+    n = LazyTensor.__new__(LazyTensor)
+    n.gid = next(_GID)
+    n.func = func
+    n.ckey = info.ckey
+    n.template = info.template
+    n.inputs = inputs
+    n.meta = info.meta if not info.items else tuple(info.meta)
+    n.shape = info.shape
+    n.dtype = info.dtype
+    n.tok = info.tok
+    n.trace = trace
+    n.value = None
+    n.kid = info.kid
+    n.level = level
+    n.part = -1
+    n.grp = None
+    n.row = 0
+    if not trace.grouping:
+        trace.refs.append(_weakref(n))
+    if func is operator.getitem:
+        item = KID_INFO[info.kid][1]
+        if item >= 0:  # output ``item`` of a multi-output node: no call; it lives in its source's batch
+            n.part = item
+            n.level = level - 1
+            return n
+    if trace.grouping:
+        gk = level * 4294967296 + info.kid
+        g = trace.pending.get(gk)
+        if g is None:
+            g = trace.pending[gk] = Group(level, info.kid)
+        n.grp = g
+        n.row = len(g.members)
+        g.members.append(n)
+    return n
+
+
+def _trace_of(func: Callable[..., Any], inputs: list[Any]) -> Trace:
+    trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (_CURRENT[-1] if _CURRENT else None)
+    if trace is None:
+        raise LazyError(f"{op_name(func)} on lazy values outside any trace")
+    return trace
+
+
+def _non_tensor(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     owner = getattr(func, "__self__", None)
     if getattr(func, "__name__", "") == "__get__" and type(owner).__name__ == "getset_descriptor" and \
             getattr(owner, "__name__", "") in ("device", "is_cuda", "is_sparse", "layout", "ndim"):
@@ -549,10 +717,16 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
 class _LazyMode(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
         # the mode is popped while its handler runs, so no DisableTorchFunction is needed here
-        kwargs = kwargs or {}
-        if func in _PASS or _executing() or not _needs_record(args, kwargs):
+        if kwargs is None:
+            kwargs = _NOKW
+        if _EXEC[0] or func in _PASS:
             return func(*args, **kwargs)
-        return _record(func, args, kwargs)
+        for a in args:
+            if type(a) is LazyTensor:
+                return _record(func, args, kwargs)
+        if _needs_record(args, kwargs):
+            return _record(func, args, kwargs)
+        return func(*args, **kwargs)
 
 
 @contextmanager
@@ -576,7 +750,7 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     finally:
         _CURRENT.pop()
         if collect:
-            gc.enable()
+            _enable_gc()
 
 
 def build(out: Any) -> Any:
