@@ -27,7 +27,7 @@ from graphsub.errors import GraphsubError
 def search_cmd(
     model: Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME.")],
     algo: Annotated[str, typer.Option("--algo", help="greedy | taso | metaflow | enum | pruning | dpp | "
-                                                     "sampling (enum, pruning and dpp need --k).")] = "taso",
+                                                     "sampling | eqsat (enum, pruning and dpp need --k).")] = "taso",
     rules: Annotated[str, typer.Option("--rules", help="Rule set (see `graphsub rules list`); "
                                                        "comma-separated sets are combined.")] = "default",
     cost: Annotated[str, typer.Option("--cost", help="Cost model: flops, bytes, roofline:cpu|p100|v100, "
@@ -39,6 +39,12 @@ def search_cmd(
     alpha: Annotated[float, typer.Option(help="Relaxation for taso/metaflow: keep graphs < alpha*best.")] = 1.05,
     q: Annotated[int, typer.Option("--q", help="Sample size Q for sampling.")] = 20,
     eta: Annotated[int, typer.Option("--eta", help="Successive cost increases for sampling.")] = 1,
+    iter_limit: Annotated[int, typer.Option("--iter-limit", help="eqsat: saturation iterations at most.")] = 15,
+    node_limit: Annotated[int, typer.Option("--node-limit", help="eqsat: e-nodes at most.")] = 50_000,
+    multi_iters: Annotated[int, typer.Option("--multi-iters", help="eqsat: iterations that apply "
+                                                                   "multi-pattern rules (Tensat's k_multi).")] = 2,
+    extract: Annotated[str, typer.Option("--extract", help="eqsat: ilp (exact DAG cost, HiGHS) or greedy "
+                                                           "(tree cost).")] = "ilp",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the optimized model (.onnx) "
                                                                        "after verifying it.")] = None,
     threads: Annotated[int | None, typer.Option(help="onnxruntime threads for measured costs.")] = None,
@@ -62,6 +68,9 @@ def search_cmd(
         params: dict[str, Any] = {"alpha": alpha} if algo in ("taso", "metaflow") else {}
         if algo == "sampling":
             params = {"q": q, "eta": eta}
+        if algo == "eqsat":
+            params = {"iter_limit": iter_limit, "node_limit": node_limit, "multi_iters": multi_iters,
+                      "extract": extract}
         with err.status(f"searching {g.name} with {algo} ({len(rule_list)} rules, {cost})"):
             result = search(g, rule_list, cm, Budget(time_s=time_s, expansions=expansions, k=k, memory_mb=memory_mb),
                             seed, algo=algo, **params)
@@ -81,6 +90,12 @@ def search_cmd(
     out.print(f"[bold]{g.name}[/] {algo}: cost {result.initial_cost:.6g} -> {result.best_cost:.6g} "
               f"({result.improvement:.1%} lower) in {result.wall_time_s:.2f}s, {result.stats.expanded} graphs "
               f"expanded, stopped by {result.stopped_by}; ops {g.num_ops} -> {result.best.num_ops}")
+    if algo == "eqsat":
+        eg_, x = result.params["egraph"], result.params["extraction"]
+        out.print(f"e-graph: {eg_['classes']} classes, {eg_['nodes']} e-nodes, {eg_['iterations']} iterations "
+                  f"({eg_['stop']}); extraction: greedy {x['greedy_dag_cost']:.6g}"
+                  + (f", ilp {x['ilp_cost']:.6g} ({x['ilp_status']})" if "ilp_cost" in x else "")
+                  + f", chosen {x['chosen']}")
     print_sequence(result.sequence)
     if output is not None:
         out.print(f"wrote {output} (verified: max abs diff {report['max_abs_diff']:.3g})")  # type: ignore[index]

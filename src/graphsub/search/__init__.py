@@ -10,6 +10,7 @@
 ``pruning``   OCGGS Pruning (Alg. 1): ENU over ordered sequences only (Def. 8; exact, K required)
 ``dpp``       OCGGS DPP (Alg. 2): Pruning + child substitution sets reused from the parent (exact)
 ``sampling``  OCGGS Sampling (Alg. 3): Q/2 cheapest + Q/2 further-exploration (eta) per level
+``eqsat``     Tensat: equality saturation over the rules, then greedy + exact (ILP) DAG extraction
 ============  ===========================================================================
 
 >>> from graphsub import zoo
@@ -33,6 +34,7 @@ from graphsub.rules.rule import Rule
 from graphsub.search.backtrack import backtrack
 from graphsub.search.base import Budget, SearchFn, SearchResult, Step
 from graphsub.search.enumerate import enumerate_all
+from graphsub.search.eqsat.runner import eqsat as eqsat_search
 from graphsub.search.greedy import greedy
 from graphsub.search.metaflow import metaflow, split_graph
 from graphsub.search.ocggs import dpp, pruning
@@ -47,6 +49,7 @@ ALGORITHMS: dict[str, SearchFn] = {
     "pruning": pruning,
     "dpp": dpp,
     "sampling": sampling,
+    "eqsat": eqsat_search,
 }
 
 

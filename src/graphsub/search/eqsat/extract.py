@@ -1,0 +1,325 @@
+"""Extraction: choose one e-node per needed e-class, minimising the cost of the resulting DAG.
+
+* :func:`greedy_tree` -- per class, the e-node minimising ``own cost + sum of child class costs``
+  (a fixpoint over the e-graph; egg's ``Extractor``).  It prices a *tree*: a class used twice is
+  paid twice, so it misjudges graphs with sharing (Tensat's NasNet-A observation), but its choice
+  is always acyclic and finite.
+* :func:`ilp` -- the exact DAG cost as a 0/1 program (Tensat's ``extractor/extract.py``), solved
+  with HiGHS (``highspy``) under a time limit, warm-started from the greedy choice: a binary
+  ``x_n`` per e-node; each root class picks a node; a picked node needs a picked node in each
+  child class; minimise ``sum cost_n x_n``.  Cycles are excluded *lazily*: the solution is
+  checked, and each cycle found adds the cut ``sum_{n in cycle} x_n <= |cycle| - 1`` before
+  solving again; if the limit runs out, the best acyclic solution seen (at worst the greedy one)
+  is kept, so the result is always acyclic.
+* :func:`dag_cost` prices a choice as a DAG (each reachable class once) and :func:`to_graph`
+  writes it back as a graphsub :class:`~graphsub.ir.graph.Graph`.
+
+Costs: ``cost.node_cost(sig, consts)`` of the model (consts = which children are weight-only);
+leaves, projections and weight-only e-nodes are free (they are folded before run time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphsub.cost.base import SumCostModel
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.ir.node import Node, Ref
+from graphsub.search.eqsat.egraph import EGraph, ENode
+
+Choice = dict[int, ENode]
+
+
+class NodeCosts:
+    """Scalar run-time cost of each e-node under a per-op (sum) cost model, memoised."""
+
+    def __init__(self, eg: EGraph, cost: SumCostModel):
+        if cost.context_radius:
+            raise GraphsubError(f"eqsat needs a per-op cost model; {cost.name!r} prices ops in context "
+                                "(use e.g. roofline:p100, flops or measured)")
+        self.eg = eg
+        self.cost = cost
+        self._memo: dict[ENode, float] = {}
+
+    def __call__(self, node: ENode) -> float:
+        hit = self._memo.get(node)
+        if hit is not None:
+            return hit
+        eg = self.eg
+        head, children = node
+        if isinstance(head, int) or head.opdef.leaf or (not children and head.opdef.weight_op):
+            c = 0.0
+        else:
+            consts = tuple(eg.classes[eg.find(ch)].wo for ch in children)
+            # weight-only nodes are folded before run time
+            c = 0.0 if all(consts) else self.cost.scalar(self.cost.node_cost(head, consts))
+        self._memo[node] = c
+        return c
+
+
+def _candidates(eg: EGraph, cid: int) -> list[ENode]:
+    """E-nodes extraction may pick in a class: its leaf if it has one (graph inputs and weights
+    stay themselves), else every non-blacklisted node."""
+    nodes = list(eg.nodes_of(cid))
+    if eg.classes[cid].leaf:
+        leaves = [n for n in nodes if not isinstance(n[0], int) and n[0].opdef.leaf]
+        if leaves:
+            return leaves[:1]
+    return nodes
+
+
+def greedy_tree(eg: EGraph, costs: NodeCosts) -> tuple[Choice, dict[int, float]]:
+    """Tree-cost greedy choice for every class that has a finite (acyclic) derivation."""
+    best: dict[int, float] = {}
+    choice: Choice = {}
+    cands = {cid: _candidates(eg, cid) for cid in eg.classes}
+    changed = True
+    while changed:
+        changed = False
+        for cid, nodes in cands.items():
+            cur = best.get(cid, math.inf)
+            for n in nodes:
+                total = costs(n)
+                for ch in n[1]:
+                    total += best.get(eg.find(ch), math.inf)
+                    if total >= cur:
+                        break
+                if total < cur - 1e-15 * max(1.0, abs(cur) if cur < math.inf else 1.0):
+                    cur = total
+                    best[cid] = total
+                    choice[cid] = n
+                    changed = True
+    return choice, best
+
+
+def reachable(eg: EGraph, choice: Mapping[int, ENode], roots: Sequence[int]) -> list[int] | None:
+    """Classes the choice uses, children before parents; None if the choice has a cycle or
+    misses a class."""
+    order: list[int] = []
+    state: dict[int, int] = {}
+    for root in roots:
+        stack = [(eg.find(root), 0)]
+        while stack:
+            cid, i = stack[-1]
+            if i == 0:
+                st = state.get(cid)
+                if st == 2:
+                    stack.pop()
+                    continue
+                if st == 1:
+                    return None
+                state[cid] = 1
+                if cid not in choice:
+                    return None
+            kids = choice[cid][1]
+            if i < len(kids):
+                stack[-1] = (cid, i + 1)
+                ch = eg.find(kids[i])
+                st = state.get(ch)
+                if st == 1:
+                    return None
+                if st is None:
+                    stack.append((ch, 0))
+            else:
+                stack.pop()
+                state[cid] = 2
+                order.append(cid)
+    return order
+
+
+def dag_cost(eg: EGraph, choice: Mapping[int, ENode], roots: Sequence[int], costs: NodeCosts) -> float:
+    """Cost of the DAG a choice describes (each used class paid once); inf if cyclic."""
+    order = reachable(eg, choice, roots)
+    if order is None:
+        return math.inf
+    return sum(costs(choice[c]) for c in order)
+
+
+def _find_cycle(eg: EGraph, choice: Mapping[int, ENode], roots: Sequence[int]) -> list[ENode] | None:
+    """The e-nodes of one cycle of the choice (reachable from the roots), or None."""
+    state: dict[int, int] = {}
+    for root in roots:
+        path: list[int] = []
+        stack = [(eg.find(root), 0)]
+        while stack:
+            cid, i = stack[-1]
+            if i == 0:
+                if state.get(cid) == 2 or cid not in choice:
+                    stack.pop()
+                    continue
+                state[cid] = 1
+                path.append(cid)
+            kids = choice[cid][1]
+            if i < len(kids):
+                stack[-1] = (cid, i + 1)
+                ch = eg.find(kids[i])
+                if state.get(ch) == 1:
+                    return [choice[c] for c in path[path.index(ch):]]
+                if state.get(ch) is None:
+                    stack.append((ch, 0))
+            else:
+                stack.pop()
+                path.pop()
+                state[cid] = 2
+    return None
+
+
+@dataclass
+class IlpResult:
+    choice: Choice
+    cost: float
+    status: str
+    rounds: int = 0
+    cuts: int = 0
+    time_s: float = 0.0
+    variables: int = 0
+    constraints: int = 0
+    gap: float | None = None
+    log: list[str] = field(default_factory=list)
+
+
+def ilp(eg: EGraph, roots: Sequence[int], costs: NodeCosts, *, warm: Choice | None = None,
+        time_limit_s: float = 30.0, max_rounds: int = 50) -> IlpResult:
+    """Exact DAG extraction with HiGHS (see the module docstring)."""
+    import highspy
+
+    t0 = time.perf_counter()
+    roots = [eg.find(r) for r in roots]
+    # classes reachable from the roots through e-nodes whose children all have a derivation
+    greedy_choice, best = greedy_tree(eg, costs)
+    warm = warm or greedy_choice
+    cls_nodes: dict[int, list[ENode]] = {}
+    stack = list(dict.fromkeys(roots))
+    while stack:
+        cid = stack.pop()
+        if cid in cls_nodes:
+            continue
+        nodes = [n for n in _candidates(eg, cid) if all(eg.find(c) in best for c in n[1])]
+        cls_nodes[cid] = nodes
+        for n in nodes:
+            for c in n[1]:
+                c = eg.find(c)
+                if c not in cls_nodes:
+                    stack.append(c)
+    col: dict[ENode, int] = {}
+    col_nodes: list[tuple[int, ENode]] = []
+    for cid, nodes in cls_nodes.items():
+        for n in nodes:
+            col[n] = len(col_nodes)
+            col_nodes.append((cid, n))
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    inf = highspy.kHighsInf
+    ncol = len(col_nodes)
+    obj = [costs(n) for _, n in col_nodes]
+    pos = [c for c in obj if c > 0]
+    eps = 1e-7 * (sum(pos) / len(pos) if pos else 1.0)  # discourages picking free nodes nobody needs
+    obj = [c + eps for c in obj]
+    h.addVars(ncol, [0.0] * ncol, [1.0] * ncol)
+    h.changeColsCost(ncol, list(range(ncol)), obj)
+    h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
+                            np.full(ncol, highspy.HighsVarType.kInteger.value, dtype=np.uint8))
+    nrows = 0
+    for r in dict.fromkeys(roots):
+        idx = [col[n] for n in cls_nodes[r]]
+        h.addRow(1.0, inf, len(idx), idx, [1.0] * len(idx))
+        nrows += 1
+    for j, (_, n) in enumerate(col_nodes):
+        for c in dict.fromkeys(eg.find(c) for c in n[1]):
+            idx = [col[m] for m in cls_nodes[c]]
+            # sum_{m in child class} x_m - x_n >= 0
+            h.addRow(0.0, inf, len(idx) + 1, [*idx, j], [1.0] * len(idx) + [-1.0])
+            nrows += 1
+    best_choice = dict(warm)
+    best_cost = dag_cost(eg, best_choice, roots, costs)
+    res = IlpResult(best_choice, best_cost, "greedy", variables=ncol, constraints=nrows)
+    used = reachable(eg, best_choice, roots) or []
+    start = [0.0] * ncol
+    for cu in used:
+        ju = col.get(best_choice[cu])
+        if ju is not None:
+            start[ju] = 1.0
+    for rnd in range(max_rounds):
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0.05:
+            res.status = "time"
+            break
+        h.setOptionValue("time_limit", float(left))
+        sol = highspy.HighsSolution()
+        sol.col_value = start
+        sol.value_valid = True
+        h.setSolution(sol)
+        h.run()
+        status = h.getModelStatus()
+        res.rounds = rnd + 1
+        values = list(h.getSolution().col_value)
+        if len(values) != ncol:
+            res.status = f"solver: {h.modelStatusToString(status)}"
+            break
+        picked: dict[int, ENode] = {}
+        for j, v in enumerate(values):
+            if v > 0.5:
+                cid, n = col_nodes[j]
+                if cid not in picked or obj[j] < costs(picked[cid]):
+                    picked[cid] = n
+        res.gap = h.getInfo().mip_gap
+        cyc = _find_cycle(eg, picked, roots) if all(r in picked for r in roots) else None
+        if cyc is None and reachable(eg, picked, roots) is not None:
+            pc = dag_cost(eg, picked, roots, costs)
+            if pc < res.cost - 1e-12 * max(1.0, abs(res.cost)):
+                res.choice, res.cost = picked, pc
+            optimal = status == highspy.HighsModelStatus.kOptimal
+            res.status = "optimal" if optimal else f"solver: {h.modelStatusToString(status)}"
+            break
+        if cyc is None:
+            res.status = "incomplete solution"
+            break
+        idx = sorted({col[n] for n in cyc})
+        h.addRow(-inf, len(idx) - 1.0, len(idx), idx, [1.0] * len(idx))
+        res.cuts += 1
+        res.log.append(f"round {rnd}: cycle of {len(idx)} e-nodes cut")
+        start = values
+    else:
+        res.status = "max rounds"
+    res.time_s = time.perf_counter() - t0
+    return res
+
+
+def to_graph(eg: EGraph, choice: Mapping[int, ENode], roots: Sequence[int], like: Graph) -> Graph:
+    """The graph a choice describes, with ``like``'s inputs, output names, name and weight data
+    (plus constants created by rules)."""
+    order = reachable(eg, choice, roots)
+    if order is None:
+        raise GraphsubError("the extraction has a cycle or misses a class")
+    ref_of: dict[int, Ref] = {}
+    nodes: dict[int, Node] = {}
+    for cid in order:
+        head, children = choice[cid]
+        if isinstance(head, int):
+            base = ref_of[eg.find(children[0])]
+            ref_of[cid] = Ref(base.node, head)
+            continue
+        nid = len(nodes)
+        nodes[nid] = Node(head, tuple(ref_of[eg.find(c)] for c in children))
+        ref_of[cid] = Ref(nid, 0)
+    by_name = {n.sig.attr["name"]: nid for nid, n in nodes.items() if n.sig.op == "input"}
+    inputs = []
+    for name in like.input_names:
+        if name not in by_name:  # an input the optimized graph no longer reads: keep it
+            nid = len(nodes)
+            nodes[nid] = like.nodes[like.leaf(name)]
+            by_name[name] = nid
+        inputs.append(by_name[name])
+    params = {**eg.params, **dict(like.params)}
+    outputs = [ref_of[eg.find(r)] for r in roots]
+    return Graph.from_arena(nodes, inputs, outputs, like.output_names, params, name=like.name)
+
+
+__all__ = ["Choice", "IlpResult", "NodeCosts", "dag_cost", "greedy_tree", "ilp", "reachable", "to_graph"]
