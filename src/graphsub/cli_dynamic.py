@@ -66,8 +66,10 @@ def bench_cmd(
     depth: Annotated[int, typer.Option("--depth", min=1, help="P_Depth of the reuse mode.")] = 8,
     seed: SeedOpt = 0,
     workload: Annotated[str, typer.Option("--workload", help="treelstm or seqlstm.")] = "treelstm",
-    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: eager,traced,reuse,reuse+batch.")] = (
-        "eager,traced,reuse,reuse+batch"),
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: eager,traced,reuse,reuse+batch,prefetch "
+                                                       "(prefetch: reuse+batch recorded ahead by worker "
+                                                       "processes).")] = "eager,traced,reuse,reuse+batch,prefetch",
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Worker processes of the prefetch mode.")] = 1,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,
     train_steps: Annotated[int, typer.Option("--train-steps", min=1, help="Steps of the training-equivalence "
                                                                           "run (eager vs the best mode).")] = 5,
@@ -78,7 +80,8 @@ def bench_cmd(
                                                               "functions (inductor compiles for seconds).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Eager vs traced vs reuse (thesis) vs reuse+batch per stage, Tables 6.3 / 6.4, training equivalence."""
+    """Eager vs traced vs reuse (thesis) vs reuse+batch vs prefetch per stage, Tables 6.3 / 6.4, training
+    equivalence (eager vs the best mode)."""
     from graphsub.dynamic.bench import MODES, WORKLOADS, BenchConfig, bench_backends, run_bench
 
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
@@ -90,7 +93,8 @@ def bench_cmd(
     if data not in ("sst", "synthetic"):
         _fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
     cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
-                      emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list))
+                      emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list),
+                      workers=workers)
     res = run_bench(cfg, tables=tables)
     if backends:
         res["backends"] = bench_backends(hidden=hidden, emb=emb)

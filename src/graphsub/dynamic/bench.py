@@ -8,7 +8,12 @@ Adagrad optimizer built from the same seed):
 * ``reuse`` -- the thesis' method: depth-limited signatures collected over the first ``P_Collect``
   batches, frequent patterns generated once and called per instance (backend ``python``);
 * ``reuse+batch`` -- signature-keyed batching: every level's nodes with the same key (op, constants,
-  input shapes, parameter identities) run as one call (``Reuse(depth=1, collect=0, batching=True)``).
+  input shapes, parameter identities) run as one call (``Reuse(depth=1, collect=0, batching=True)``);
+* ``prefetch`` -- the same batching, with the recording (and preprocessing) of the next batches done
+  ahead of time by ``workers`` forked worker processes (:mod:`graphsub.dynamic.prefetch`); its stage
+  ``trace`` is the time the main process waits for a batch's plan.  It runs after the other modes, not
+  interleaved with them (its workers would record during their steps), and its ``full`` is the wall time
+  between consecutive steps, so it counts every cost the main process still has.
 
 Per mode and stage the median time per batch (ms) after ``warmup`` batches: preprocessing (encoding the
 trees), DAG construction (tracing), optimization (the engine's ``optimize_s``), execution (forward), backward,
@@ -32,9 +37,10 @@ from torch import nn
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyTensor, build, lazy
 from graphsub.dynamic.models import BinaryTreeLSTM, SeqLSTM, batch_loss, make_optimizer, seq_batch_loss
+from graphsub.dynamic.prefetch import prefetch
 from graphsub.dynamic.sst import SSTNotFound, Tree, Vocab, encode_tree, load_sst, synthetic_treebank
 
-MODES = ("eager", "traced", "reuse", "reuse+batch")
+MODES = ("eager", "traced", "reuse", "reuse+batch", "prefetch")
 STAGES = ("preprocess", "trace", "optimize", "forward", "backward", "step", "full")
 STAGE_LABELS = {"preprocess": "preprocessing", "trace": "DAG construction", "optimize": "optimization",
                 "forward": "execution (forward)", "backward": "backward", "step": "optimizer step",
@@ -55,6 +61,7 @@ class BenchConfig:
     hidden: int = 150
     warmup: int = 3
     train_steps: int = 5
+    workers: int = 1
     modes: Sequence[str] = MODES
     depths: Sequence[int] = (5, 6, 7, 8, 9, 10)
 
@@ -108,7 +115,7 @@ def make_engine(mode: str, cfg: BenchConfig, backend: str = "python") -> Reuse |
         return None
     if mode == "reuse":
         return Reuse(depth=cfg.depth, freq=1.0, collect=cfg.collect, backend=backend)
-    if mode == "reuse+batch":
+    if mode in ("reuse+batch", "prefetch"):
         return Reuse(depth=1, collect=0, batching=True)
     raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
@@ -126,8 +133,18 @@ class Runner:
         self.loss = loss_fn(cfg)
         self.times: dict[str, list[float]] = {s: [] for s in STAGES}
         self.losses: list[float] = []
+        self.stream: Any = None
+        self.last_end: float | None = None
+
+    def start_prefetch(self, batches: list[list[Tree]]) -> None:
+        """Mode ``prefetch``: start the workers on ``batches`` (then :meth:`step` takes them in order)."""
+        model, vocab, loss = self.model, self.vocab, self.loss
+        self.stream = prefetch(model, batches, lambda raw: loss(model, [encode_tree(t, vocab) for t in raw]),
+                               workers=self.cfg.workers)
 
     def step(self, raw: list[Tree]) -> float:
+        if self.mode == "prefetch":
+            return self._step_prefetched(raw)
         clock = time.perf_counter
         t0 = clock()
         batch = [encode_tree(t, self.vocab) for t in raw]
@@ -159,19 +176,60 @@ class Runner:
         self.losses.append(value)
         return value
 
+    def _step_prefetched(self, raw: list[Tree]) -> float:
+        clock = time.perf_counter
+        t0 = clock() if self.last_end is None else self.last_end
+        self.opt.zero_grad()
+        got, lazy_loss = next(self.stream)
+        if got is not raw:
+            raise RuntimeError("prefetch: batches out of order")
+        t1 = clock()
+        loss = build(lazy_loss)
+        t2 = clock()
+        loss.backward()
+        t3 = clock()
+        self.opt.step()
+        t4 = clock()
+        self.last_end = t4
+        for stage, dt in (("preprocess", 0.0), ("trace", t1 - t0), ("optimize", 0.0), ("forward", t2 - t1),
+                          ("backward", t3 - t2), ("step", t4 - t3), ("full", t4 - t0)):
+            self.times[stage].append(dt)
+        value = float(loss.detach())
+        self.losses.append(value)
+        return value
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
+
     def medians(self, warmup: int) -> dict[str, float]:
         return {s: 1000 * statistics.median(v[warmup:] or v) for s, v in self.times.items()}
 
 
 def run_modes(cfg: BenchConfig, work: Workload) -> dict[str, Runner]:
-    """All modes, interleaved batch by batch (noise on a shared machine hits them alike)."""
+    """All modes, interleaved batch by batch (noise on a shared machine hits them alike); ``prefetch`` after
+    them, on its own (module docstring)."""
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
+    inter = [r for r in runners.values() if r.mode != "prefetch"]
     for b in work.batches:
-        for r in runners.values():
+        for r in inter:
             torch.manual_seed(cfg.seed + 1)
             r.step(b)
             gc.collect(0)
+    if "prefetch" in runners:
+        _run_prefetch(runners["prefetch"], cfg, work.batches)
     return runners
+
+
+def _run_prefetch(r: Runner, cfg: BenchConfig, batches: list[list[Tree]]) -> None:
+    r.start_prefetch(batches)
+    try:
+        for b in batches:
+            torch.manual_seed(cfg.seed + 1)  # the masks are drawn here, when the plan runs, as eagerly
+            r.step(b)
+    finally:
+        r.close()
 
 
 def pattern_table(cfg: BenchConfig, work: Workload) -> list[dict[str, Any]]:
@@ -205,8 +263,12 @@ def training_equivalence(cfg: BenchConfig, work: Workload, mode: str, steps: int
     for m in ("eager", mode):
         r = Runner(m, cfg, work.vocab)
         torch.manual_seed(cfg.seed + 1)
-        for b in work.batches[:steps]:
-            r.step(b)
+        if m == "prefetch":
+            _run_prefetch(r, cfg, work.batches[:steps])
+        else:
+            for b in work.batches[:steps]:
+                torch.manual_seed(cfg.seed + 1)
+                r.step(b)
         losses[m] = r.losses
         weights[m] = [p.detach().clone() for p in r.model.parameters()]
     diff = max(abs(a - b) for a, b in zip(losses["eager"], losses[mode], strict=True))

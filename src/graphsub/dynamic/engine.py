@@ -44,7 +44,6 @@ import torch
 
 from graphsub.dynamic.codegen import compile_pattern, generate
 from graphsub.dynamic.lazy import (
-    KID_INFO,
     Group,
     LazyError,
     LazyTensor,
@@ -52,9 +51,9 @@ from graphsub.dynamic.lazy import (
     fill,
     is_param,
     new_kid,
-    resolve_row,
     source,
 )
+from graphsub.dynamic.plan import BatchState, build_plan, rows_agree, run_plan, store
 from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, reachable, tile
 
 
@@ -88,7 +87,8 @@ class Reuse:
     ``depth``/``freq``/``collect``: the thesis' ``P_Depth``, ``P_Freq`` (occurrences per
     example) and ``P_Collect``; ``shapes``: shape (True) or structure (False) equivalence;
     ``backend``: ``python``, ``fx`` or ``inductor``; ``batching``: run same-key units of a level
-    as one call; ``check_tol``: tolerance of the first-use batching check.
+    as one call; ``check_tol``: tolerance of the first-use batching check; ``defer_masks``: leave
+    dropout masks to be drawn where the trace's plan runs (:mod:`graphsub.dynamic.prefetch`).
     """
 
     depth: int = 8
@@ -98,6 +98,7 @@ class Reuse:
     backend: str = "python"
     batching: bool = False
     check_tol: float = 1e-5
+    defer_masks: bool = False
     hash_fn: Any = hash
     table: PatternTable = field(init=False)
     traces_seen: int = 0
@@ -106,9 +107,11 @@ class Reuse:
     last: RunStats = field(default_factory=RunStats)
     unbatchable_ops: set[Any] = field(default_factory=set)
     checked_ops: set[Any] = field(default_factory=set)
+    batch_state: BatchState = field(init=False)
 
     def __post_init__(self) -> None:
         self.table = PatternTable(self.hash_fn)
+        self.batch_state = BatchState(tol=self.check_tol)
 
     @property
     def collecting(self) -> bool:
@@ -206,59 +209,24 @@ class Reuse:
         return self.batching and not self.collecting and not self.frequent
 
     def _run_ops(self, trace: Any, out: LazyTensor, st: RunStats) -> Any:
-        """Batched run with one unit per node.  When the trace grouped its nodes while recording
-        (:attr:`group_nodes`), planning is nothing: its pending groups are run level by level (the whole
-        pending trace, not only what ``out`` needs); otherwise the nodes ``out`` needs are grouped first."""
+        """Batched run with one unit per node, through a :class:`~graphsub.dynamic.plan.Plan`.  When the trace
+        grouped its nodes while recording (:attr:`group_nodes`) its pending groups are the plan's steps (the
+        whole pending trace, not only what ``out`` needs); otherwise the nodes ``out`` needs are grouped first."""
         t0 = time.perf_counter()
         if trace is not None and trace.grouping and out.trace is trace:
             groups = trace.take_pending()
         else:
             groups = _group(_needed(trace, out))
         st.units = st.ops_total = sum(len(g.members) for g in groups)
+        if not groups:
+            raise LazyError(f"{out!r} was not recorded in this trace's pending groups")
+        plan = build_plan(groups, out, trace.masks if trace is not None else None)
         st.optimize_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        calls = 0
-        unbatchable = self.unbatchable_ops
-        for g in groups:
-            members = g.members
-            batchable = KID_INFO[g.kid][0]
-            if len(members) == 1 or not batchable or ("k", g.kid) in unbatchable:
-                for m in members:
-                    m.value = _call_node(m, [_nval(i) for i in m.inputs])
-                calls += len(members)
-                g.members = []
-                continue
-            first = members[0]
-            cols = []
-            for j, x in enumerate(first.inputs):
-                if type(x) is not LazyTensor and x.requires_grad:
-                    cols.append(x)  # a parameter, shared by the group (it is part of the key)
-                else:
-                    cols.append(_gather_col([m.inputs[j] for m in members]))
-            res = _call_node(first, cols)
-            calls += 1
-            if ("k", g.kid) not in self.checked_ops:
-                if not self._check_nodes(members, res):
-                    unbatchable.add(("k", g.kid))
-                    for m in members:
-                        m.value = _call_node(m, [_nval(i) for i in m.inputs])
-                    calls += len(members)
-                    g.members = []
-                    continue
-                self.checked_ops.add(("k", g.kid))
-            g.value = res
-            g.members = []
-        st.calls = calls
-        src = source(out)
-        if src is None:
-            raise LazyError(f"{out!r} was not computed by the batched run")
-        out.value = resolve_row(*src)
+        out.value, st.calls, vals = run_plan(plan, plan.ops, self.batch_state)
+        store(groups, vals)
         st.execute_s = time.perf_counter() - t0
         return out.value
-
-    def _check_nodes(self, members: list[LazyTensor], out: Any) -> bool:
-        return _rows_agree(out, len(members), lambda r: _call_node(members[r], [_nval(i) for i in members[r].inputs]),
-                           self.check_tol)
 
     def _call(self, u: Unit, vals: list[Any]) -> Any:
         if u.entry is not None:
@@ -315,7 +283,7 @@ class Reuse:
         def one(r: int) -> Any:
             return self._call(members[r], [_get(store, i) for i in members[r].inputs])
 
-        return _rows_agree(out, len(members), one, self.check_tol)
+        return rows_agree(out, len(members), one, self.check_tol)
 
     def _key(self, u: Unit) -> Any:
         """Batching key, or ``None`` when the unit cannot be batched (not one row per instance)."""
@@ -357,25 +325,6 @@ class Reuse:
                 "unbatchable_keys": len(self.unbatchable_ops)}
 
 
-def _rows_agree(out: Any, n: int, call_one: Any, tol: float) -> bool:
-    """First-use batching check: ``out`` (a batched call over ``n`` instances) has ``n`` rows per output, and its
-    first and last rows equal ``call_one(r)``, the instance run alone."""
-    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == n for o in outs):
-        return False
-    with torch.no_grad():
-        for r in sorted({0, n - 1}):
-            one = call_one(r)
-            ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
-            if len(ones) != len(outs):
-                return False
-            for a, b in zip(ones, outs, strict=True):
-                if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
-                        not torch.allclose(a, b[r:r + 1], atol=tol, rtol=tol):
-                    return False
-    return True
-
-
 def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
     """Nodes ``out`` needs that have no value yet, in topological order (one backward scan of the trace)."""
     need = {out.gid}
@@ -398,18 +347,6 @@ def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
     return order
 
 
-def _nval(x: Any) -> Any:
-    if type(x) is LazyTensor:
-        if x.value is not None:
-            return x.value
-        src = source(x)
-        if src is None:  # an input from another trace not run yet
-            x.trace.evaluate(x)
-            return x.value
-        return resolve_row(*src)
-    return x
-
-
 def _group(order: list[LazyTensor]) -> list[Group]:
     """Group nodes (in topological order) by level and key id, as a grouping trace does while recording."""
     groups: dict[int, Group] = {}
@@ -424,45 +361,6 @@ def _group(order: list[LazyTensor]) -> list[Group]:
         n.row = len(g.members)
         g.members.append(n)
     return [groups[k] for k in sorted(groups)]
-
-
-def _call_node(n: LazyTensor, vals: list[Any]) -> Any:
-    args, kwargs = fill(n.template, vals)
-    return n.func(*args, **kwargs)
-
-
-def _gather_col(xs: list[Any]) -> torch.Tensor:
-    """The rows of ``xs`` (lazy nodes in a batch, values, data tensors of one row) stacked in order.
-
-    The usual case -- every member's input is a row of the same batched call (possibly output ``k`` of
-    a multi-output op) -- is checked with list operations only: the rows in order give the batch itself
-    (or a slice), other orders one ``index_select``."""
-    n = len(xs)
-    x0 = xs[0]
-    if type(x0) is LazyTensor:
-        k = x0.part
-        called = [x if x.part < 0 else x.inputs[0] for x in xs]
-        gs = [c.grp for c in called]
-        g0 = gs[0]
-        if g0 is not None and g0.value is not None and gs.count(g0) == n and \
-                (k < 0 or [x.part for x in xs].count(k) == n):
-            t = g0.value if k < 0 else g0.value[k]
-            rows = [c.row for c in called]
-            r0 = rows[0]
-            if rows == list(range(r0, r0 + n)):
-                return t if r0 == 0 and t.shape[0] == n else t[r0:r0 + n]
-            return t.index_select(0, torch.tensor(rows))
-    srcs: list[tuple[torch.Tensor, int]] = []
-    for x in xs:
-        if type(x) is LazyTensor:
-            src = source(x)
-            if src is None:
-                _nval(x)
-                src = (x.value, None)
-            srcs.append((src[0], src[1] or 0))
-        else:
-            srcs.append((x, 0))
-    return _gather(srcs)
 
 
 def _level(units: list[Unit]) -> None:

@@ -360,6 +360,12 @@ class Trace:
         self.built = False
         self.grouping: bool = bool(getattr(engine, "group_nodes", False))
         self.pending: dict[int, Group] = {}
+        # deferred random numbers: with ``engine.defer_masks`` dropout masks are placeholders, listed here in
+        # program order (id -> (order, shape, dtype, p)) and drawn by whoever runs the trace's plan (the
+        # main process of a prefetching worker), so the generator is used as an eager run would use it
+        self.masks: dict[int, tuple[int, tuple[int, ...], torch.dtype, float]] | None = \
+            {} if getattr(engine, "defer_masks", False) else None
+        self.mask_refs: list[torch.Tensor] = []
 
     @property
     def nodes(self) -> list[LazyTensor]:
@@ -710,8 +716,18 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
         return record(torch.mul, (x, 0.0), {})
     shape: Any = x.shape
     with executing():
-        mask = torch.empty(tuple(shape), dtype=x.dtype).bernoulli_(1.0 - p).div_(1.0 - p)
+        mask = torch.empty(tuple(shape), dtype=x.dtype)
+        if trace.masks is None:
+            mask.bernoulli_(1.0 - p).div_(1.0 - p)
+        else:  # drawn where the trace runs, in this (program) order: see Trace.masks
+            trace.masks[id(mask)] = (len(trace.masks), tuple(shape), x.dtype, p)
+            trace.mask_refs.append(mask)
     return record(torch.mul, (x, mask), {})
+
+
+def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Tensor:
+    """A dropout mask as PyTorch's CPU dropout draws it (``bernoulli(1 - p) / (1 - p)``)."""
+    return torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p).div_(1.0 - p)
 
 
 class _LazyMode(TorchFunctionMode):
@@ -767,5 +783,21 @@ def is_param(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.requires_grad
 
 
-__all__ = ["LazyError", "LazyTensor", "Slot", "Trace", "build", "evaluate_plain", "executing", "fill",
-           "is_param", "lazy", "op_name", "record", "resolve_row", "run_node"]
+__all__ = [
+    "LazyError",
+    "LazyTensor",
+    "Slot",
+    "Trace",
+    "build",
+    "draw_mask",
+    "evaluate_plain",
+    "executing",
+    "fill",
+    "is_param",
+    "lazy",
+    "op_name",
+    "record",
+    "resolve_row",
+    "run_node",
+    "source",
+]

@@ -1,0 +1,400 @@
+"""Batched execution plans: the signature-keyed batches of a trace as data (one step per batch).
+
+A :class:`Plan` is what the op-level batching engine runs.  It is built from the groups a trace
+recorded (:class:`~graphsub.dynamic.lazy.Group`: nodes of one level with one key id) and holds, per
+group, one :class:`Step`: the op (by key id, see :class:`OpDef`), whether it runs as one batched
+call, and one column per tensor slot of the call:
+
+* ``(P, param)`` -- a parameter, shared by the step's members (it is part of the key);
+* ``(D, rows)`` -- the members' data tensors (one row each) stacked: inputs, dropout masks, targets;
+* ``(L, pieces, perm)`` -- the members' lazy inputs, gathered from earlier steps: ``pieces`` lists
+  ``(step, part, rows)`` (``part`` picks an output of a multi-output op, ``rows`` is a ``(start, stop)``
+  run or an index tensor; ``step`` ``-1`` means a value computed by an earlier run, given in ``part``), and
+  ``perm`` (``None`` or an index tensor) puts the concatenated pieces in member order;
+* ``(E, refs)`` -- for a step run member by member: each member's own inputs;
+* ``(M, orders)`` -- dropout masks of a trace that defers its random numbers (``Trace.masks``): the plan
+  lists every mask's shape in program order (``Plan.masks``) and :func:`run_plan` draws them all before the
+  first step, as an eager run would, then stacks the members' ones.
+
+A plan has no nodes in it, only tensors, ints and the op table, so it can be built where the trace was
+recorded and run elsewhere: :mod:`graphsub.dynamic.prefetch` records and plans batches in a worker
+process while the main process runs the previous plan (the plan is sent as NumPy arrays,
+:func:`to_wire` / :func:`from_wire`).
+
+:func:`run_plan` runs the steps in order with autograd on.  A batched step whose key was never checked is
+compared once with member-by-member calls (first and last row, as :func:`rows_agree`); a key that
+differs (an op that mixes rows) is run member by member from then on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from graphsub.dynamic.lazy import KID_INFO, Group, LazyError, LazyTensor, draw_mask, fill, resolve_row, source
+
+P, D, L, E, M = 0, 1, 2, 3, 4
+"""Column kinds: parameter, stacked data rows, lazy gather, per-member references, deferred dropout masks."""
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The op of a key id: callable, call template (slots for tensors), one-row-per-instance flag."""
+
+    func: Callable[..., Any]
+    template: Any
+    batchable: bool
+
+
+@dataclass
+class Step:
+    kid: int
+    n: int
+    batched: bool
+    cols: list[Any]
+
+
+@dataclass
+class Plan:
+    steps: list[Step]
+    out: tuple[int, int, int] | None  # (step, part, row) of the output; None: ``value`` holds it
+    value: Any = None
+    ops: dict[int, OpDef] = field(default_factory=dict)
+    masks: list[tuple[tuple[int, ...], torch.dtype, float]] = field(default_factory=list)
+
+    @property
+    def members(self) -> int:
+        return sum(s.n for s in self.steps)
+
+
+class PerMember(list[Any]):
+    """The value of a step run member by member (one value per member)."""
+
+
+def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] | None = None) -> Plan:
+    """The plan of ``groups`` (in level order) computing ``out`` (the groups are left as they are); ``masks``:
+    the trace's deferred dropout masks (``Trace.masks``), if any."""
+    cur = {id(g): i for i, g in enumerate(groups)}
+    deferred = masks or {}
+    steps: list[Step] = []
+    ops: dict[int, OpDef] = {}
+    for g in groups:
+        ms = g.members
+        first = ms[0]
+        if g.kid not in ops:
+            ops[g.kid] = OpDef(first.func, first.template, KID_INFO[g.kid][0])
+        batched = ops[g.kid].batchable
+        if batched:
+            cols = [_column(j, x, ms, cur, deferred) for j, x in enumerate(first.inputs)]
+        else:
+            cols = [[_ref(x, cur, deferred) for x in m.inputs] for m in ms]
+        steps.append(Step(g.kid, len(ms), batched, cols))
+    outref = _ref(out, cur, deferred)
+    plan = Plan(steps, None, ops=ops, masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
+    if outref[0] == "r":
+        plan.out = (outref[1], outref[2], outref[3])
+    else:
+        plan.value = outref[1]
+    return plan
+
+
+def _column(j: int, x: Any, ms: list[LazyTensor], cur: dict[int, int], deferred: dict[int, Any]) -> Any:
+    if type(x) is not LazyTensor:
+        if x.requires_grad:
+            return (P, x)
+        col = [m.inputs[j] for m in ms]
+        if deferred and any(id(t) in deferred for t in col):  # mask orders, or tensors (same key, not masks)
+            return (M, [deferred[id(t)][0] if id(t) in deferred else t for t in col])
+        return (D, torch.cat(col))
+    xs = [m.inputs[j] for m in ms]
+    called = [y if y.part < 0 else y.inputs[0] for y in xs]
+    parts = [y.part for y in xs]
+    sts = [cur.get(id(c.grp), -1) for c in called]
+    rows = [c.row for c in called]
+    n = len(xs)
+    s0 = sts[0]
+    if s0 >= 0 and sts.count(s0) == n and parts.count(parts[0]) == n:
+        return (L, [(s0, parts[0], _rows(rows))], None)
+    # several sources: one piece per (step, part) or earlier value, then a permutation into member order
+    by: dict[Any, tuple[int, Any, list[int], list[int]]] = {}
+    for p, (y, st, part, row) in enumerate(zip(xs, sts, parts, rows, strict=True)):
+        if st >= 0:
+            key: Any = (st, part)
+            ent = by.get(key)
+            if ent is None:
+                ent = by[key] = (st, part, [], [])
+        else:  # computed by an earlier run (or in another trace)
+            src = _computed(y)
+            t, r = src
+            key = id(t)
+            ent = by.get(key)
+            if ent is None:
+                ent = by[key] = (-1, t, [], [])
+            row = r or 0
+        ent[2].append(row)
+        ent[3].append(p)
+    pieces = []
+    order: list[int] = []
+    for st, part, rs, ps in by.values():
+        pieces.append((st, part, _rows(rs)))
+        order.extend(ps)
+    perm = None
+    if order != list(range(n)):
+        inv = [0] * n
+        for k, p in enumerate(order):
+            inv[p] = k
+        perm = torch.tensor(inv)
+    return (L, pieces, perm)
+
+
+def _computed(x: LazyTensor) -> tuple[Any, int | None]:
+    """Where the value of ``x`` (not in the plan being built) is; a node of another trace is evaluated first."""
+    src = source(x)
+    if src is None:
+        x.trace.evaluate(x)
+        src = source(x)
+    if src is None:
+        raise LazyError(f"{x!r}: input not computed and not in this plan")
+    return src
+
+
+def _rows(rows: list[int]) -> Any:
+    r0 = rows[0]
+    if rows == list(range(r0, r0 + len(rows))):
+        return (r0, r0 + len(rows))
+    return torch.tensor(rows)
+
+
+def _ref(x: Any, cur: dict[int, int], deferred: dict[int, Any]) -> Any:
+    if type(x) is LazyTensor:
+        c = x if x.part < 0 else x.inputs[0]
+        st = cur.get(id(c.grp), -1)
+        if st >= 0:
+            return ("r", st, x.part, c.row)
+        return ("v", resolve_row(*_computed(x)))
+    if x.requires_grad:
+        return ("p", x)
+    if id(x) in deferred:
+        return ("m", deferred[id(x)][0])
+    return ("v", x)
+
+
+# ----------------------------------------------------------------------------------------- running
+@dataclass
+class BatchState:
+    """What running plans learns: keys checked by the first-use comparison, keys that must not be batched."""
+
+    checked: set[int] = field(default_factory=set)
+    unbatchable: set[int] = field(default_factory=set)
+    tol: float = 1e-5
+
+
+def run_plan(plan: Plan, ops: dict[int, OpDef], state: BatchState) -> tuple[Any, int, list[Any]]:
+    """Run ``plan`` (autograd on); returns the output value, the number of op calls and every step's value
+    (a batched value, or a :class:`PerMember` list)."""
+    vals: list[Any] = []
+    calls = 0
+    masks = [draw_mask(shape, dtype, p) for shape, dtype, p in plan.masks]
+    for st in plan.steps:
+        op = ops[st.kid]
+        if not st.batched:
+            res: Any = PerMember(_call(op, [_deref(r, vals, masks) for r in refs]) for refs in st.cols)
+            calls += st.n
+        else:
+            cols = [_col_value(c, vals, masks) for c in st.cols]
+            if st.kid in state.unbatchable:
+                res = PerMember(_call(op, _row_args(st.cols, cols, r)) for r in range(st.n))
+                calls += st.n
+            else:
+                res = _call(op, cols)
+                calls += 1
+                if st.n > 1 and st.kid not in state.checked:
+                    one = _OneRow(op, st.cols, cols)
+                    if rows_agree(res, st.n, one, state.tol):
+                        state.checked.add(st.kid)
+                    else:
+                        state.unbatchable.add(st.kid)
+                        res = PerMember(one(r) for r in range(st.n))
+                        calls += st.n
+        vals.append(res)
+    if plan.out is None:
+        return plan.value, calls, vals
+    return _deref(("r", *plan.out), vals, masks), calls, vals
+
+
+class _OneRow:
+    """Member ``r`` of a batched step run alone, on row ``r`` of every column."""
+
+    def __init__(self, op: OpDef, spec: list[Any], cols: list[Any]):
+        self.op, self.spec, self.cols = op, spec, cols
+
+    def __call__(self, r: int) -> Any:
+        return _call(self.op, _row_args(self.spec, self.cols, r))
+
+
+def store(groups: Sequence[Group], vals: list[Any]) -> None:
+    """Leave the values of a run on the groups (batched) or their nodes (member by member) and release the
+    groups' member lists, so that any node of the run can be read later (:func:`~graphsub.dynamic.lazy.source`)."""
+    for g, v in zip(groups, vals, strict=True):
+        if type(v) is PerMember:
+            for m, x in zip(g.members, v, strict=True):
+                m.value = x
+        else:
+            g.value = v
+        g.members = []
+
+
+def _call(op: OpDef, values: list[Any]) -> Any:
+    args, kwargs = fill(op.template, values)
+    return op.func(*args, **kwargs)
+
+
+def _row_args(spec: list[Any], cols: list[Any], r: int) -> list[Any]:
+    return [c if s[0] == P else c[r:r + 1] for s, c in zip(spec, cols, strict=True)]
+
+
+def _col_value(c: Any, vals: list[Any], masks: list[torch.Tensor]) -> Any:
+    kind = c[0]
+    if kind in (P, D):
+        return c[1]
+    if kind == M:
+        return torch.cat([masks[k] if type(k) is int else k for k in c[1]])
+    pieces, perm = c[1], c[2]
+    ts = [_piece(p, vals) for p in pieces]
+    t = ts[0] if len(ts) == 1 else torch.cat(ts)
+    return t if perm is None else t.index_select(0, perm)
+
+
+def _piece(p: tuple[int, Any, Any], vals: list[Any]) -> torch.Tensor:
+    st, part, rows = p
+    if st < 0:
+        t = part
+    else:
+        v = vals[st]
+        if type(v) is PerMember:
+            idx = range(rows[0], rows[1]) if type(rows) is tuple else rows.tolist()
+            got = [v[r] if part < 0 else v[r][part] for r in idx]
+            return got[0] if len(got) == 1 else torch.cat(got)
+        t = v if part < 0 else v[part]
+    if type(rows) is tuple:
+        r0, r1 = rows
+        return t if r0 == 0 and r1 == t.shape[0] else t[r0:r1]
+    return t.index_select(0, rows)
+
+
+def _deref(r: Any, vals: list[Any], masks: list[torch.Tensor]) -> Any:
+    kind = r[0]
+    if kind == "m":
+        return masks[r[1]]
+    if kind != "r":
+        return r[1]
+    _, st, part, row = r
+    v = vals[st]
+    if type(v) is PerMember:
+        m = v[row]
+        return m if part < 0 else m[part]
+    return resolve_row(v if part < 0 else v[part], row)
+
+
+def rows_agree(out: Any, n: int, call_one: Callable[[int], Any], tol: float) -> bool:
+    """First-use batching check: ``out`` (a batched call over ``n`` instances) has ``n`` rows per output, and its
+    first and last rows equal ``call_one(r)``, the instance run alone."""
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if not all(isinstance(o, torch.Tensor) and o.dim() > 0 and o.shape[0] == n for o in outs):
+        return False
+    with torch.no_grad():
+        for r in sorted({0, n - 1}):
+            one = call_one(r)
+            ones = tuple(one) if isinstance(one, (tuple, list)) else (one,)
+            if len(ones) != len(outs):
+                return False
+            for a, b in zip(ones, outs, strict=True):
+                if not isinstance(a, torch.Tensor) or a.shape != b[r:r + 1].shape or \
+                        not torch.allclose(a, b[r:r + 1], atol=tol, rtol=tol):
+                    return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------- transport
+def to_wire(plan: Plan, params: dict[int, int], sent: set[int]) -> Any:
+    """``plan`` as picklable data: tensors as NumPy arrays, parameters as indices into the model's parameter
+    list (``params``: ``id(p)`` -> index), op definitions only for key ids not in ``sent`` (updated)."""
+
+    def tensor(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            if t.requires_grad:
+                idx = params.get(id(t))
+                if idx is None:
+                    raise LazyError("prefetch: a tensor requiring grad that is not a parameter of the model")
+                return ("param", idx)
+            return ("np", t.detach().numpy())
+        return t
+
+    steps = []
+    cols: list[Any]
+    for st in plan.steps:
+        if st.batched:
+            cols = []
+            for c in st.cols:
+                if c[0] == L:
+                    cols.append((L, [(s, tensor(p), tensor(r)) for s, p, r in c[1]], tensor(c[2])))
+                elif c[0] == M:
+                    cols.append((M, [tensor(k) for k in c[1]]))
+                else:
+                    cols.append((c[0], tensor(c[1])))
+        else:
+            cols = [[(r[0], *[tensor(v) for v in r[1:]]) for r in refs] for refs in st.cols]
+        steps.append((st.kid, st.n, st.batched, cols))
+    new_ops = {k: (o.func, o.template, o.batchable) for k, o in plan.ops.items() if k not in sent}
+    sent.update(new_ops)
+    return steps, plan.out, tensor(plan.value), new_ops, plan.masks
+
+
+def from_wire(wire: Any, params: Sequence[torch.Tensor], ops: dict[int, OpDef]) -> Plan:
+    """The plan sent by :func:`to_wire` (``ops`` receives the new op definitions)."""
+    steps_w, out, value, new_ops, masks = wire
+    for k, (func, template, batchable) in new_ops.items():
+        ops[k] = OpDef(func, template, batchable)
+
+    def tensor(t: Any) -> Any:
+        if type(t) is tuple and len(t) == 2 and t[0] in ("np", "param"):
+            return torch.from_numpy(t[1]) if t[0] == "np" else params[t[1]]
+        return t
+
+    steps = []
+    cols: list[Any]
+    for kid, n, batched, cols_w in steps_w:
+        if batched:
+            cols = []
+            for c in cols_w:
+                if c[0] == L:
+                    cols.append((L, [(s, tensor(p), tensor(r)) for s, p, r in c[1]], tensor(c[2])))
+                elif c[0] == M:
+                    cols.append((M, [tensor(k) for k in c[1]]))
+                else:
+                    cols.append((c[0], tensor(c[1])))
+        else:
+            cols = [[(r[0], *[tensor(v) for v in r[1:]]) for r in refs] for refs in cols_w]
+        steps.append(Step(kid, n, batched, cols))
+    return Plan(steps, out, tensor(value), masks=masks)
+
+
+__all__ = [
+    "BatchState",
+    "D",
+    "E",
+    "L",
+    "OpDef",
+    "P",
+    "PerMember",
+    "Plan",
+    "Step",
+    "build_plan",
+    "from_wire",
+    "rows_agree",
+    "run_plan",
+    "to_wire",
+]

@@ -1,0 +1,166 @@
+"""Tracing ahead in a worker process: the next batches are recorded and planned while this one runs.
+
+Recording a define-by-run model costs as much Python as running it eagerly (every op goes through the
+tracer), but a trace does not depend on the parameters' values, only on the input's structure.  So, like
+a ``DataLoader`` worker preparing data, a forked worker process records batch ``i + 1, i + 2, ...`` with
+the lazy tracer, groups it for signature-keyed batching and turns it into a
+:class:`~graphsub.dynamic.plan.Plan` (tensors, ints and op definitions only), while the main process runs
+the plan of batch ``i`` (forward, backward, optimizer step) with the current parameters, which are read
+by reference at execution.  On a machine with two cores this takes the tracer off the critical path.
+
+>>> # for batch, loss in prefetch(model, batches, lambda b: batch_loss(model, b)):
+>>> #     opt.zero_grad(); loss.backward(); opt.step()
+
+What the worker sees is the model as it was when :func:`prefetch` started (the fork): its parameters are
+identified by their position in ``model.parameters()`` and read in the main process, but any other Python
+state (``model.train()`` / ``eval()``, attributes) is the fork-time snapshot; start a new prefetch after
+changing it.  Random numbers drawn while recording (dropout masks) come from the worker's generator,
+forked from the main one: with one worker and no other use of torch's generator in the main process the
+masks are those an eager run would draw, batch after batch (``fn`` may also seed it per batch).  Errors
+raised while recording are raised again in the main process with the worker's traceback.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphsub.dynamic.engine import Reuse
+from graphsub.dynamic.lazy import LazyError, LazyTensor, Trace, lazy
+from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, from_wire, run_plan, to_wire
+
+
+class PrefetchError(LazyError):
+    """The worker process failed to record or plan a batch."""
+
+
+class PlanEngine:
+    """Runs the plan received for one trace (the engine of the main-process :class:`Trace` of a prefetched
+    output); ``last_*`` give the timings of the last run."""
+
+    def __init__(self, ops: dict[int, OpDef], state: BatchState):
+        self.ops = ops
+        self.state = state
+        self.calls = 0
+
+    def run(self, trace: Trace, out: LazyTensor) -> Any:
+        plan: Plan = trace.plan  # type: ignore[attr-defined]
+        value, self.calls, _ = run_plan(plan, self.ops, self.state)
+        out.value = value
+        trace.plan = None  # type: ignore[attr-defined]
+        return value
+
+
+def _planned_output(plan: Plan, engine: PlanEngine) -> LazyTensor:
+    """A lazy value standing for the output of ``plan``: ``build``/``backward`` on it run the plan."""
+    trace = Trace(engine)
+    trace.plan = plan  # type: ignore[attr-defined]
+    node = LazyTensor.__new__(LazyTensor)
+    node.gid = 0
+    node.func = _planned_output
+    node.ckey = ()
+    node.template = ((), {})
+    node.inputs = ()
+    node.meta = None
+    node.shape = node.dtype = node.tok = None
+    node.trace = trace
+    node.value = None
+    node.kid = -1
+    node.level = 0
+    node.part = -1
+    node.grp = None
+    node.row = 0
+    return node
+
+
+def _worker(fn: Callable[[Any], Any], params: dict[int, int], jobs: Any, results: Any) -> None:
+    torch.set_num_threads(1)
+    sent: set[int] = set()
+    engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True)
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        i, batch = job
+        try:
+            with lazy(engine) as tr:
+                out = fn(batch)
+            if type(out) is not LazyTensor:
+                raise PrefetchError(f"prefetch: fn returned {type(out).__name__}, not a lazy value")
+            plan = build_plan(tr.take_pending(), out, tr.masks)
+            results.put((i, to_wire(plan, params, sent), None))
+        except BaseException as e:  # sent back, raised in the main process
+            results.put((i, None, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any], workers: int = 1, ahead: int = 2,
+             timeout: float = 300.0) -> Iterator[tuple[Any, LazyTensor]]:
+    """Yield ``(batch, loss)`` for each batch, ``loss`` a lazy value of ``fn(batch)`` recorded ahead of time by
+    ``workers`` worker processes (module docstring); ``loss.backward()`` / ``build(loss)`` run its batched plan
+    here, drawing its dropout masks here in program order.
+
+    ``ahead``: how many batches each worker may be ahead; ``timeout``: seconds to wait for one batch's plan.
+    """
+    if workers < 1 or ahead < 1:
+        raise ValueError("prefetch: workers and ahead must be >= 1")
+    plist = list(model.parameters())
+    ids = {id(p): k for k, p in enumerate(plist)}
+    ctx = mp.get_context("fork")
+    results: Any = ctx.Queue()
+    jobs: list[Any] = [ctx.Queue() for _ in range(workers)]
+    procs = [ctx.Process(target=_worker, args=(fn, ids, q, results), daemon=True) for q in jobs]
+    for pr in procs:
+        pr.start()
+    # one op table and batching state per worker: key ids made after the fork differ between workers
+    engines = [PlanEngine({}, BatchState()) for _ in range(workers)]
+    it = iter(batches)
+    pending: dict[int, Any] = {}
+    ready: dict[int, Any] = {}
+    sent = 0
+    try:
+        for _ in range(ahead * workers):
+            b = next(it, _END)
+            if b is _END:
+                break
+            pending[sent] = b
+            jobs[sent % workers].put((sent, b))
+            sent += 1
+        nxt = 0
+        while nxt < sent:
+            while nxt not in ready:
+                try:
+                    i, wire, err = results.get(timeout=timeout)
+                except queue.Empty as e:
+                    alive = sum(p.is_alive() for p in procs)
+                    raise PrefetchError(f"prefetch: no plan from the workers in {timeout:.0f} s "
+                                        f"({alive} of {workers} alive)") from e
+                if err is not None:
+                    raise PrefetchError(f"prefetch: recording batch {i} failed in a worker:\n{err}")
+                ready[i] = wire
+            b = next(it, _END)
+            if b is not _END:
+                pending[sent] = b
+                jobs[sent % workers].put((sent, b))
+                sent += 1
+            eng = engines[nxt % workers]
+            plan = from_wire(ready.pop(nxt), plist, eng.ops)
+            yield pending.pop(nxt), _planned_output(plan, eng)
+            nxt += 1
+    finally:
+        for q in jobs:
+            q.put(None)
+        for pr in procs:
+            pr.join(timeout=5)
+            if pr.is_alive():
+                pr.terminate()
+
+
+_END = object()
+
+__all__ = ["PlanEngine", "PrefetchError", "prefetch"]
