@@ -25,6 +25,7 @@ and in another mode and reports the largest loss difference.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -280,6 +281,7 @@ def training_equivalence(cfg: BenchConfig, work: Workload, mode: str, steps: int
 def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
     """Everything ``graphsub dynamic bench`` reports, as a JSON-able dict."""
     torch.set_num_threads(1)
+    load0 = os.getloadavg()[0]
     work = load_workload(cfg)
     runners = run_modes(cfg, work)
     warm = min(cfg.warmup, max(len(work.batches) - 1, 0))
@@ -288,6 +290,7 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
         "config": {k: (list(v) if isinstance(v, (tuple, list)) else v) for k, v in cfg.__dict__.items()},
         "data": work.data, "note": work.note, "trees": len(work.trees), "vocab": len(work.vocab),
         "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "loadavg": [round(load0, 2), round(os.getloadavg()[0], 2)],  # 1-minute load before / after the modes
         "ms_per_batch": med,
     }
     if "eager" in med:
@@ -302,7 +305,7 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
             eq = training_equivalence(cfg, work, best, min(cfg.train_steps, len(work.batches)))
             res["training"] = eq
             res["loss_max_abs_diff"] = eq["loss_max_abs_diff"]
-    engines = {m: r.engine for m, r in runners.items() if r.engine is not None}
+    engines = {m: r.engine for m, r in runners.items() if r.engine is not None and m != "prefetch"}
     res["engines"] = {m: {**e.report(), "units": e.last.units, "calls": e.last.calls,
                           "pattern_units": e.last.pattern_units, "ops_total": e.last.ops_total}
                       for m, e in engines.items()}
