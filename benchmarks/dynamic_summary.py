@@ -38,8 +38,8 @@ def main() -> None:
         for s in ("forward", "backward", "full"):
             lines.append(f"| speedup {s} | " + " | ".join(f"{d['speedup'][m][s]:.2f}x" for m in modes) + " |")
         cfg = d["config"]
-        lines += ["", f"{cfg['batches']} batches, prefetch workers: {cfg.get('workers', 1)}, 1-minute load average before / after"
-                  f" the modes {d.get('loadavg', '?')}.", "",
+        lines += ["", f"{cfg['batches']} batches, prefetch workers: {cfg.get('workers', 1)}, 1-minute load "
+                  f"average before / after the modes {d.get('loadavg', '?')}.", "",
                   f"Best mode {d['best_mode']}: full step {d['speedup_full_step']:.2f}x eager; training "
                   f"equivalence ({d['training']['steps']} Adagrad steps, same seed and data): loss max |diff| "
                   f"{d['loss_max_abs_diff']:.2g}.", ""]
