@@ -219,7 +219,7 @@ def test_eqsat_beats_the_sequence_searches_on_sru() -> None:
     gr = search(g, RULES, P100, Budget(time_s=20, k=10), algo="greedy")
     assert eq.best_cost <= gr.best_cost + 1e-12
     assert eq.best_cost < eq.initial_cost * 0.7
-    assert eq.params["extraction"]["chosen"] == "ilp"
+    assert eq.params["extraction"]["chosen"] in ("ilp", "checkpoint")  # both are ILP extractions
     assert eq.params["extraction"]["ilp_cost"] < eq.params["extraction"]["greedy_dag_cost"]
 
 
@@ -254,3 +254,17 @@ def test_greedy_extractor_option() -> None:
     assert "ilp_cost" not in r.params["extraction"]
     assert r.best_cost <= r.initial_cost
     assert math.isfinite(r.params["extraction"]["greedy_dag_cost"])
+
+
+def test_the_input_is_always_an_extraction() -> None:
+    from graphsub.search.eqsat.extract import choice_of_graph
+
+    g = zoo.get("nasrnn", length=1)
+    eg, roots, _ = saturate(g, RULES, iter_limit=2)
+    choice = choice_of_graph(eg, g)
+    assert choice is not None
+    costs = NodeCosts(eg, P100)
+    assert dag_cost(eg, choice, roots, costs) == pytest.approx(P100.scalar(P100.graph_cost(g)))
+    assert to_graph(eg, choice, roots, g) == g
+    res = ilp(eg, roots, costs, warm=[choice], time_limit_s=20)
+    assert res.cost <= dag_cost(eg, choice, roots, costs) + 1e-12

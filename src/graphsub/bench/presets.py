@@ -93,6 +93,10 @@ class Preset:
 TABLE3_MODELS = ("inception_v3", "resnet:blocks=8", "resnext50", "nasnet_a", "bert:variant=faithful",
                  "sru:length=1", "nasrnn:length=5")
 
+#: Tensat (MLSys'21) Table 2 models, as zoo specs.
+TENSAT_MODELS = ("bert:variant=faithful", "resnext50", "nasnet_a", "nasrnn:length=5", "inception_v3", "squeezenet",
+                 "vgg19")
+
 PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("table3", "OCGGS Table 3: 7 DNNs, K=10, optimized cost / search time / memory",
            TABLE3_MODELS, (10,), costs=("roofline:p100", "measured"),
@@ -105,6 +109,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in (
     Preset("small-exact", "ResNet 2/4 blocks and SRU at small K: ENU's optimum and who reaches it",
            ("resnet:blocks=2", "resnet:blocks=4", "sru:length=1"), (4, 6), cutoff_s=600.0,
            reference="issue 5 'must show' (exact reference on small graphs)"),
+    Preset("tensat", "Tensat's models: equality saturation vs Sampling vs TASO (same rules and cost)",
+           TENSAT_MODELS, (10,), cutoff_s=60.0, algos=("eqsat", "sampling", "taso"),
+           reference="Tensat (Yang et al., MLSys 2021), Table 2 models; issue 11"),
 )})
 
 
@@ -116,4 +123,4 @@ def get_preset(name: str) -> Preset:
         raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
 
 
-__all__ = ["OCGGS_PARAMS", "PRESETS", "TABLE3_MODELS", "Preset", "get_preset", "registered_algorithms"]
+__all__ = ["OCGGS_PARAMS", "PRESETS", "TABLE3_MODELS", "TENSAT_MODELS", "Preset", "get_preset", "registered_algorithms"]

@@ -14,6 +14,9 @@
    time (``extract="greedy"`` skips it); the cheaper acyclic one is written back as a Graph and
    priced by the cost model itself (the reported cost is ``cost.graph_cost(best)``).  If it is
    not cheaper than the input the input is returned.
+5. Anytime: while the e-graph has at most ``checkpoint_nodes`` e-nodes, each iteration ends with
+   a short ILP extraction (<= 10% of the budget); the best graph so far warm-starts the final ILP
+   and is kept if an e-graph grown too large for the ILP's time yields nothing better.
 
 ``budget.k`` does not apply (an extraction combines any number of rewrites); ``budget.expansions``
 caps the iterations.  The result's ``sequence`` lists, per rule, how many e-nodes it created that
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from graphsub.cost.base import SumCostModel
@@ -42,7 +45,16 @@ from graphsub.search.base import Budget, SearchResult, Stats, Step, peak_rss_mb
 from graphsub.search.eqsat.cycles import filter_cycles
 from graphsub.search.eqsat.egraph import EGraph, ENode
 from graphsub.search.eqsat.ematch import EMatch, MatchIndex, apply_instance, ematch, instantiate
-from graphsub.search.eqsat.extract import NodeCosts, dag_cost, greedy_tree, ilp, reachable, to_graph
+from graphsub.search.eqsat.extract import (
+    Choice,
+    NodeCosts,
+    choice_of_graph,
+    dag_cost,
+    greedy_tree,
+    ilp,
+    reachable,
+    to_graph,
+)
 
 EXTRACTORS = ("ilp", "greedy")
 
@@ -54,8 +66,10 @@ def is_multi(rule: Rule) -> bool:
 
 def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_limit: int = 50_000,
              time_limit_s: float = 30.0, multi_iters: int = 2, match_limit: int = 5_000,
-             cycle_filter: bool = True) -> tuple[EGraph, list[int], dict[str, Any]]:
-    """Build and saturate the e-graph of ``graph``; returns it, the output classes and a report."""
+             cycle_filter: bool = True, on_iteration: Callable[[EGraph, list[int]], None] | None = None
+             ) -> tuple[EGraph, list[int], dict[str, Any]]:
+    """Build and saturate the e-graph of ``graph``; returns it, the output classes and a report.
+    ``on_iteration(eg, roots)`` runs after each iteration's rebuild (its time counts)."""
     if iter_limit < 0 or node_limit < 1 or match_limit < 1 or multi_iters < 0:
         raise GraphsubError("eqsat limits must be positive (iter_limit, node_limit, match_limit, multi_iters >= 0)")
     t0 = time.perf_counter()
@@ -108,6 +122,8 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
         if cycle_filter:
             blacklisted += filter_cycles(eg, roots)
         roots = [eg.find(r) for r in roots]
+        if on_iteration is not None and changed and not over():
+            on_iteration(eg, roots)
         iters.append({"iteration": it, "classes": eg.num_classes, "nodes": eg.num_nodes, "new_matches": len(todo),
                       "time_s": round(time.perf_counter() - t0, 4)})
         if (why := over()):
@@ -125,7 +141,7 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
 def eqsat(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
           iter_limit: int = 15, node_limit: int = 50_000, multi_iters: int = 2, match_limit: int = 5_000,
           extract: str = "ilp", sat_frac: float = 0.5, ilp_time_s: float | None = None,
-          cycle_filter: bool = True) -> SearchResult:
+          cycle_filter: bool = True, checkpoint_nodes: int = 10_000) -> SearchResult:
     """Equality saturation + extraction (module docstring); ``seed`` is unused (deterministic)."""
     if extract not in EXTRACTORS:
         raise GraphsubError(f"unknown extractor {extract!r}; known: {', '.join(EXTRACTORS)}")
@@ -138,38 +154,61 @@ def eqsat(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budge
     NodeCosts(EGraph(), cost)  # rejects context-dependent cost models before any work
     initial_detail = cost.graph_cost(graph)
     initial = cost.scalar(initial_detail)
+    trace: list[tuple[float, float]] = [(0.0, initial)]
+    base = cost.scalar(cost.base_cost())
+    best: dict[str, Any] = {"graph": graph, "value": initial, "detail": initial_detail, "by": "input",
+                            "checkpoints": []}
+
+    def offer(g: Graph, by: str) -> None:
+        detail = cost.graph_cost(g)
+        value = cost.scalar(detail)
+        if value < best["value"] - 1e-12 * abs(best["value"]):
+            best.update(graph=g, value=value, detail=detail, by=by)
+            trace.append((time.perf_counter() - t0, value))
+
+    def checkpoint(eg: EGraph, roots: list[int]) -> None:
+        """Anytime extraction while the e-graph is small: the best graph so far survives an
+        e-graph too large for the final ILP, and warm-starts it."""
+        if eg.num_nodes > checkpoint_nodes:
+            return
+        t = time.perf_counter()
+        costs = NodeCosts(eg, cost)
+        res = ilp(eg, roots, costs, warm=[choice_of_graph(eg, best["graph"])],
+                  time_limit_s=max(0.5, 0.1 * total_s))
+        if res.cost + base < best["value"]:
+            offer(to_graph(eg, res.choice, roots, graph), "checkpoint")
+        best["checkpoints"].append({"nodes": eg.num_nodes, "cost": res.cost + base, "status": res.status,
+                                    "time_s": time.perf_counter() - t})
+
     eg, roots, rep = saturate(graph, rules, iter_limit=iter_limit, node_limit=node_limit,
                               time_limit_s=total_s * sat_frac, multi_iters=multi_iters, match_limit=match_limit,
-                              cycle_filter=cycle_filter)
+                              cycle_filter=cycle_filter,
+                              on_iteration=checkpoint if checkpoint_nodes and extract == "ilp" else None)
     origin: dict[ENode, str] = eg.origin
-    trace: list[tuple[float, float]] = [(0.0, initial)]
     costs = NodeCosts(eg, cost)
-    base = cost.scalar(cost.base_cost())
     t_ex = time.perf_counter()
     g_choice, _ = greedy_tree(eg, costs)
     g_cost = dag_cost(eg, g_choice, roots, costs) + base
-    extraction: dict[str, Any] = {"greedy_dag_cost": g_cost, "greedy_time_s": time.perf_counter() - t_ex}
-    choice, chosen_by = g_choice, "greedy"
-    trace.append((time.perf_counter() - t0, min(g_cost, initial)))
+    prior = choice_of_graph(eg, best["graph"])
+    extraction: dict[str, Any] = {"greedy_dag_cost": g_cost, "greedy_time_s": time.perf_counter() - t_ex,
+                                  "checkpoints": best["checkpoints"]}
+    choice: Choice = g_choice
+    final_cost = g_cost
     if extract == "ilp":
         left = total_s - (time.perf_counter() - t0)
         limit = max(1.0, left) if ilp_time_s is None else ilp_time_s
-        res = ilp(eg, roots, costs, warm=g_choice, time_limit_s=limit)
+        res = ilp(eg, roots, costs, warm=[g_choice, prior], time_limit_s=limit)
         extraction.update({"ilp_cost": res.cost + base, "ilp_status": res.status, "ilp_time_s": res.time_s,
                            "ilp_rounds": res.rounds, "ilp_cycle_cuts": res.cuts, "ilp_vars": res.variables,
                            "ilp_rows": res.constraints, "ilp_gap": res.gap})
-        if res.cost < g_cost - base - 1e-12 * abs(g_cost):
-            choice, chosen_by = res.choice, "ilp"
-        trace.append((time.perf_counter() - t0, min(res.cost + base, initial)))
-    best = to_graph(eg, choice, roots, graph)
-    detail = cost.graph_cost(best)
-    value = cost.scalar(detail)
-    extraction["chosen"] = chosen_by
-    extraction["extracted_cost"] = value
-    if value > initial:
-        best, detail, value = graph, initial_detail, initial
-        extraction["chosen"] = "input"
-    used = Counter(origin[choice[c]] for c in reachable(eg, choice, roots) or () if choice[c] in origin)
+        if res.cost + base < final_cost:
+            choice, final_cost = res.choice, res.cost + base
+    offer(to_graph(eg, choice, roots, graph), "ilp" if extract == "ilp" and choice is not g_choice else "greedy")
+    extraction["chosen"] = best["by"]
+    extraction["extracted_cost"] = best["value"]
+    value, detail = best["value"], best["detail"]
+    final = choice_of_graph(eg, best["graph"]) or {}
+    used = Counter(origin[final[c]] for c in reachable(eg, final, roots) or () if final[c] in origin)
     sequence = tuple(Step(f"{r} x{n}", (), value) for r, n in sorted(used.items()))
     stats = Stats(expanded=rep["iterations"], generated=rep["applied"], matches=rep["matches"],
                   pruned=rep["rejected"], time_match_s=rep["time_s"])
@@ -178,9 +217,9 @@ def eqsat(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budge
     params = {"egraph": {k: v for k, v in rep.items() if k != "per_iteration"}, "per_iteration": rep["per_iteration"],
               "extraction": extraction, "iter_limit": iter_limit, "node_limit": node_limit,
               "multi_iters": multi_iters, "extract": extract}
-    return SearchResult(algorithm="eqsat", best=best, best_cost=value, best_cost_detail=detail, initial_cost=initial,
-                        sequence=sequence, stats=stats, wall_time_s=wall, peak_mem_mb=peak_rss_mb(),
-                        trace=tuple(trace), stopped_by=rep["stop"], params=params)
+    return SearchResult(algorithm="eqsat", best=best["graph"], best_cost=value, best_cost_detail=detail,
+                        initial_cost=initial, sequence=sequence, stats=stats, wall_time_s=wall,
+                        peak_mem_mb=peak_rss_mb(), trace=tuple(trace), stopped_by=rep["stop"], params=params)
 
 
 __all__ = ["EXTRACTORS", "eqsat", "is_multi", "saturate"]
