@@ -8,11 +8,16 @@ signature-keyed batching of independent occurrences.
   collision-checked pattern table;
 * :mod:`graphsub.dynamic.codegen` -- one generated function per pattern, python / fx / inductor;
 * :mod:`graphsub.dynamic.engine` -- :class:`Reuse`: collection, replacement, execution, batching;
+* :mod:`graphsub.dynamic.plan` -- a trace's batches as data (steps, gather programs, deferred dropout
+  masks), run with autograd;
+* :mod:`graphsub.dynamic.prefetch` -- :func:`prefetch`: worker processes record and plan the next batches
+  while the main process runs the current one;
 * :mod:`graphsub.dynamic.sst` and :mod:`graphsub.dynamic.models` -- SST trees, the synthetic
   treebank, the binary Tree-LSTM and a sequence LSTM written as plain eager PyTorch.
 """
 
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, build, lazy
+from graphsub.dynamic.prefetch import PrefetchError, prefetch
 
-__all__ = ["LazyError", "LazyTensor", "Reuse", "build", "lazy"]
+__all__ = ["LazyError", "LazyTensor", "PrefetchError", "Reuse", "build", "lazy", "prefetch"]
