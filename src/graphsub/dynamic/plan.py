@@ -319,6 +319,22 @@ def rows_agree(out: Any, n: int, call_one: Callable[[int], Any], tol: float) -> 
 
 
 # ----------------------------------------------------------------------------------------- transport
+def _map_cols(cols: list[Any], batched: bool, conv: Callable[[Any], Any]) -> list[Any]:
+    """A step's columns with ``conv`` applied to every value that may be a tensor (in either direction of the
+    wire: tensors and parameters out, their wire forms in)."""
+    if not batched:
+        return [[(r[0], *[conv(v) for v in r[1:]]) for r in refs] for refs in cols]
+    out: list[Any] = []
+    for c in cols:
+        if c[0] == L:
+            out.append((L, [(s, conv(p), conv(r)) for s, p, r in c[1]], conv(c[2])))
+        elif c[0] == M:
+            out.append((M, [conv(k) for k in c[1]]))
+        else:
+            out.append((c[0], conv(c[1])))
+    return out
+
+
 def to_wire(plan: Plan, params: dict[int, int], sent: set[int]) -> Any:
     """``plan`` as picklable data: tensors as NumPy arrays, parameters as indices into the model's parameter
     list (``params``: ``id(p)`` -> index), op definitions only for key ids not in ``sent`` (updated)."""
@@ -333,21 +349,7 @@ def to_wire(plan: Plan, params: dict[int, int], sent: set[int]) -> Any:
             return ("np", t.detach().numpy())
         return t
 
-    steps = []
-    cols: list[Any]
-    for st in plan.steps:
-        if st.batched:
-            cols = []
-            for c in st.cols:
-                if c[0] == L:
-                    cols.append((L, [(s, tensor(p), tensor(r)) for s, p, r in c[1]], tensor(c[2])))
-                elif c[0] == M:
-                    cols.append((M, [tensor(k) for k in c[1]]))
-                else:
-                    cols.append((c[0], tensor(c[1])))
-        else:
-            cols = [[(r[0], *[tensor(v) for v in r[1:]]) for r in refs] for refs in st.cols]
-        steps.append((st.kid, st.n, st.batched, cols))
+    steps = [(st.kid, st.n, st.batched, _map_cols(st.cols, st.batched, tensor)) for st in plan.steps]
     new_ops = {k: (o.func, o.template, o.batchable) for k, o in plan.ops.items() if k not in sent}
     sent.update(new_ops)
     return steps, plan.out, tensor(plan.value), new_ops, plan.masks
@@ -364,21 +366,7 @@ def from_wire(wire: Any, params: Sequence[torch.Tensor], ops: dict[int, OpDef]) 
             return torch.from_numpy(t[1]) if t[0] == "np" else params[t[1]]
         return t
 
-    steps = []
-    cols: list[Any]
-    for kid, n, batched, cols_w in steps_w:
-        if batched:
-            cols = []
-            for c in cols_w:
-                if c[0] == L:
-                    cols.append((L, [(s, tensor(p), tensor(r)) for s, p, r in c[1]], tensor(c[2])))
-                elif c[0] == M:
-                    cols.append((M, [tensor(k) for k in c[1]]))
-                else:
-                    cols.append((c[0], tensor(c[1])))
-        else:
-            cols = [[(r[0], *[tensor(v) for v in r[1:]]) for r in refs] for refs in cols_w]
-        steps.append(Step(kid, n, batched, cols))
+    steps = [Step(kid, n, batched, _map_cols(cols, batched, tensor)) for kid, n, batched, cols in steps_w]
     return Plan(steps, out, tensor(value), masks=masks)
 
 
