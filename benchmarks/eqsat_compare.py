@@ -121,8 +121,11 @@ def render(table: list[dict[str, Any]], algos: list[str], cutoff: float) -> str:
         "",
         "## E-graph size and extraction",
         "",
-        "Greedy = egg-style tree-cost extraction, priced as the DAG it describes; ILP = exact DAG cost (HiGHS), "
-        "warm-started from greedy, cycles cut lazily.",
+        "Greedy = egg-style tree-cost extraction, priced as the DAG it describes; ILP = exact DAG cost (HiGHS) "
+        "on the final e-graph, warm-started from greedy, the input and the best checkpoint, cycles cut lazily "
+        "(status and time of that final solve); kept = where the returned graph comes from (`checkpoint`: an ILP "
+        "extraction made after an earlier iteration while the e-graph was small, which the final solve did not "
+        "beat; `input`: nothing cheaper exists in the e-graph).",
         "",
         "| model | e-classes | e-nodes | iterations | stop | saturation s | greedy extraction | ILP | ILP status | "
         "ILP s | cycle cuts | kept |",
