@@ -229,11 +229,11 @@ def run_modes(cfg: BenchConfig, work: Workload) -> dict[str, Runner]:
                 torch.manual_seed(cfg.seed + 1)
                 alone.step(b)
                 gc.collect(0)
-            _run_prefetch(runners["prefetch"], cfg, work.batches)
+            run_prefetch(runners["prefetch"], cfg, work.batches)
     return runners
 
 
-def _run_prefetch(r: Runner, cfg: BenchConfig, batches: list[list[Tree]]) -> None:
+def run_prefetch(r: Runner, cfg: BenchConfig, batches: list[list[Tree]]) -> None:
     r.start_prefetch(batches)
     try:
         for b in batches:
@@ -275,7 +275,7 @@ def training_equivalence(cfg: BenchConfig, work: Workload, mode: str, steps: int
         r = Runner(m, cfg, work.vocab)
         torch.manual_seed(cfg.seed + 1)
         if m == "prefetch":
-            _run_prefetch(r, cfg, work.batches[:steps])
+            run_prefetch(r, cfg, work.batches[:steps])
         else:
             for b in work.batches[:steps]:
                 torch.manual_seed(cfg.seed + 1)
@@ -370,4 +370,4 @@ def bench_backends(depth: int = 4, hidden: int = 150, emb: int = 300, reps: int 
 
 
 __all__ = ["MODES", "STAGES", "BenchConfig", "Runner", "bench_backends", "load_workload", "pattern_table",
-           "run_bench", "run_modes", "training_equivalence"]
+           "run_bench", "run_modes", "run_prefetch", "training_equivalence"]
