@@ -260,7 +260,7 @@ def test_the_input_is_always_an_extraction() -> None:
     from graphsub.search.eqsat.extract import choice_of_graph
 
     g = zoo.get("nasrnn", length=1)
-    eg, roots, _ = saturate(g, RULES, iter_limit=2)
+    eg, roots, _ = saturate(g, RULES, iter_limit=2, node_limit=3000)
     choice = choice_of_graph(eg, g)
     assert choice is not None
     costs = NodeCosts(eg, P100)

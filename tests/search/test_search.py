@@ -29,7 +29,8 @@ def replay(graph, result):  # type: ignore[no-untyped-def]
     return g
 
 
-@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+# eqsat returns an extraction, not a replayable sequence of <= K substitutions: tests/search/test_eqsat.py
+@pytest.mark.parametrize("algo", sorted(a for a in ALGORITHMS if a != "eqsat"))
 @pytest.mark.parametrize(("model", "kwargs"), [("resnet", {"blocks": 2}), ("sru", {})])
 def test_every_algorithm_returns_a_valid_equivalent_derivation(algo: str, model: str, kwargs: dict) -> None:  # type: ignore[type-arg]
     g = zoo.get(model, **kwargs)
