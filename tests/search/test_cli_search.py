@@ -57,3 +57,19 @@ def test_enum_without_k_is_refused() -> None:
     code, text = invoke("search", "zoo:sru", "--algo", "enum", "--json")
     assert code == 3
     assert "maximum sequence length" in json.loads(text)["error"]
+
+
+def test_eqsat_from_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "sru_eqsat.onnx"
+    code, text = invoke("search", "zoo:sru", "--algo", "eqsat", "--rules", "ocggs157", "--cost", "roofline:p100",
+                        "--time", "20", "--node-limit", "5000", "--json", "-o", str(out))
+    assert code == 0, text
+    d = json.loads(text)
+    assert d["best_cost"] < 0.7 * d["initial_cost"]
+    e, x = d["params"]["egraph"], d["params"]["extraction"]
+    assert e["nodes"] <= 5000 + 50 and e["classes"] > 0 and e["iterations"] >= 1
+    assert x["ilp_cost"] <= x["greedy_dag_cost"]
+    assert d["verification"]["equivalent"] is True
+    assert equivalent(materialize(zoo.get("sru"), 0), load(str(out))).equivalent
+    code, text = invoke("search", "zoo:sru", "--algo", "eqsat", "--extract", "nope", "--json")
+    assert code == 3 and "extractor" in text
