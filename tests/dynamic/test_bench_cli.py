@@ -16,7 +16,7 @@ def test_dynamic_bench_json_tiny() -> None:
                                  "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
-    assert set(res["ms_per_batch"]) == {"eager", "traced", "reuse", "reuse+batch", "prefetch", "eager-alone"}
+    assert set(res["ms_per_batch"]) == {"eager", "traced", "reuse", "reuse+batch", "prefetch"}
     assert res["ms_per_batch"]["prefetch"]["full"] > 0 and res["speedup"]["prefetch"]["full"] > 0
     assert res["speedup_full_step"] > 0 and res["best_mode"] != "eager"
     assert res["loss_max_abs_diff"] < 1e-5

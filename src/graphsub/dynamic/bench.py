@@ -1,7 +1,7 @@
 """End-to-end benchmark of dynamic-graph reuse (``graphsub dynamic bench``; the thesis' Tables 6.3 and 6.4).
 
-Modes, run side by side on the same batches (interleaved batch by batch, each with its own model and
-Adagrad optimizer built from the same seed):
+Modes, run on the same batches, each with its own model and Adagrad optimizer built from the same seed, in
+phases of their own that alternate between the modes for two rounds (:func:`run_modes`):
 
 * ``eager`` -- plain define-by-run PyTorch, one small op after another (the baseline);
 * ``traced`` -- the lazy tracer, evaluated node by node (no reuse);
@@ -11,12 +11,10 @@ Adagrad optimizer built from the same seed):
   input shapes, parameter identities) run as one call (``Reuse(depth=1, collect=0, batching=True)``);
 * ``prefetch`` -- the same batching, with the recording (and preprocessing) of the next batches done
   ahead of time by ``workers`` forked worker processes (:mod:`graphsub.dynamic.prefetch`); its stage
-  ``trace`` is the time the main process waits for a batch's plan.  It runs after the other modes, not
-  interleaved with them (its workers would record during their steps), in two phases alternating with
-  two phases of eager alone (``eager-alone``, its baseline); its ``full`` is the wall time between
+  ``trace`` is the time the main process waits for a batch's plan; its ``full`` is the wall time between
   consecutive steps, so it counts every cost the main process still has.
 
-Per mode and stage the median time per batch (ms) after ``warmup`` batches: preprocessing (encoding the
+Per mode and stage the median time per batch (ms), leaving out the first ``warmup`` batches: preprocessing (encoding the
 trees), DAG construction (tracing), optimization (the engine's ``optimize_s``), execution (forward), backward,
 optimizer step, and the full step (all of them).  :func:`pattern_table` gives Table 6.3 (P_Depth 5..10 over
 the first P_Collect = 3 batches, P_Freq = 1), :func:`training_equivalence` runs the same ``K`` steps eagerly
@@ -210,26 +208,20 @@ class Runner:
         return {s: 1000 * statistics.median(v[warmup:] or v) for s, v in self.times.items()}
 
 
-def run_modes(cfg: BenchConfig, work: Workload) -> dict[str, Runner]:
-    """All modes, interleaved batch by batch (noise on a shared machine hits them alike); ``prefetch`` after
-    them, on its own (module docstring)."""
+def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2) -> dict[str, Runner]:
+    """All modes, each in phases of its own (all batches in a row), the phases of the modes alternating for
+    ``rounds`` rounds (A B C A B C): no mode runs right after another on the same batch, whose caches and
+    allocator state it would inherit, and a change of the machine's load over time reaches every mode."""
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
-    inter = [r for r in runners.values() if r.mode != "prefetch"]
-    for b in work.batches:
-        for r in inter:
-            torch.manual_seed(cfg.seed + 1)
-            r.step(b)
-            gc.collect(0)
-    if "prefetch" in runners:
-        # its baseline: eager run on its own, in phases alternating with prefetch's (A B A B), so that both
-        # see the same machine; prefetch is compared with this ``eager-alone`` and not with ``eager``
-        alone = runners["eager-alone"] = Runner("eager", cfg, work.vocab)
-        for _ in range(2):
+    for _ in range(rounds):
+        for r in runners.values():
+            if r.mode == "prefetch":
+                run_prefetch(r, cfg, work.batches)
+                continue
             for b in work.batches:
                 torch.manual_seed(cfg.seed + 1)
-                alone.step(b)
+                r.step(b)
                 gc.collect(0)
-            run_prefetch(runners["prefetch"], cfg, work.batches)
     return runners
 
 
@@ -303,16 +295,15 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
         "loadavg": [round(load0, 2), round(os.getloadavg()[0], 2)],  # 1-minute load before / after the modes
         "ms_per_batch": med,
     }
-    bases = {m: med["eager-alone" if m == "prefetch" else "eager"] for m in med
-             if ("eager-alone" if m == "prefetch" else "eager") in med}
-    if bases:
-        res["speedup"] = {m: {s: (bases[m][s] / v[s] if v[s] > 0 else None) for s in ("forward", "backward", "full")}
-                          for m, v in med.items() if m in bases}
-        others = [m for m in bases if m not in ("eager", "eager-alone")]
+    if "eager" in med:
+        base = med["eager"]
+        res["speedup"] = {m: {s: (base[s] / v[s] if v[s] > 0 else None) for s in ("forward", "backward", "full")}
+                          for m, v in med.items()}
+        others = [m for m in med if m != "eager"]
         if others:
-            best = max(others, key=lambda m: res["speedup"][m]["full"])
+            best = min(others, key=lambda m: med[m]["full"])
             res["best_mode"] = best
-            res["speedup_full_step"] = res["speedup"][best]["full"]
+            res["speedup_full_step"] = base["full"] / med[best]["full"]
             eq = training_equivalence(cfg, work, best, min(cfg.train_steps, len(work.batches)))
             res["training"] = eq
             res["loss_max_abs_diff"] = eq["loss_max_abs_diff"]
