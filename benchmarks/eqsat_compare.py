@@ -14,6 +14,8 @@ cut-offs) for reference.
 
     .venv/bin/python benchmarks/eqsat_compare.py                 # ~25 min on 2 cores (30 s cut-off)
     .venv/bin/python benchmarks/eqsat_compare.py --render-only   # tables from the recorded runs
+    .venv/bin/python benchmarks/eqsat_compare.py --cutoff 120 --models nasrnn:length=5,bert:variant=faithful,nasnet_a \
+        --algos eqsat,sampling,taso                               # -> eqsat_compare_120s.*
 """
 
 from __future__ import annotations
@@ -176,16 +178,17 @@ def main() -> None:
         run_grid(runs(args.cutoff, models, algos), args.out, name="eqsat_runs")
     records = [r for r in load_records(args.out / "eqsat_runs.jsonl") if r.get("cutoff_s") == args.cutoff]
     table = rows(records, models, algos)
-    (args.out / "eqsat_compare.json").write_text(json.dumps(table, indent=1) + "\n")
-    with (args.out / "eqsat_compare.csv").open("w", newline="") as f:
+    stem = "eqsat_compare" if args.cutoff == 30.0 else f"eqsat_compare_{args.cutoff:g}s"
+    (args.out / f"{stem}.json").write_text(json.dumps(table, indent=1) + "\n")
+    with (args.out / f"{stem}.csv").open("w", newline="") as f:
         keys = list(dict.fromkeys(k for r in table for k in r))
         wr = csv.DictWriter(f, keys)
         wr.writeheader()
         wr.writerows(table)
-    (args.out / "eqsat_compare.md").write_text(render(table, algos, args.cutoff))
+    (args.out / f"{stem}.md").write_text(render(table, algos, args.cutoff))
     if table:
-        plot(table, algos, args.out / "eqsat_compare.png")
-    print((args.out / "eqsat_compare.md").read_text())
+        plot(table, algos, args.out / f"{stem}.png")
+    print((args.out / f"{stem}.md").read_text())
 
 
 if __name__ == "__main__":

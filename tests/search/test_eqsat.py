@@ -268,3 +268,12 @@ def test_the_input_is_always_an_extraction() -> None:
     assert to_graph(eg, choice, roots, g) == g
     res = ilp(eg, roots, costs, warm=[choice], time_limit_s=20)
     assert res.cost <= dag_cost(eg, choice, roots, costs) + 1e-12
+
+
+def test_match_limit_defers_matches_to_later_iterations() -> None:
+    g = zoo.get("sru", length=1)
+    _, _, rep = saturate(g, RULES, match_limit=1, multi_iters=20, iter_limit=20)
+    per = rep["per_iteration"]
+    assert all(it["new_matches"] <= len(RULES) for it in per)
+    sizes = [it["nodes"] for it in per]
+    assert sizes[-1] > sizes[2] > sizes[0]  # matches beyond the limit are applied in later iterations

@@ -95,9 +95,13 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
         for rule in rules:
             if is_multi(rule) and it >= multi_iters:
                 continue
-            for m in ematch(eg, rule, index, match_limit):
+            fresh = 0
+            for m in ematch(eg, rule, index):
                 if m.key in done:
                     continue
+                if fresh >= match_limit:  # per rule and iteration; the rest wait for the next one
+                    break
+                fresh += 1
                 done.add(m.key)
                 matches += 1
                 inst = instantiate(eg, m)
