@@ -110,14 +110,24 @@ def _column(j: int, x: Any, ms: list[LazyTensor], cur: dict[int, int], deferred:
             return (M, [deferred[id(t)][0] if id(t) in deferred else t for t in col])
         return (D, torch.cat(col))
     xs = [m.inputs[j] for m in ms]
+    n = len(xs)
+    k = x.part
+    # the usual case, in three passes over the members: every input is a row of one step (or output k of it)
+    if k < 0:
+        gs = [y.grp for y in xs]  # an output of a multi-output node has no group: it cannot match
+        g0 = gs[0]
+        if g0 is not None and id(g0) in cur and gs.count(g0) == n:
+            return (L, [(cur[id(g0)], -1, _rows([y.row for y in xs]))], None)
+    elif [y.part for y in xs].count(k) == n:
+        srcs = [y.inputs[0] for y in xs]
+        gs = [c.grp for c in srcs]
+        g0 = gs[0]
+        if g0 is not None and id(g0) in cur and gs.count(g0) == n:
+            return (L, [(cur[id(g0)], k, _rows([c.row for c in srcs]))], None)
     called = [y if y.part < 0 else y.inputs[0] for y in xs]
     parts = [y.part for y in xs]
     sts = [cur.get(id(c.grp), -1) for c in called]
     rows = [c.row for c in called]
-    n = len(xs)
-    s0 = sts[0]
-    if s0 >= 0 and sts.count(s0) == n and parts.count(parts[0]) == n:
-        return (L, [(s0, parts[0], _rows(rows))], None)
     # several sources: one piece per (step, part) or earlier value, then a permutation into member order
     by: dict[Any, tuple[int, Any, list[int], list[int]]] = {}
     for p, (y, st, part, row) in enumerate(zip(xs, sts, parts, rows, strict=True)):
