@@ -277,3 +277,23 @@ def test_match_limit_defers_matches_to_later_iterations() -> None:
     assert all(it["new_matches"] <= len(RULES) for it in per)
     sizes = [it["nodes"] for it in per]
     assert sizes[-1] > sizes[2] > sizes[0]  # matches beyond the limit are applied in later iterations
+
+
+def test_symmetric_multi_pattern_matches_are_applied_once() -> None:
+    from graphsub.search.eqsat.ematch import symmetric_pair
+
+    rule = find_rule("taso_pb_077")  # matmul(x, a), matmul(x, b) -> split(matmul(x, concat(a, b)))
+    assert symmetric_pair(rule) == {"v4": "v5", "v5": "v4", "v1": "v1"}
+    assert symmetric_pair(find_rule("ocggs_conv_relu_s1_same")) is None
+    b = Builder()
+    x = b.input("x", (8, 16))
+    g = b.build({"a": b.matmul(x, b.weight("wa", (16, 16))), "b": b.matmul(x, b.weight("wb", (16, 16)))})
+    ops = {}
+    for sym in (True, False):
+        eg, _, rep = saturate(g, [rule], iter_limit=1, symmetry=sym)
+        ops[sym] = sum(1 for cls in eg.classes.values() for n in cls.nodes if n[0].__class__ is not int
+                       and n[0].op == "matmul")
+        assert rep["applied"] == (1 if sym else 2)
+    assert ops == {True: 3, False: 4}  # the two originals + one merged (two without symmetry breaking)
+    r = search(g, [rule], P100, Budget(time_s=10), algo="eqsat")
+    assert r.best.op_histogram().get("matmul") == 1 and equivalent(g, r.best).equivalent

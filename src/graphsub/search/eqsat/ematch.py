@@ -238,6 +238,39 @@ def ematch(eg: EGraph, rule: Rule, index: MatchIndex | None = None, limit: int =
     return _EMatcher(eg, rule, index or MatchIndex(eg), limit).run()
 
 
+def symmetric_pair(rule: Rule) -> dict[str, str] | None:
+    """The variable swap ``sigma`` if the rule's source is two same-op nodes over variables that
+    it maps onto each other (``matmul(x, a), matmul(x, b)``: ``a <-> b``; ``relu(a), relu(b)``):
+    every match then comes twice, once per order, and both orders build the same computation up
+    to the order of a concat.  The runner applies only the first of the two whose ``where``
+    conditions hold (symmetry breaking: halves what such multi-pattern rules add)."""
+    pat = rule.source
+    if len(pat.nodes) != 2 or len(pat.outputs) != 2:
+        return None
+    a, b = pat.nodes
+    if (a.op, a.attrs, a.num_outputs, len(a.inputs)) != (b.op, b.attrs, b.num_outputs, len(b.inputs)):
+        return None
+    if a.op == WILDCARD or any(r.var is None for r in (*a.inputs, *b.inputs)):
+        return None
+    sigma: dict[str, str] = {}
+    for ra, rb in zip(a.inputs, b.inputs, strict=True):
+        va, vb = str(ra.var), str(rb.var)
+        if sigma.setdefault(va, vb) != vb or sigma.setdefault(vb, va) != va:
+            return None
+        if pat.var(va).weight != pat.var(vb).weight:
+            return None
+    if {str(r.node) for _, r in pat.outputs} != {a.name, b.name}:
+        return None
+    return sigma
+
+
+def mirror_key(m: EMatch, sigma: dict[str, str]) -> tuple[Any, ...]:
+    """The key of the mirrored match of a :func:`symmetric_pair` rule."""
+    cls = dict(m.vars)
+    nodes = tuple(n for _, n, _ in m.nodes)
+    return (m.rule.name, nodes[::-1], tuple((v, cls[sigma.get(v, v)]) for v, _ in m.vars))
+
+
 # ----------------------------------------------------------------------------- instantiation
 
 
@@ -356,4 +389,5 @@ def apply_instance(eg: EGraph, m: EMatch, inst: Instance) -> tuple[bool, str]:
     return changed or len(eg.hashcons) != n0, ""
 
 
-__all__ = ["EMatch", "Instance", "MatchIndex", "apply_instance", "ematch", "instantiate"]
+__all__ = ["EMatch", "Instance", "MatchIndex", "apply_instance", "ematch", "instantiate", "mirror_key",
+           "symmetric_pair"]

@@ -44,7 +44,15 @@ from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget, SearchResult, Stats, Step, peak_rss_mb
 from graphsub.search.eqsat.cycles import filter_cycles
 from graphsub.search.eqsat.egraph import EGraph, ENode
-from graphsub.search.eqsat.ematch import EMatch, MatchIndex, apply_instance, ematch, instantiate
+from graphsub.search.eqsat.ematch import (
+    EMatch,
+    MatchIndex,
+    apply_instance,
+    ematch,
+    instantiate,
+    mirror_key,
+    symmetric_pair,
+)
 from graphsub.search.eqsat.extract import (
     Choice,
     NodeCosts,
@@ -66,8 +74,8 @@ def is_multi(rule: Rule) -> bool:
 
 def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_limit: int = 50_000,
              time_limit_s: float = 30.0, multi_iters: int = 2, match_limit: int = 5_000,
-             cycle_filter: bool = True, on_iteration: Callable[[EGraph, list[int]], None] | None = None
-             ) -> tuple[EGraph, list[int], dict[str, Any]]:
+             cycle_filter: bool = True, on_iteration: Callable[[EGraph, list[int]], None] | None = None,
+             symmetry: bool = True) -> tuple[EGraph, list[int], dict[str, Any]]:
     """Build and saturate the e-graph of ``graph``; returns it, the output classes and a report.
     ``on_iteration(eg, roots)`` runs after each iteration's rebuild (its time counts)."""
     if iter_limit < 0 or node_limit < 1 or match_limit < 1 or multi_iters < 0:
@@ -78,6 +86,7 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
     iters: list[dict[str, Any]] = []
     matches = applied = rejected = blacklisted = 0
     done: set[tuple[Any, ...]] = set()
+    accepted: set[tuple[Any, ...]] = set()  # applied matches of symmetric rules (see symmetric_pair)
 
     def over() -> str:
         if time.perf_counter() - t0 > time_limit_s:
@@ -96,9 +105,12 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
             if is_multi(rule) and it >= multi_iters:
                 continue
             fresh = 0
+            sym = symmetric_pair(rule) if symmetry else None
             for m in ematch(eg, rule, index):
                 if m.key in done:
                     continue
+                if sym is not None and mirror_key(m, sym) in accepted:
+                    continue  # the mirrored match (same computation up to concat order) was applied
                 if fresh >= match_limit:  # per rule and iteration; the rest wait for the next one
                     break
                 fresh += 1
@@ -109,6 +121,8 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
                     rejected += 1
                 else:
                     todo.append((m, inst))
+                    if sym is not None:
+                        accepted.add(m.key)
             if (why := over()):
                 break
         changed = False
@@ -123,6 +137,8 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
         eg.rebuild()
         # keys of applied matches in canonical form again, so the next iteration skips them
         done = {(k[0], tuple(eg.canon(n) for n in k[1]), tuple((v, eg.find(c)) for v, c in k[2])) for k in done}
+        accepted = {(k[0], tuple(eg.canon(n) for n in k[1]), tuple((v, eg.find(c)) for v, c in k[2]))
+                    for k in accepted}
         if cycle_filter:
             blacklisted += filter_cycles(eg, roots)
         roots = [eg.find(r) for r in roots]
