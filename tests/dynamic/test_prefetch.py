@@ -108,3 +108,16 @@ def test_worker_errors_reach_the_main_process(batches: list) -> None:
             pass
     with pytest.raises(ValueError, match="workers"):
         next(prefetch(model, batches, bad, workers=0))
+
+
+def test_a_dead_worker_is_reported_at_once(batches: list) -> None:
+    import os
+
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+
+    def die(b: list) -> torch.Tensor:
+        os._exit(3)
+
+    with pytest.raises(PrefetchError, match="died"):
+        for _ in prefetch(model, batches, die, timeout=60):
+            pass

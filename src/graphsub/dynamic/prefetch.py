@@ -134,12 +134,7 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
         nxt = 0
         while nxt < sent:
             while nxt not in ready:
-                try:
-                    i, wire, err = results.get(timeout=timeout)
-                except queue.Empty as e:
-                    alive = sum(p.is_alive() for p in procs)
-                    raise PrefetchError(f"prefetch: no plan from the workers in {timeout:.0f} s "
-                                        f"({alive} of {workers} alive)") from e
+                i, wire, err = _receive(results, procs, timeout)
                 if err is not None:
                     raise PrefetchError(f"prefetch: recording batch {i} failed in a worker:\n{err}")
                 ready[i] = wire
@@ -162,5 +157,20 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
 
 
 _END = object()
+
+
+def _receive(results: Any, procs: list[Any], timeout: float) -> Any:
+    """The next message of the workers; a dead worker or ``timeout`` seconds of silence is an error."""
+    waited = 0.0
+    while True:
+        try:
+            return results.get(timeout=0.5)
+        except queue.Empty:
+            waited += 0.5
+        dead = [p for p in procs if not p.is_alive()]
+        if dead:
+            raise PrefetchError(f"prefetch: a worker process died (exit code {dead[0].exitcode})")
+        if waited >= timeout:
+            raise PrefetchError(f"prefetch: no plan from the workers in {timeout:.0f} s")
 
 __all__ = ["PlanEngine", "PrefetchError", "prefetch"]
