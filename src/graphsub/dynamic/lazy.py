@@ -63,23 +63,27 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from graphsub.dynamic.calls import (
+    KEYS,
+    KID_INFO,
+    SLOT_MARKER,
+    SLOTS,
+    OpInfo,
+    Slot,
+    draw_mask,
+    fill,
+    flatten,
+    item_kid,
+    new_kid,
+    op_name,
+    param_tok,
+    register_tensor_type,
+)
 from graphsub.errors import GraphsubError
 
 
 class LazyError(GraphsubError):
     """A lazy trace cannot be recorded or evaluated."""
-
-
-class Slot:
-    """Placeholder for the ``index``-th tensor input inside a call template."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int):
-        self.index = index
-
-    def __repr__(self) -> str:
-        return f"Slot({self.index})"
 
 
 _GID = itertools.count(1)
@@ -117,63 +121,6 @@ def executing() -> Iterator[None]:
         yield
     finally:
         _EXEC[0] -= 1
-
-
-_SLOT = object()  # marker token of a tensor input in a constant key
-_SIMPLE = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
-
-
-def _flatten(obj: Any, inputs: list[Any], key: list[Any]) -> Any:
-    """Template of ``obj`` with every tensor / lazy value replaced by a :class:`Slot`; ``key``
-    receives a flat, hashable description of the constants (tensors as a marker)."""
-    t = type(obj)
-    if t is LazyTensor or isinstance(obj, torch.Tensor):
-        inputs.append(obj)
-        key.append(_SLOT)
-        return Slot(len(inputs) - 1)
-    if t is list or t is tuple:
-        key.append(t)
-        key.append(len(obj))
-        return t(_flatten(o, inputs, key) for o in obj)
-    if t is dict:
-        key.append(dict)
-        out = {}
-        for k, v in obj.items():
-            key.append(k)
-            out[k] = _flatten(v, inputs, key)
-        return out
-    key.append(t)
-    if t is slice:
-        key.extend((obj.start, obj.stop, obj.step))
-    elif isinstance(obj, _SIMPLE) or obj is Ellipsis or t is torch.Size:
-        key.append(obj)
-    else:
-        key.append(id(obj))  # an object compared by identity (e.g. a module)
-    return obj
-
-
-def fill(template: Any, values: Sequence[Any]) -> Any:
-    """Inverse of :func:`_flatten`: the template with slots replaced by ``values``."""
-    if type(template) is Slot:
-        return values[template.index]
-    if type(template) in (list, tuple):
-        return type(template)(fill(t, values) for t in template)
-    if type(template) is dict:
-        return {k: fill(v, values) for k, v in template.items()}
-    return template
-
-
-def op_name(func: Callable[..., Any]) -> str:
-    """Readable, stable name of a torch callable (``torch.tanh``, ``Tensor.__mul__``, ``F.linear``)."""
-    if func is operator.getitem:
-        return "getitem"
-    mod = getattr(func, "__module__", None) or ""
-    qual: str = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
-    if "Tensor" in qual or mod.startswith("torch._tensor"):
-        return f"Tensor.{qual.split('.')[-1]}"
-    if mod.startswith("torch.nn.functional"):
-        return f"F.{qual}"
-    return f"torch.{getattr(func, '__name__', qual)}"
 
 
 class LazyTensor:
@@ -323,6 +270,7 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__ge__", "__and__", "__or__", "__invert__", "__mod__", "__floordiv__"):
     setattr(LazyTensor, _name, _binop(_name))
 LazyTensor.__hash__ = object.__hash__  # type: ignore[method-assign]
+register_tensor_type(LazyTensor)
 
 
 class Group:
@@ -461,26 +409,6 @@ _CURRENT: list[Trace] = []
 _DROPOUTS = (F.dropout, torch.dropout)
 
 
-KID_INFO: list[tuple[bool, int]] = []
-"""Key id -> ``(one row per instance, item index)``: the first is True when the op's output(s) and all its
-non-parameter inputs have a leading dimension of 1 (a candidate for op-level batching); the second is ``k``
-for ``access(x, k)`` of a multi-output node (-1 otherwise)."""
-_ITEM_KIDS: dict[int, int] = {}
-_SLOTS = [Slot(i) for i in range(64)]
-
-
-def new_kid(batchable: bool, item: int = -1) -> int:
-    KID_INFO.append((batchable, item))
-    return len(KID_INFO) - 1
-
-
-def _item_kid(k: int) -> int:
-    kid = _ITEM_KIDS.get(k)
-    if kid is None:
-        kid = _ITEM_KIDS[k] = new_kid(False, k)
-    return kid
-
-
 def _one_row(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == 1
 
@@ -540,40 +468,8 @@ def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
     return _record(func, args, kwargs)
 
 
-class _OpInfo:
-    """What the memo knows of one op key: output meta value(s), key id, shape / dtype / token, the call's
-    template and constants (shared by every node of the key), and per-output infos of a multi-output op."""
-
-    __slots__ = ("ckey", "dtype", "items", "kid", "meta", "shape", "template", "tok")
-
-    def __init__(self, meta: Any, kid: int, template: Any, ckey: tuple[Any, ...]):
-        self.meta, self.kid, self.template, self.ckey = meta, kid, template, ckey
-        self.items: tuple[_OpInfo, ...] = ()
-        if isinstance(meta, torch.Tensor):
-            self.shape: torch.Size | None = meta.shape
-            self.dtype: torch.dtype | None = meta.dtype
-            self.tok: Any = (meta.shape, meta.dtype)
-        else:
-            self.shape = self.dtype = None
-            self.tok = tuple((m.shape, m.dtype) for m in meta)
-
-
-_KEYS: dict[Any, _OpInfo] = {}
-_PARAMS: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
-
-
-def _param_tok(p: torch.Tensor) -> int:
-    """A token unique to the live tensor ``p`` (a parameter: read by reference, so part of the key)."""
-    ent = _PARAMS.get(id(p))
-    if ent is not None and ent[0]() is p:
-        return ent[1]
-    tok = -next(_GID)
-    _PARAMS[id(p)] = (_weakref(p), tok)
-    return tok
-
-
 def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    # the call's template and constants, as _flatten((tuple(args), dict(kwargs))) would give, with a fast
+    # the call's template and constants, as flatten((tuple(args), dict(kwargs))) would give, with a fast
     # path for the usual flat argument lists
     inputs: list[Any] = []
     keyl: list[Any] = [func, len(args)]  # the op and its constants, then (below) the inputs' tokens
@@ -582,21 +478,21 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         t = type(a)
         if t is LazyTensor or isinstance(a, torch.Tensor):
             n = len(inputs)
-            targs.append(_SLOTS[n] if n < 64 else Slot(n))
+            targs.append(SLOTS[n] if n < 64 else Slot(n))
             inputs.append(a)
-            keyl.append(_SLOT)
+            keyl.append(SLOT_MARKER)
         elif t is int or t is float or t is bool or a is None:
             targs.append(a)
             keyl.append(t)
             keyl.append(a)
         else:
-            targs.append(_flatten(a, inputs, keyl))
+            targs.append(flatten(a, inputs, keyl))
     tkw = {}
     if kwargs:
         keyl.append(dict)
         for k, v in kwargs.items():
             keyl.append(k)
-            tkw[k] = _flatten(v, inputs, keyl)
+            tkw[k] = flatten(v, inputs, keyl)
     if func in _DROPOUTS:
         return _dropout(args, kwargs, _trace_of(func, inputs))
     if func is torch.Tensor.__getitem__ and type(inputs[0]) is LazyTensor and inputs[0].shape is None \
@@ -616,7 +512,7 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
             if trace is None:
                 trace = i.trace
         elif i.requires_grad:
-            skey.append(_param_tok(i))
+            skey.append(param_tok(i))
         else:
             skey.append(i.shape)
             skey.append(i.dtype)
@@ -624,7 +520,7 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         trace = _trace_of(func, inputs)
     key: Any = tuple(skey)
     try:
-        info = _KEYS.get(key)
+        info = KEYS.get(key)
     except TypeError:  # an unhashable constant: a key of its own
         key, info = None, None
     if info is None:
@@ -632,18 +528,18 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         ckey: tuple[Any, ...] = tuple(keyl[1:nconst]) if key is not None else ("unhashable", next(_GID))
         meta = _infer(func, template, inputs)
         if isinstance(meta, torch.Tensor):
-            kid = _item_kid(template[0][1]) if func is operator.getitem and type(template[0][1]) is int \
+            kid = item_kid(template[0][1]) if func is operator.getitem and type(template[0][1]) is int \
                 else new_kid(_row_batchable(inputs, meta))
         elif isinstance(meta, (tuple, list)) and meta and all(isinstance(m, torch.Tensor) for m in meta):
             kid = new_kid(_row_batchable(inputs, meta))
         else:  # a non-tensor result (e.g. a size): compute it now
             return _non_tensor(func, args, kwargs)
-        info = _OpInfo(meta, kid, template, ckey)
+        info = OpInfo(meta, kid, template, ckey)
         if isinstance(meta, (tuple, list)):
-            info.items = tuple(_OpInfo(m, _item_kid(k), ((_SLOTS[0], k), {}), ("getitem", k))
+            info.items = tuple(OpInfo(m, item_kid(k), ((SLOTS[0], k), {}), ("getitem", k))
                                for k, m in enumerate(meta))
         if key is not None:
-            _KEYS[key] = info
+            KEYS[key] = info
     node = _new_node(func, info, tuple(inputs), trace, lvl + 1)
     if not info.items:
         return node
@@ -651,7 +547,7 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
     return tuple(outs) if isinstance(info.meta, tuple) else outs
 
 
-def _new_node(func: Callable[..., Any], info: _OpInfo, inputs: tuple[Any, ...], trace: Trace,
+def _new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], trace: Trace,
               level: int) -> LazyTensor:
     """A node with everything known from the memo (no per-node analysis); grouped if the trace asks."""
     n = LazyTensor.__new__(LazyTensor)
@@ -723,11 +619,6 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
             trace.masks[id(mask)] = (len(trace.masks), tuple(shape), x.dtype, p)
             trace.mask_refs.append(mask)
     return record(torch.mul, (x, mask), {})
-
-
-def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Tensor:
-    """A dropout mask as PyTorch's CPU dropout draws it (``bernoulli(1 - p) / (1 - p)``)."""
-    return torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p).div_(1.0 - p)
 
 
 class _LazyMode(TorchFunctionMode):

@@ -1,0 +1,161 @@
+"""Call templates and op keys of the lazy tracer (:mod:`graphsub.dynamic.lazy`).
+
+A recorded call is ``func(*fill(template, inputs))``: the template is the call's arguments with every
+tensor replaced by a :class:`Slot`, and :func:`flatten` gives, beside it, a flat hashable description of
+the constants.  The tracer's memo maps an op key -- op, constants, input shapes and dtypes, parameter
+identities -- to an :class:`OpInfo`: the output's meta value(s), a small integer key id (``kid``, the
+op-level batching key; :data:`KID_INFO` says whether the op keeps one row per instance) and the template,
+shared by every node of the key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+_TENSORS: tuple[type, ...] = (torch.Tensor,)
+
+
+def register_tensor_type(t: type) -> None:
+    """Make :func:`flatten` treat instances of ``t`` as tensor inputs (the tracer's lazy tensor type)."""
+    global _TENSORS
+    _TENSORS = (*_TENSORS, t)
+
+
+class Slot:
+    """Placeholder for the ``index``-th tensor input inside a call template."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"Slot({self.index})"
+
+
+SLOT_MARKER = object()  # marker token of a tensor input in a constant key
+_SIMPLE = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def flatten(obj: Any, inputs: list[Any], key: list[Any]) -> Any:
+    """Template of ``obj`` with every tensor / lazy value replaced by a :class:`Slot`; ``key``
+    receives a flat, hashable description of the constants (tensors as a marker)."""
+    t = type(obj)
+    if isinstance(obj, _TENSORS):
+        inputs.append(obj)
+        key.append(SLOT_MARKER)
+        return Slot(len(inputs) - 1)
+    if t is list or t is tuple:
+        key.append(t)
+        key.append(len(obj))
+        return t(flatten(o, inputs, key) for o in obj)
+    if t is dict:
+        key.append(dict)
+        out = {}
+        for k, v in obj.items():
+            key.append(k)
+            out[k] = flatten(v, inputs, key)
+        return out
+    key.append(t)
+    if t is slice:
+        key.extend((obj.start, obj.stop, obj.step))
+    elif isinstance(obj, _SIMPLE) or obj is Ellipsis or t is torch.Size:
+        key.append(obj)
+    else:
+        key.append(id(obj))  # an object compared by identity (e.g. a module)
+    return obj
+
+
+def fill(template: Any, values: Sequence[Any]) -> Any:
+    """Inverse of :func:`_flatten`: the template with slots replaced by ``values``."""
+    if type(template) is Slot:
+        return values[template.index]
+    if type(template) in (list, tuple):
+        return type(template)(fill(t, values) for t in template)
+    if type(template) is dict:
+        return {k: fill(v, values) for k, v in template.items()}
+    return template
+
+
+def op_name(func: Callable[..., Any]) -> str:
+    """Readable, stable name of a torch callable (``torch.tanh``, ``Tensor.__mul__``, ``F.linear``)."""
+    if func is operator.getitem:
+        return "getitem"
+    mod = getattr(func, "__module__", None) or ""
+    qual: str = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if "Tensor" in qual or mod.startswith("torch._tensor"):
+        return f"Tensor.{qual.split('.')[-1]}"
+    if mod.startswith("torch.nn.functional"):
+        return f"F.{qual}"
+    return f"torch.{getattr(func, '__name__', qual)}"
+
+
+KID_INFO: list[tuple[bool, int]] = []
+"""Key id -> ``(one row per instance, item index)``: the first is True when the op's output(s) and all its
+non-parameter inputs have a leading dimension of 1 (a candidate for op-level batching); the second is ``k``
+for ``access(x, k)`` of a multi-output node (-1 otherwise)."""
+_ITEM_KIDS: dict[int, int] = {}
+SLOTS = [Slot(i) for i in range(64)]
+
+
+def new_kid(batchable: bool, item: int = -1) -> int:
+    KID_INFO.append((batchable, item))
+    return len(KID_INFO) - 1
+
+
+def item_kid(k: int) -> int:
+    kid = _ITEM_KIDS.get(k)
+    if kid is None:
+        kid = _ITEM_KIDS[k] = new_kid(False, k)
+    return kid
+
+
+class OpInfo:
+    """What the memo knows of one op key: output meta value(s), key id, shape / dtype / token, the call's
+    template and constants (shared by every node of the key), and per-output infos of a multi-output op."""
+
+    __slots__ = ("ckey", "dtype", "items", "kid", "meta", "shape", "template", "tok")
+
+    def __init__(self, meta: Any, kid: int, template: Any, ckey: tuple[Any, ...]):
+        self.meta, self.kid, self.template, self.ckey = meta, kid, template, ckey
+        self.items: tuple[OpInfo, ...] = ()
+        if isinstance(meta, torch.Tensor):
+            self.shape: torch.Size | None = meta.shape
+            self.dtype: torch.dtype | None = meta.dtype
+            self.tok: Any = (meta.shape, meta.dtype)
+        else:
+            self.shape = self.dtype = None
+            self.tok = tuple((m.shape, m.dtype) for m in meta)
+
+
+KEYS: dict[Any, OpInfo] = {}
+"""The tracer's memo: op key -> :class:`OpInfo`."""
+_PARAMS: dict[int, tuple[weakref.ref[torch.Tensor], int]] = {}
+_PARAM_IDS = itertools.count(1)
+
+
+def param_tok(p: torch.Tensor) -> int:
+    """A token unique to the live tensor ``p`` (a parameter: read by reference, so part of the key)."""
+    ent = _PARAMS.get(id(p))
+    if ent is not None and ent[0]() is p:
+        return ent[1]
+    tok = -next(_PARAM_IDS)
+    _PARAMS[id(p)] = (weakref.ref(p), tok)
+    return tok
+
+
+def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Tensor:
+    """A dropout mask as PyTorch's CPU dropout draws it (``bernoulli(1 - p) / (1 - p)``)."""
+    return torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p).div_(1.0 - p)
+
+
+
+
+__all__ = ["KEYS", "KID_INFO", "SLOTS", "SLOT_MARKER", "OpInfo", "Slot", "draw_mask", "fill", "flatten", "item_kid",
+           "new_kid", "op_name", "param_tok", "register_tensor_type"]
