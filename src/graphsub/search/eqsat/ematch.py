@@ -242,8 +242,9 @@ def symmetric_pair(rule: Rule) -> dict[str, str] | None:
     """The variable swap ``sigma`` if the rule's source is two same-op nodes over variables that
     it maps onto each other (``matmul(x, a), matmul(x, b)``: ``a <-> b``; ``relu(a), relu(b)``):
     every match then comes twice, once per order, and both orders build the same computation up
-    to the order of a concat.  The runner applies only the first of the two whose ``where``
-    conditions hold (symmetry breaking: halves what such multi-pattern rules add)."""
+    to the order of a concat.  With ``symmetry=True`` the runner applies only the first of the two
+    whose ``where`` conditions hold (halves what such multi-pattern rules add; not lossless: the
+    concat order can matter to later rules)."""
     pat = rule.source
     if len(pat.nodes) != 2 or len(pat.outputs) != 2:
         return None

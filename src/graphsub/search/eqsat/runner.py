@@ -7,7 +7,11 @@
    outputs, then the e-graph is rebuilt and cycles reachable from the outputs are filtered.
    Rules with several source outputs (Tensat's multi-pattern rules, e.g. merging two matmuls
    that share an input) run only in the first ``multi_iters`` iterations, as Tensat's
-   ``k_multi`` -- they grow the e-graph fastest.
+   ``k_multi`` -- they grow the e-graph fastest.  ``symmetry=True`` applies two-node symmetric
+   ones in one order only (:func:`~graphsub.search.eqsat.ematch.symmetric_pair`): smaller e-graphs
+   (NasRNN-1: 6.6k instead of 25k e-nodes, same optimum) but not lossless -- the concat order can
+   decide whether a later split/concat cancels (NasNet-A: 5.746 instead of 5.729 ms), so it is off
+   by default.
 3. Stop on saturation (an iteration changes nothing), ``iter_limit``, ``node_limit`` e-nodes, or
    the saturation share of the time budget (``sat_frac`` of ``budget.time_s``).
 4. Extraction: greedy tree cost first, then the ILP for the exact DAG cost with the rest of the
@@ -75,7 +79,7 @@ def is_multi(rule: Rule) -> bool:
 def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_limit: int = 50_000,
              time_limit_s: float = 30.0, multi_iters: int = 2, match_limit: int = 5_000,
              cycle_filter: bool = True, on_iteration: Callable[[EGraph, list[int]], None] | None = None,
-             symmetry: bool = True) -> tuple[EGraph, list[int], dict[str, Any]]:
+             symmetry: bool = False) -> tuple[EGraph, list[int], dict[str, Any]]:
     """Build and saturate the e-graph of ``graph``; returns it, the output classes and a report.
     ``on_iteration(eg, roots)`` runs after each iteration's rebuild (its time counts)."""
     if iter_limit < 0 or node_limit < 1 or match_limit < 1 or multi_iters < 0:
@@ -161,7 +165,7 @@ def saturate(graph: Graph, rules: Sequence[Rule], *, iter_limit: int = 15, node_
 def eqsat(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
           iter_limit: int = 15, node_limit: int = 50_000, multi_iters: int = 2, match_limit: int = 5_000,
           extract: str = "ilp", sat_frac: float = 0.5, ilp_time_s: float | None = None,
-          cycle_filter: bool = True, checkpoint_nodes: int = 10_000) -> SearchResult:
+          cycle_filter: bool = True, checkpoint_nodes: int = 10_000, symmetry: bool = False) -> SearchResult:
     """Equality saturation + extraction (module docstring); ``seed`` is unused (deterministic)."""
     if extract not in EXTRACTORS:
         raise GraphsubError(f"unknown extractor {extract!r}; known: {', '.join(EXTRACTORS)}")
@@ -202,7 +206,7 @@ def eqsat(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budge
 
     eg, roots, rep = saturate(graph, rules, iter_limit=iter_limit, node_limit=node_limit,
                               time_limit_s=total_s * sat_frac, multi_iters=multi_iters, match_limit=match_limit,
-                              cycle_filter=cycle_filter,
+                              cycle_filter=cycle_filter, symmetry=symmetry,
                               on_iteration=checkpoint if checkpoint_nodes and extract == "ilp" else None)
     origin: dict[ENode, str] = eg.origin
     costs = NodeCosts(eg, cost)
