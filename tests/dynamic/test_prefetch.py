@@ -55,7 +55,7 @@ def _train(batches: list, how: str, workers: int = 1) -> tuple[list[float], torc
     return losses, model.composer.weight.detach().clone()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [0, 1, 2])
 def test_prefetched_training_matches_eager(batches: list, workers: int) -> None:
     ref, w_ref = _train(batches, "eager")
     got, w = _train(batches, "prefetch", workers)
@@ -107,7 +107,7 @@ def test_worker_errors_reach_the_main_process(batches: list) -> None:
         for _ in prefetch(model, batches, lambda b: 3.0):
             pass
     with pytest.raises(ValueError, match="workers"):
-        next(prefetch(model, batches, bad, workers=0))
+        next(prefetch(model, batches, bad, workers=-1))
 
 
 def test_a_dead_worker_is_reported_at_once(batches: list) -> None:

@@ -103,12 +103,22 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
              timeout: float = 300.0) -> Iterator[tuple[Any, LazyTensor]]:
     """Yield ``(batch, loss)`` for each batch, ``loss`` a lazy value of ``fn(batch)`` recorded ahead of time by
     ``workers`` worker processes (module docstring); ``loss.backward()`` / ``build(loss)`` run its batched plan
-    here, drawing its dropout masks here in program order.
+    here, drawing its dropout masks here in program order.  ``workers=0`` records each batch in this process
+    when it is due (the same loop on a machine with no core to spare).
 
     ``ahead``: how many batches each worker may be ahead; ``timeout``: seconds to wait for one batch's plan.
     """
-    if workers < 1 or ahead < 1:
-        raise ValueError("prefetch: workers and ahead must be >= 1")
+    if workers < 0 or ahead < 1:
+        raise ValueError("prefetch: workers must be >= 0 and ahead >= 1")
+    if workers == 0:  # no worker: record each batch here, just before it runs (same loop, one core)
+        engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True)  # masks drawn when run, as below
+        for b in batches:
+            with lazy(engine):
+                out = fn(b)
+            if type(out) is not LazyTensor:
+                raise PrefetchError(f"prefetch: fn returned {type(out).__name__}, not a lazy value")
+            yield b, out
+        return
     plist = list(model.parameters())
     ids = {id(p): k for k, p in enumerate(plist)}
     ctx = mp.get_context("fork")
