@@ -311,8 +311,9 @@ class Trace:
         # deferred random numbers: with ``engine.defer_masks`` dropout masks are placeholders, listed here in
         # program order (id -> (order, shape, dtype, p)) and drawn by whoever runs the trace's plan (the
         # main process of a prefetching worker), so the generator is used as an eager run would use it
+        # (only for a grouping trace: its plan is what draws them)
         self.masks: dict[int, tuple[int, tuple[int, ...], torch.dtype, float]] | None = \
-            {} if getattr(engine, "defer_masks", False) else None
+            {} if self.grouping and getattr(engine, "defer_masks", False) else None
         self.mask_refs: list[torch.Tensor] = []
 
     @property
