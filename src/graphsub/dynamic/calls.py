@@ -133,6 +133,14 @@ class OpInfo:
             self.shape = self.dtype = None
             self.tok = tuple((m.shape, m.dtype) for m in meta)
 
+    @classmethod
+    def blank(cls) -> OpInfo:
+        """The info of a node that stands for a value computed elsewhere (no call, no known shape)."""
+        info = cls.__new__(cls)
+        info.meta, info.kid, info.template, info.ckey, info.items = None, -1, ((), {}), (), ()
+        info.shape = info.dtype = info.tok = None
+        return info
+
 
 KEYS: dict[Any, OpInfo] = {}
 """The tracer's memo: op key -> :class:`OpInfo`."""

@@ -135,36 +135,44 @@ class LazyTensor:
     nodes while recording (:class:`Group`).
     """
 
-    __slots__ = ("__weakref__", "ckey", "dtype", "func", "gid", "grp", "inputs", "kid", "level", "meta",
-                 "part", "row", "shape", "template", "tok", "trace", "value")
+    __slots__ = ("__weakref__", "func", "gid", "grp", "info", "inputs", "kid", "level", "part", "row", "tok", "trace",
+                 "value")
+    func: Callable[..., Any]
+    gid: int
+    grp: Group | None
+    info: OpInfo
+    inputs: tuple[Any, ...]
+    kid: int
+    level: int
+    part: int
+    row: int
+    tok: Any
+    trace: Trace
+    value: Any
 
-    def __init__(self, func: Callable[..., Any], template: Any, inputs: tuple[Any, ...], meta: Any,
-                 trace: Trace, ckey: tuple[Any, ...] = (), kid: int = -1):
-        self.gid = next(_GID)
-        self.func = func
-        self.ckey = ckey  # the call's constants (hashable): part of the node's signature
-        self.template = template
-        self.inputs = inputs
-        self.meta = meta
-        if meta is not None and type(meta) is not tuple:
-            self.shape: torch.Size | None = meta.shape
-            self.dtype: torch.dtype | None = meta.dtype
-            self.tok: Any = (meta.shape, meta.dtype)
-        else:
-            self.shape, self.dtype = None, None
-            self.tok = None if meta is None else tuple((m.shape, m.dtype) for m in meta)
-        self.trace = trace
-        self.value: Any = None
-        self.kid: int = kid
-        lvl: int = 0
-        for i in inputs:
-            if type(i) is LazyTensor and i.level > lvl:
-                lvl = i.level
-        self.level: int = lvl + 1
-        self.part = -1
-        self.grp: Group | None = None
-        self.row = 0
-        trace.refs.append(_weakref(self))
+    # what every node of one op key shares lives in its OpInfo (the call's constants and template, the
+    # output's meta value, shape and dtype); nodes are made by _new_node, not by a constructor
+    @property
+    def ckey(self) -> tuple[Any, ...]:
+        """The call's constants (hashable): part of the node's signature."""
+        return self.info.ckey
+
+    @property
+    def template(self) -> Any:
+        return self.info.template
+
+    @property
+    def meta(self) -> Any:
+        info = self.info
+        return info.meta if not info.items else tuple(info.meta)
+
+    @property
+    def shape(self) -> torch.Size | None:
+        return self.info.shape
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        return self.info.dtype
 
     @property
     def name(self) -> str:
@@ -474,26 +482,26 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
     # path for the usual flat argument lists
     inputs: list[Any] = []
     keyl: list[Any] = [func, len(args)]  # the op and its constants, then (below) the inputs' tokens
-    targs = []
-    for a in args:
+    for a in args:  # as flatten() would do it, inlined for tensors and plain scalars
         t = type(a)
         if t is LazyTensor or isinstance(a, torch.Tensor):
-            n = len(inputs)
-            targs.append(SLOTS[n] if n < 64 else Slot(n))
             inputs.append(a)
             keyl.append(SLOT_MARKER)
         elif t is int or t is float or t is bool or a is None:
-            targs.append(a)
             keyl.append(t)
             keyl.append(a)
         else:
-            targs.append(flatten(a, inputs, keyl))
-    tkw = {}
+            flatten(a, inputs, keyl)
     if kwargs:
         keyl.append(dict)
         for k, v in kwargs.items():
             keyl.append(k)
-            tkw[k] = flatten(v, inputs, keyl)
+            t = type(v)
+            if t is int or t is float or t is bool or v is None:
+                keyl.append(t)
+                keyl.append(v)
+            else:
+                flatten(v, inputs, keyl)
     if func in _DROPOUTS:
         return _dropout(args, kwargs, _trace_of(func, inputs))
     if func is torch.Tensor.__getitem__ and type(inputs[0]) is LazyTensor and inputs[0].shape is None \
@@ -524,8 +532,10 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         info = KEYS.get(key)
     except TypeError:  # an unhashable constant: a key of its own
         key, info = None, None
-    if info is None:
-        template = (tuple(targs), tkw)
+    if info is None:  # a new op key: its template, output meta value and key id
+        scratch: list[Any] = []
+        template = (tuple(flatten(a, scratch, []) for a in args),
+                    {k: flatten(v, scratch, []) for k, v in kwargs.items()})
         ckey: tuple[Any, ...] = tuple(keyl[1:nconst]) if key is not None else ("unhashable", next(_GID))
         meta = _infer(func, template, inputs)
         if isinstance(meta, torch.Tensor):
@@ -554,12 +564,8 @@ def _new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], t
     n = LazyTensor.__new__(LazyTensor)
     n.gid = next(_GID)
     n.func = func
-    n.ckey = info.ckey
-    n.template = info.template
+    n.info = info
     n.inputs = inputs
-    n.meta = info.meta if not info.items else tuple(info.meta)
-    n.shape = info.shape
-    n.dtype = info.dtype
     n.tok = info.tok
     n.trace = trace
     n.value = None

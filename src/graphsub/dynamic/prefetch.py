@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from graphsub.dynamic.calls import OpInfo
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, Trace, lazy
 from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, from_wire, run_plan, to_wire
@@ -64,11 +65,9 @@ def _planned_output(plan: Plan, engine: PlanEngine) -> LazyTensor:
     node = LazyTensor.__new__(LazyTensor)
     node.gid = 0
     node.func = _planned_output
-    node.ckey = ()
-    node.template = ((), {})
+    node.info = OpInfo.blank()
     node.inputs = ()
-    node.meta = None
-    node.shape = node.dtype = node.tok = None
+    node.tok = None
     node.trace = trace
     node.value = None
     node.kid = -1
