@@ -22,8 +22,9 @@ def main() -> None:
              "step. Modes: `eager` plain per-node PyTorch; `traced` the lazy DAG run node by node; `reuse` the "
              "thesis (frequent depth-limited signatures, one generated function each); `reuse+batch` signature-keyed "
              "batching (nodes grouped by level and key while recording, one call per group); `prefetch` the same "
-             "batching with the recording done ahead by worker processes (its `trace` row is the main process's "
-             "wait for a plan, its `full` the wall time between steps). Each mode runs all batches in a phase of its "
+             "batching with the recording (and the preprocessing) done ahead by worker processes (its `trace` row is "
+             "the main process's wait for a plan, its `full` the wall time between steps). Each mode runs all "
+             "batches in a phase of its "
              "own, phases alternating between the modes for two rounds. "
              "Thesis (TF Eager, i7): full 2.97 s -> 2.20 s (1.35x), tracing 0.39-0.41 s per batch.", ""]
     for wl in ("treelstm", "seqlstm"):
@@ -52,6 +53,22 @@ def main() -> None:
                 lines.append(f"| {r['depth']} | {r['occurrences']} | {r['frequent']} | {r['avg_occurrence']:.1f} | "
                              f"{r['avg_op_count']:.2f} | {r['hash_collisions']} |")
             lines.append("")
+    rep = OUT / "dynamic_bench_repeats.json"
+    if rep.exists():
+        runs = json.loads(rep.read_text())["runs"]
+        lines += ["## Repeats (treelstm, SST, 16 batches, eager / reuse+batch / prefetch only)", "",
+                  "The speed of this VM drifts from run to run (eager's full step: 360-520 ms), so the ratio is "
+                  "measured again on other seeds (other dropout masks, same trees) and with one or two prefetch "
+                  "workers:", "",
+                  "| seed | prefetch workers | load before / after | eager ms | reuse+batch | prefetch |",
+                  "|---|---|---|---|---|---|"]
+        for r in runs:
+            lines.append(f"| {r['seed']} | {r['workers']} | {r['loadavg']} | {r['eager_full_ms']:.0f} | "
+                         f"{r['speedup_reuse+batch']:.2f}x | {r['speedup_prefetch']:.2f}x |")
+        sp = sorted(r["speedup_prefetch"] for r in runs)
+        sb = sorted(r["speedup_reuse+batch"] for r in runs)
+        lines += ["", f"prefetch: {sp[0]:.2f}x to {sp[-1]:.2f}x (median {sp[len(sp) // 2]:.2f}x); reuse+batch: "
+                  f"{sb[0]:.2f}x to {sb[-1]:.2f}x.", ""]
     (OUT / "dynamic_bench.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT / 'dynamic_bench.md'}")
 
