@@ -70,7 +70,7 @@ def bench_cmd(
                                                        "(prefetch: reuse+batch recorded ahead by worker "
                                                        "processes).")] = "eager,traced,reuse,reuse+batch,prefetch",
     workers: Annotated[int, typer.Option("--workers", min=0, help="Worker processes of the prefetch mode (0: record "
-                                                               "in the main process).")] = 1,
+                                                               "in the main process).")] = 2,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,
     train_steps: Annotated[int, typer.Option("--train-steps", min=1, help="Steps of the training-equivalence "
                                                                           "run (eager vs the best mode).")] = 5,

@@ -61,7 +61,7 @@ class BenchConfig:
     hidden: int = 150
     warmup: int = 3
     train_steps: int = 5
-    workers: int = 1
+    workers: int = 2
     modes: Sequence[str] = MODES
     depths: Sequence[int] = (5, 6, 7, 8, 9, 10)
 

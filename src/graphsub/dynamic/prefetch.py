@@ -23,6 +23,7 @@ raised while recording are raised again in the main process with the worker's tr
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -78,8 +79,10 @@ def _planned_output(plan: Plan, engine: PlanEngine) -> LazyTensor:
     return node
 
 
-def _worker(fn: Callable[[Any], Any], params: dict[int, int], jobs: Any, results: Any) -> None:
+def _worker(fn: Callable[[Any], Any], params: dict[int, int], jobs: Any, results: Any, nice: int) -> None:
     torch.set_num_threads(1)
+    if nice:
+        os.nice(nice)  # the main process runs the current step: it goes first when they share a core
     sent: set[int] = set()
     engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True)
     while True:
@@ -98,14 +101,16 @@ def _worker(fn: Callable[[Any], Any], params: dict[int, int], jobs: Any, results
             results.put((i, None, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
-def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any], workers: int = 1, ahead: int = 2,
-             timeout: float = 300.0) -> Iterator[tuple[Any, LazyTensor]]:
+def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any], workers: int = 2, ahead: int = 2,
+             timeout: float = 300.0, nice: int = 5) -> Iterator[tuple[Any, LazyTensor]]:
     """Yield ``(batch, loss)`` for each batch, ``loss`` a lazy value of ``fn(batch)`` recorded ahead of time by
     ``workers`` worker processes (module docstring); ``loss.backward()`` / ``build(loss)`` run its batched plan
     here, drawing its dropout masks here in program order.  ``workers=0`` records each batch in this process
     when it is due (the same loop on a machine with no core to spare).
 
-    ``ahead``: how many batches each worker may be ahead; ``timeout``: seconds to wait for one batch's plan.
+    ``ahead``: how many batches each worker may be ahead; ``timeout``: seconds to wait for one batch's plan;
+    ``nice``: the workers' scheduling niceness increment (0: none), so that with more processes than cores the
+    main process, which runs the step everything waits for, is served first.
     """
     if workers < 0 or ahead < 1:
         raise ValueError("prefetch: workers must be >= 0 and ahead >= 1")
@@ -123,7 +128,7 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
     ctx = mp.get_context("fork")
     results: Any = ctx.Queue()
     jobs: list[Any] = [ctx.Queue() for _ in range(workers)]
-    procs = [ctx.Process(target=_worker, args=(fn, ids, q, results), daemon=True) for q in jobs]
+    procs = [ctx.Process(target=_worker, args=(fn, ids, q, results, nice), daemon=True) for q in jobs]
     for pr in procs:
         pr.start()
     # one op table and batching state per worker: key ids made after the fork differ between workers
