@@ -57,9 +57,9 @@ def main() -> None:
     if rep.exists():
         runs = json.loads(rep.read_text())["runs"]
         lines += ["## Repeats (treelstm, SST, 16 batches, eager / reuse+batch / prefetch only)", "",
-                  "The speed of this VM drifts from run to run (eager's full step: 340-640 ms in this session), so the ratio is "
-                  "measured again on other seeds (other dropout masks, same trees) and with one or two prefetch "
-                  "workers:", "",
+                  "The speed of this VM drifts from run to run (eager's full step: 340-640 ms in this session), so "
+                  "the ratio is measured again on other seeds (other dropout masks, same trees) and with one or two "
+                  "prefetch workers:", "",
                   "| seed | prefetch workers | load before / after | eager ms | reuse+batch | prefetch |",
                   "|---|---|---|---|---|---|"]
         for r in runs:
