@@ -7,6 +7,8 @@ signature-keyed batching of independent occurrences.
 * :mod:`graphsub.dynamic.signature` -- ``H'(n, d)`` signatures, ``shared()``, §5.5, the
   collision-checked pattern table;
 * :mod:`graphsub.dynamic.codegen` -- one generated function per pattern, python / fx / inductor;
+* :mod:`graphsub.dynamic.trace` and :mod:`graphsub.dynamic.calls` -- the trace, its batch groups,
+  call templates and op keys;
 * :mod:`graphsub.dynamic.engine` -- :class:`Reuse`: collection, replacement, execution, batching;
 * :mod:`graphsub.dynamic.plan` -- a trace's batches as data (steps, gather programs, deferred dropout
   masks), run with autograd;

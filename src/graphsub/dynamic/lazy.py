@@ -79,6 +79,7 @@ from graphsub.dynamic.calls import (
     param_tok,
     register_tensor_type,
 )
+from graphsub.dynamic.trace import EXEC_DEPTH, Group, Trace, enable_gc, executing, resolve_row, source
 from graphsub.errors import GraphsubError
 
 
@@ -89,38 +90,6 @@ class LazyError(GraphsubError):
 _GID = itertools.count(1)
 _weakref = weakref.ref
 _NAMES: dict[Any, str] = {}
-
-
-def _enable_gc() -> None:
-    """Re-enable the cyclic collector after recording or evaluating with it paused.
-
-    The objects made meanwhile (tens of thousands of nodes, alive until the step ends) are moved
-    straight to the oldest generation (``gc.freeze()`` + ``gc.unfreeze()``, two O(1) list merges),
-    so they neither trigger a young collection at once nor count towards the next full collection;
-    a full collection over torch's large heap would otherwise run every few steps.  Skipped when the
-    program froze objects itself (unfreezing would release them).
-    """
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
-    gc.enable()
-
-
-_EXEC = [0]  # depth of executing() (tracing and evaluation run on one thread)
-
-
-def _executing() -> bool:
-    return _EXEC[0] > 0
-
-
-@contextmanager
-def executing() -> Iterator[None]:
-    """Run real torch code inside a lazy context (the tracer passes calls through)."""
-    _EXEC[0] += 1
-    try:
-        yield
-    finally:
-        _EXEC[0] -= 1
 
 
 class LazyTensor:
@@ -281,105 +250,6 @@ LazyTensor.__hash__ = object.__hash__  # type: ignore[method-assign]
 register_tensor_type(LazyTensor)
 
 
-class Group:
-    """Nodes of one trace with the same level and key id, in recording order: one batched call.
-
-    Built while recording when the trace's engine asks for it (``engine.group_nodes``); the member in
-    row ``r`` is ``members[r]`` (its ``row``).  After a batched run ``value`` holds the batched result
-    (rows in member order); a group run member by member leaves ``value`` ``None`` and puts each
-    value on its node.  ``members`` is emptied after the run (no reference cycles survive it).
-    """
-
-    __slots__ = ("kid", "level", "members", "value")
-
-    def __init__(self, level: int, kid: int):
-        self.level = level
-        self.kid = kid
-        self.members: list[LazyTensor] = []
-        self.value: Any = None
-
-
-class Trace:
-    """One lazy DAG: its nodes in creation order (a topological order), the engine that will
-    run it (``None``: plain node-by-node evaluation) and bookkeeping for leaves.
-
-    With an engine that groups nodes while recording (``engine.group_nodes``), ``pending`` maps
-    ``level * 2**32 + kid`` to the :class:`Group` of the nodes not yet run; the engine takes and
-    runs them (:meth:`take_pending`)."""
-
-    def __init__(self, engine: Any = None, examples: int = 1):
-        # weak references: nodes hold their trace, and a strong list would make a reference cycle per
-        # trace that only the cyclic collector frees; this way a dropped trace is freed at once
-        self.refs: list[weakref.ref[LazyTensor]] = []
-        self.engine = engine
-        self.examples = examples
-        self.built = False
-        self.grouping: bool = bool(getattr(engine, "group_nodes", False))
-        self.pending: dict[int, Group] = {}
-        # deferred random numbers: with ``engine.defer_masks`` dropout masks are placeholders, listed here in
-        # program order (id -> (order, shape, dtype, p)) and drawn by whoever runs the trace's plan (the
-        # main process of a prefetching worker), so the generator is used as an eager run would use it
-        # (only for a grouping trace: its plan is what draws them)
-        self.masks: dict[int, tuple[int, tuple[int, ...], torch.dtype, float]] | None = \
-            {} if self.grouping and getattr(engine, "defer_masks", False) else None
-        self.mask_refs: list[torch.Tensor] = []
-
-    @property
-    def nodes(self) -> list[LazyTensor]:
-        """The live nodes in creation order (a topological order); for a trace that groups while recording,
-        the nodes of its pending groups (the outputs of multi-output nodes are not listed)."""
-        if self.grouping:
-            return sorted((m for g in self.pending.values() for m in g.members), key=lambda n: n.gid)
-        return [n for n in (r() for r in self.refs) if n is not None]
-
-    def take_pending(self) -> list[Group]:
-        """The groups not yet run, by level (then key id); the trace starts a new set."""
-        pending, self.pending = self.pending, {}
-        return [pending[k] for k in sorted(pending)]
-
-    def evaluate(self, out: LazyTensor) -> Any:
-        """Evaluate ``out`` (and what it needs) node by node; values stay on the nodes."""
-        if out.value is not None:
-            return out.value
-        collect = gc.isenabled()
-        gc.disable()  # as while recording (see lazy())
-        try:
-            return self._evaluate(out)
-        finally:
-            if collect:
-                _enable_gc()
-
-    def _evaluate(self, out: LazyTensor) -> Any:
-        with executing(), torch._C.DisableTorchFunction():
-            src = source(out)
-            if src is not None:  # computed inside a batch by an earlier run
-                out.value = resolve_row(*src)
-                return out.value
-            if self.engine is not None:
-                return self.engine.run(self, out)
-            return evaluate_plain(out)
-
-    def backward(self, out: LazyTensor, *args: Any, **kwargs: Any) -> None:
-        value = self.evaluate(out)
-        with executing(), torch._C.DisableTorchFunction():
-            value.backward(*args, **kwargs)
-
-
-def source(x: LazyTensor) -> tuple[Any, int | None] | None:
-    """Where ``x``'s value is: ``(value, None)``, ``(batched value, row)``, or ``None`` if not computed yet."""
-    if x.value is not None:
-        return x.value, None
-    if x.part >= 0:
-        src = source(x.inputs[0])
-        if src is None:
-            return None
-        return src[0][x.part], src[1]
-    g = x.grp
-    if g is not None and g.value is not None:
-        return g.value, x.row
-    return None
-
-
 def evaluate_plain(out: LazyTensor) -> Any:
     """Node-by-node evaluation in topological order (iterative post-order DFS)."""
     stack: list[tuple[LazyTensor, bool]] = [(out, False)]
@@ -395,17 +265,6 @@ def evaluate_plain(out: LazyTensor) -> Any:
             if type(i) is LazyTensor and i.value is None:
                 stack.append((i, False))
     return out.value
-
-
-def resolve_row(t: Any, r: int | None) -> Any:
-    """Row ``r`` (kept as a leading dimension of 1) of a batched value ``t``; ``None``: ``t`` itself."""
-    if r is None:
-        return t
-    if type(t) is tuple or type(t) is list:
-        return tuple(x[r:r + 1] for x in t)
-    if r == 0 and t.shape[0] == 1:
-        return t
-    return t[r:r + 1]
 
 
 def run_node(node: LazyTensor) -> Any:
@@ -471,7 +330,7 @@ _PASS: set[Any] = set()  # callables that never give a lazy node (attribute gett
 
 def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """Record ``func(*args, **kwargs)`` as a lazy node (or run it, for data-only calls)."""
-    if func in _PASS or _EXEC[0] or not _needs_record(args, kwargs):
+    if func in _PASS or EXEC_DEPTH[0] or not _needs_record(args, kwargs):
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
     return _record(func, args, kwargs)
@@ -633,7 +492,7 @@ class _LazyMode(TorchFunctionMode):
         # the mode is popped while its handler runs, so no DisableTorchFunction is needed here
         if kwargs is None:
             kwargs = _NOKW
-        if _EXEC[0] or func in _PASS:
+        if EXEC_DEPTH[0] or func in _PASS:
             return func(*args, **kwargs)
         for a in args:
             if type(a) is LazyTensor:
@@ -664,7 +523,7 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     finally:
         _CURRENT.pop()
         if collect:
-            _enable_gc()
+            enable_gc()
 
 
 def build(out: Any) -> Any:
