@@ -25,9 +25,10 @@ through it all, so the backward pass is batched too.
 With batching and no frequent patterns (``Reuse(depth=1, collect=0, batching=True)``: op-level,
 signature-keyed batching, the fast path) every node is its own unit, and the tracer itself puts each
 node in its batch group as it records it (:class:`~graphsub.dynamic.lazy.Group`, keyed by the node's
-level and key id, both known from the op memo), so there is no planning pass at all: the groups run
-level by level; a group's inputs that are the rows of one earlier batch in order are passed as they
-are, others take one ``cat`` and/or one ``index_select``; values stay in their batch (the group's
+level and key id, both known from the op memo), so there is no grouping pass: the groups become the
+steps of a :class:`~graphsub.dynamic.plan.Plan` (its gather programs are the ``optimize`` time) and run
+level by level; a step's inputs that are the rows of one earlier batch in order are passed as they
+are, others take one ``index_select`` per source and a ``cat``; values stay in their batch (the group's
 ``value``, the node's ``row``) and only the output is sliced out.
 
 Timings of the last run are in :attr:`Reuse.last` (``optimize_s``, ``execute_s``, counts).
