@@ -26,8 +26,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from graphsub.bench.harness import Run, load_records, run_grid
+from graphsub.bench.harness import Run, run_grid
 from graphsub.bench.presets import OCGGS_PARAMS
+from graphsub.bench.records import load_records
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("inception_v3", "resnet:blocks=8", "resnext50", "nasnet_a", "bert:variant=faithful", "sru:length=1",

@@ -19,11 +19,11 @@ from typing import Any
 
 from graphsub import zoo
 from graphsub.cost import get_model
+from graphsub.equivalence import equivalent
 from graphsub.rules import get_set
 from graphsub.search.eqsat import NodeCosts, dag_cost, greedy_tree, ilp, saturate, to_graph
 from graphsub.search.eqsat.egraph import EGraph, ENode
 from graphsub.search.eqsat.extract import choice_of_graph, reachable
-from graphsub.verify import equivalent
 
 RESULTS = Path(__file__).parent / "results"
 

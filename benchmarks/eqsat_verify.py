@@ -1,5 +1,5 @@
 """Every eqsat result of the comparison, verified and exported: search, then what ``graphsub search -o``
-does (the input's random weights, weight-only subgraphs folded, ``graphsub.verify.equivalent`` in
+does (the input's random weights, weight-only subgraphs folded, ``graphsub.equivalence.equivalent`` in
 onnxruntime on 2 seeds) plus an ONNX round trip (write, load, verify again) and an acyclicity check.
 
 Writes ``benchmarks/results/eqsat_verify.json`` and ``eqsat_verify.md``.
@@ -15,15 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphsub.bench.harness import load_model
 from graphsub.cost import get_model
 from graphsub.data import materialize
+from graphsub.equivalence import equivalent
 from graphsub.frontends.onnx_io import load, save
 from graphsub.ir.validate import validate
 from graphsub.rules import get_set
 from graphsub.rules.apply import fold_weights
 from graphsub.search import Budget, search
-from graphsub.verify import equivalent
+from graphsub.spec import ModelSpec
 
 RESULTS = Path(__file__).parent / "results"
 MODELS = ("inception_v3", "resnet:blocks=8", "resnext50", "nasnet_a", "bert:variant=faithful", "sru:length=1",
@@ -37,7 +37,7 @@ def main() -> None:
     rules, cost = get_set("ocggs157"), get_model("roofline:p100")
     rows = []
     for spec in MODELS:
-        g = load_model(spec)
+        g = ModelSpec.parse(spec).load()
         r = search(g, rules, cost, Budget(time_s=args.cutoff), algo="eqsat")
         validate(r.best)
         ref = materialize(g, 0)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from optimize_zoo import markdown
 
-from graphsub.optimize_torch import optimize_module
+from graphsub.optimize import optimize_module
 from graphsub.search import Budget
 from graphsub.zoo.torch_modules import EXAMPLES, MODULES
 

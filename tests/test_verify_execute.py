@@ -7,12 +7,12 @@ import pytest
 
 from graphsub import zoo
 from graphsub.data import materialize, random_inputs, random_weights
+from graphsub.equivalence import compare_arrays, equivalent
 from graphsub.errors import ExecutionError, VerificationError
 from graphsub.execute import run
 from graphsub.frontends.onnx_io import to_onnx
 from graphsub.frontends.ort import run_model
 from graphsub.ir import Builder, Graph
-from graphsub.verify import compare_arrays, equivalent
 
 
 def mlp(act: str = "relu", alpha: float = 0.0) -> Graph:

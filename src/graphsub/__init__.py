@@ -1,7 +1,7 @@
 """graphsub: verified graph substitutions for faster ONNX models.
 
 ``graphsub.optimize_module(module, example_inputs, ...)`` optimizes a PyTorch module through ONNX
-(:mod:`graphsub.optimize_torch`); :func:`graphsub.optimize.optimize` does the same for ONNX files.
+(:mod:`graphsub.optimize.torch_module`); :func:`graphsub.optimize.optimize` does the same for ONNX files.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "optimize_module":  # lazy: keeps `import graphsub` light
-        from graphsub.optimize_torch import optimize_module
+        from graphsub.optimize.torch_module import optimize_module
 
         return optimize_module
     raise AttributeError(f"module 'graphsub' has no attribute {name!r}")

@@ -7,7 +7,7 @@ numeric equivalence check on vanishing outputs would be vacuous).
 
 Weights are seeded by ``(seed, name)``; their scale and role come from their consumers, so
 when two graphs are compared, the second must reuse the first's arrays for shared names
-(``known=``), as :func:`graphsub.verify.equivalent` does.
+(``known=``), as :func:`graphsub.equivalence.equivalent` does.
 
 >>> from graphsub.ir import Builder
 >>> b = Builder()

@@ -11,10 +11,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from graphsub.bench.harness import Run, check_run, load_records, parse_model, run_grid, run_one
+from graphsub.bench.harness import Run, check_run, run_grid, run_one
 from graphsub.bench.presets import PRESETS, TABLE3_MODELS, registered_algorithms
-from graphsub.bench.report import summarize, table3_markdown, write_report
-from graphsub.cli_bench import bench_cmd, split_models
+from graphsub.bench.records import load_records
+from graphsub.bench.tables import summarize, table3_markdown, write_summary
+from graphsub.cli.bench import bench_cmd
+from graphsub.spec import ModelSpec, split_specs
 
 COST = "roofline:v100"
 TINY = dict(cost=COST, rules="ocggs157", k=2, cutoff_s=10)
@@ -37,7 +39,8 @@ def test_run_id_is_a_stable_hash_of_the_spec() -> None:
     assert a.id != Run("taso", "resnet:blocks=4", params={"alpha": 1.05}, cutoff_s=60, repeat=1).id
     assert a.id != Run("taso", "resnet:blocks=4", params={"alpha": 1.1}, cutoff_s=60).id
     assert Run.from_dict({**a.spec(), "status": "ok"}) == a and len(a.id) == 16
-    assert parse_model("bert:variant=faithful") == ("bert", {"variant": "faithful"})
+    spec = ModelSpec.parse("bert:variant=faithful")
+    assert (spec.kind, spec.name, spec.zoo_kwargs) == ("zoo", "bert", {"variant": "faithful"})
     assert check_run(a) == []
     assert any("unknown algorithm" in p for p in check_run(Run("nope", "sru")))
     assert any("unknown zoo model" in p for p in check_run(Run("greedy", "nope")))
@@ -92,7 +95,7 @@ def test_child_is_killed_past_its_deadline() -> None:
 
 def test_report_writes_table3_and_plots(grid: tuple[Path, Any], tmp_path: Path) -> None:
     out, _ = grid
-    files = write_report(out / "tiny.jsonl", tmp_path)
+    files = write_summary(out / "tiny.jsonl", tmp_path)
     md = Path(files["table3"][1]).read_text()
     assert "(a) optimized cost" in md and "(c) peak memory (MB)" in md
     assert "| model | ENU | Greedy |" in md and "sru" in md and "resnet:blocks=2" in md
@@ -117,7 +120,7 @@ def test_presets_follow_the_paper() -> None:
                                                                           (1, 8, 3, 5.0, "flops")]
     assert PRESETS["fig5"].ks == (5, 10, 15, 20, 25)
     assert set(PRESETS["fig4"].models) >= {"resnet:blocks=8", "inception_e:blocks=4"}
-    assert split_models("resnet:blocks=4,sru,a:x=1,y=2") == ["resnet:blocks=4", "sru", "a:x=1,y=2"]
+    assert split_specs("resnet:blocks=4,sru,a:x=1,y=2") == ["resnet:blocks=4", "sru", "a:x=1,y=2"]
 
 
 def _app() -> typer.Typer:

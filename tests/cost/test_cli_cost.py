@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from graphsub.cli_cost import cost_cmd, profile_cmd
+from graphsub.cli.cost import cost_cmd, profile_cmd
 
 
 def _app() -> typer.Typer:

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphsub.cli import app
-from graphsub.cli_fuse import parse_buffer
+from graphsub.cli.fuse import parse_buffer
 
 runner = CliRunner()
 

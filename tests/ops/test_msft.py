@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphsub.data import materialize, random_array, slot_role
+from graphsub.equivalence import equivalent
 from graphsub.errors import GraphsubError
 from graphsub.frontends.onnx_export import export_graph
 from graphsub.frontends.onnx_io import from_onnx
@@ -21,7 +22,6 @@ from graphsub.ir.node import make_sig
 from graphsub.ir.types import TensorType
 from graphsub.ops import REGISTRY
 from graphsub.ops.msft import MS
-from graphsub.verify import equivalent
 
 
 def f(*shape: int) -> TensorType:

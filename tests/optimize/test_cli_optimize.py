@@ -52,7 +52,7 @@ def test_verification_failure_writes_nothing(model_path: Path, tmp_path: Path, m
     def rules(spec: str | list[Rule]) -> list[Rule]:
         return [find_rule("cpu_identity_remove"), bad_rule]
 
-    monkeypatch.setattr("graphsub.optimize.resolve_rules", rules)
+    monkeypatch.setattr("graphsub.optimize.pipeline.resolve_rules", rules)
     out = tmp_path / "o.onnx"
     code, text = invoke(str(model_path), "-o", str(out), *FAST, "--json")
     assert code == 1, text

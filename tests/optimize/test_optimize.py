@@ -10,8 +10,9 @@ import onnx
 import pytest
 
 from graphsub.errors import GraphsubError
-from graphsub.optimize import optimize, replay, resolve_rules
-from graphsub.rules.library import find_rule
+from graphsub.optimize import optimize
+from graphsub.rules.library import find_rule, resolve_rules
+from graphsub.rules.replay import replay
 from graphsub.rules.rule import Rule
 from graphsub.search import Budget
 
@@ -85,7 +86,7 @@ def test_real_timing_and_refusals(model_path: Path, tmp_path: Path) -> None:
 def test_bisect_names_an_early_bad_step(model_path: Path, bad_rule: Rule) -> None:
     from graphsub.data import materialize
     from graphsub.frontends.onnx_io import load
-    from graphsub.optimize import bisect
+    from graphsub.optimize.verification import bisect
     from graphsub.rules.match import find_matches
     from graphsub.search.base import Step
 
@@ -128,7 +129,7 @@ def test_token_ids_are_drawn_in_range(tmp_path: Path, fake_timing: Callable[...,
 
 
 def test_noise_does_not_count_as_a_gain() -> None:
-    from graphsub.optimize import _consistent
+    from graphsub.optimize.timing import consistent as _consistent
 
     assert _consistent([(2.0, 1.0)] * 4 + [(1.0, 2.0)])  # 4 of 5 rounds faster
     assert not _consistent([(2.0, 1.0)] * 3 + [(1.0, 2.0)] * 2)

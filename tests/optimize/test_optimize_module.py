@@ -27,7 +27,7 @@ class TwoHeads(nn.Module):
 
 
 def test_optimize_module_matches_the_module(tmp_path: Path) -> None:
-    from graphsub.optimize_torch import optimize_module
+    from graphsub.optimize import optimize_module
 
     torch.manual_seed(0)
     module = TwoHeads()

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from graphsub.cli import app
 from graphsub.optimize import OptimizeResult, optimize
-from graphsub.report import render_report
+from graphsub.optimize.report import render_report, write_report
 from graphsub.rules.rule import Rule
 from graphsub.search import Budget
 
@@ -90,7 +90,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Opti
     path = tmp_path_factory.mktemp("report") / "small.onnx"
     onnx.save(small_model(), str(path))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("graphsub.optimize.time_model", lambda model, feeds, **kw: _node_count(model))
+        mp.setattr("graphsub.optimize.timing.time_model", lambda model, feeds, **kw: _node_count(model))
         yield path, optimize(path, **FAST)  # type: ignore[arg-type]
 
 
@@ -128,8 +128,8 @@ def test_user_strings_are_escaped(small: tuple[Path, OptimizeResult]) -> None:
 
 def test_zoo_model(tmp_path: Path) -> None:
     out = tmp_path / "sru.html"
-    res = optimize("zoo:sru", report=out, measure_latency=False, cost="roofline:cpu", seeds=1,
-                   budget=Budget(time_s=2))
+    res = optimize("zoo:sru", measure_latency=False, cost="roofline:cpu", seeds=1, budget=Budget(time_s=2))
+    write_report(res, out)
     assert res.report == str(out)
     page = assert_self_contained(text := out.read_text(encoding="utf-8"))
     assert len(page.rows) == len(res.search.sequence) > 0
@@ -141,7 +141,8 @@ def test_report_when_the_original_is_kept(model_path: Path, tmp_path: Path,
                                           fake_timing: Callable[..., None]) -> None:
     fake_timing(lambda model: 1.0)  # never faster
     out, rep = tmp_path / "o.onnx", tmp_path / "r.html"
-    res = optimize(model_path, output=out, report=rep, **FAST)  # type: ignore[arg-type]
+    res = optimize(model_path, output=out, **FAST)  # type: ignore[arg-type]
+    write_report(res, rep)
     assert res.kept_original and out.read_bytes() == model_path.read_bytes()
     text = rep.read_text(encoding="utf-8")
     page = assert_self_contained(text)
@@ -153,9 +154,11 @@ def test_report_when_verification_fails(model_path: Path, tmp_path: Path, monkey
                                         bad_rule: Rule, fake_timing: Callable[..., None]) -> None:
     from graphsub.rules.library import find_rule
 
-    monkeypatch.setattr("graphsub.optimize.resolve_rules", lambda spec: [find_rule("cpu_identity_remove"), bad_rule])
+    monkeypatch.setattr("graphsub.optimize.pipeline.resolve_rules",
+                        lambda spec: [find_rule("cpu_identity_remove"), bad_rule])
     out, rep = tmp_path / "o.onnx", tmp_path / "r.html"
-    res = optimize(model_path, output=out, report=rep, **FAST)  # type: ignore[arg-type]
+    res = optimize(model_path, output=out, **FAST)  # type: ignore[arg-type]
+    write_report(res, rep)
     assert not res.verified and not out.exists() and res.failure is not None
     text = rep.read_text(encoding="utf-8")
     page = assert_self_contained(text)
@@ -189,6 +192,6 @@ def test_cli_report_flag(model_path: Path, tmp_path: Path, fake_timing: Callable
 
 
 def test_import_stays_light() -> None:
-    code = ("import sys, graphsub, graphsub.optimize, graphsub.report, graphsub.cli; "
+    code = ("import sys, graphsub, graphsub.optimize, graphsub.optimize.report, graphsub.cli; "
             "sys.exit('matplotlib' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

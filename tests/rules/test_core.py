@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from graphsub import zoo
+from graphsub.equivalence import equivalent
 from graphsub.errors import RuleError
 from graphsub.ir import Builder, Graph
 from graphsub.ir.validate import validate
@@ -24,7 +25,6 @@ from graphsub.rules import (
 from graphsub.rules.apply import weight_only_nodes
 from graphsub.rules.match import is_weight_only, max_radius
 from graphsub.rules.verify.numeric import verify_rule
-from graphsub.verify import equivalent
 
 
 def relu_fuse():  # type: ignore[no-untyped-def]

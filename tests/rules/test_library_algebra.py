@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from graphsub import zoo
+from graphsub.equivalence import equivalent
 from graphsub.execute import run
 from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, explain, find_matches
 from graphsub.rules.library import algebra, get_set
 from graphsub.rules.rule import Rule
 from graphsub.rules.verify.numeric import MIN_EXAMPLES, verify_rule
-from graphsub.verify import equivalent
 
 RULES = algebra.rules()
 

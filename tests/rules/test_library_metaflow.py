@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from graphsub import zoo
+from graphsub.equivalence import equivalent
 from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, explain, find_matches, get_set
 from graphsub.rules.library import metaflow
 from graphsub.rules.rule import Rule
 from graphsub.rules.verify.numeric import MIN_EXAMPLES, verify_rule
-from graphsub.verify import equivalent
 
 
 def by_name(name: str) -> Rule:

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from graphsub import zoo
 from graphsub.cli import app
 from graphsub.data import materialize
+from graphsub.equivalence import equivalent
 from graphsub.frontends.onnx_io import load
-from graphsub.verify import equivalent
 
 runner = CliRunner()
 

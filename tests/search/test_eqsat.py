@@ -12,6 +12,7 @@ from graphsub import zoo
 from graphsub.cost import get_model
 from graphsub.cost.base import Cost, SumCostModel
 from graphsub.data import materialize
+from graphsub.equivalence import equivalent
 from graphsub.errors import GraphsubError
 from graphsub.frontends.onnx_io import load, save
 from graphsub.ir import Builder
@@ -24,7 +25,6 @@ from graphsub.search import Budget, search
 from graphsub.search.eqsat import EGraph, EGraphError, NodeCosts, dag_cost, greedy_tree, ilp, saturate, to_graph
 from graphsub.search.eqsat.cycles import filter_cycles
 from graphsub.search.eqsat.ematch import MatchIndex, ematch
-from graphsub.verify import equivalent
 
 P100 = get_model("roofline:p100")
 RULES = get_set("ocggs157")

@@ -6,6 +6,7 @@ import pytest
 
 from graphsub import zoo
 from graphsub.cost import get_model
+from graphsub.equivalence import equivalent
 from graphsub.errors import GraphsubError
 from graphsub.ir.validate import validate
 from graphsub.rules import get_set
@@ -13,7 +14,6 @@ from graphsub.rules.apply import apply
 from graphsub.rules.library import find_rule
 from graphsub.rules.match import find_matches
 from graphsub.search import ALGORITHMS, Budget, search, split_graph
-from graphsub.verify import equivalent
 
 COST = get_model("roofline:v100")
 RULES = get_set("ocggs157")

@@ -17,45 +17,47 @@ OCGGS Table 3c reports), ``search_mem_mb`` the growth during the search alone.
 
 :func:`run_grid` appends one JSON line per finished run to ``<out_dir>/<name>.jsonl`` (runs
 already recorded are skipped), then writes ``<name>.csv`` (one row per run) and
-``<name>_summary.csv`` (mean over repeats, :func:`graphsub.bench.report.summarize`).  A run that
-fails is recorded with ``status: "error"`` and its message; it never stops the grid.
+``<name>_summary.csv`` (mean over repeats, :func:`graphsub.bench.tables.summarize`); records are
+read and written by :mod:`graphsub.bench.records`.  A run that fails is recorded with
+``status: "error"`` and its message; it never stops the grid.
 
 >>> r = Run("greedy", "resnet:blocks=2", cost="flops", k=2, cutoff_s=10)
 >>> r.id == Run("greedy", "resnet:blocks=2", cost="flops", k=2, cutoff_s=10.0).id
 True
->>> parse_model("resnet:blocks=4"), parse_model("zoo:sru")
-(('resnet', {'blocks': 4}), ('sru', {}))
+>>> check_run(r), check_run(Run("greedy", "no_such_model", k=2))
+([], ["unknown zoo model 'no_such_model'"])
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import datetime as _dt
-import functools
 import hashlib
-import importlib.metadata
 import json
 import multiprocessing as mp
 import os
-import platform
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from graphsub.bench.records import (
+    append_record,
+    load_avg,
+    load_records,
+    machine_info,
+    proc_status_mb,
+    timestamp,
+    versions,
+    write_csv,
+)
+from graphsub.bench.tables import summarize, write_rows
+from graphsub.errors import GraphsubError
+from graphsub.spec import ModelSpec, looks_like_path
+
 #: Cost-model kinds :func:`check_run` accepts (the part of a spec before ``:``).
 COST_KINDS = ("flops", "bytes", "launches", "roofline", "measured", "fused")
-#: Record columns written to the CSV (scalars only; trace, sequence and stats stay in the JSONL).
-CSV_COLUMNS = (
-    "id", "status", "algo", "model", "cost", "rules", "k", "cutoff_s", "expansions", "memory_mb", "repeat", "seed",
-    "params", "initial_cost", "best_cost", "improvement", "search_time_s", "setup_time_s", "wall_time_s",
-    "peak_mem_mb", "search_mem_mb", "explored", "generated", "deduplicated", "pruned", "matches", "stopped_by",
-    "seq_len", "num_ops", "best_num_ops", "time_match_s", "time_apply_s", "time_hash_s", "time_cost_s",
-    "time_other_s", "error", "finished_at",
-)
 
 
 # ----------------------------------------------------------------------------- run spec
@@ -119,53 +121,9 @@ class Run:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def parse_model(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"resnet:blocks=4"`` -> ``("resnet", {"blocks": 4})`` (values parsed as JSON when they can be)."""
-    name, _, rest = spec.removeprefix("zoo:").partition(":")
-    kwargs: dict[str, Any] = {}
-    for part in filter(None, rest.split(",")):
-        key, sep, value = part.partition("=")
-        if not sep or not key:
-            raise ValueError(f"bad model argument {part!r} in {spec!r}; expected key=value (e.g. resnet:blocks=4)")
-        try:
-            kwargs[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key.strip()] = value
-    return name, kwargs
-
-
-def is_onnx_path(spec: str) -> bool:
-    """Whether a model spec names a file rather than a zoo model."""
-    return spec.endswith(".onnx") or os.sep in spec
-
-
-def load_model(spec: str) -> Any:
-    """The graph a model spec names (zoo model or ONNX file)."""
-    if is_onnx_path(spec) and not spec.startswith("zoo:"):
-        from graphsub.frontends.onnx_io import load
-
-        return load(spec)
-    from graphsub import zoo
-
-    name, kwargs = parse_model(spec)
-    return zoo.get(name, **kwargs)
-
-
-def load_rules(spec: str) -> list[Any]:
-    """The rules of one set, or of several joined by ``,`` (first occurrence of a name wins)."""
-    from graphsub.rules.library import get_set
-
-    seen: dict[str, Any] = {}
-    for name in spec.split(","):
-        for r in get_set(name.strip()):
-            seen.setdefault(r.name, r)
-    return list(seen.values())
-
-
 def check_run(run: Run) -> list[str]:
     """Problems with a run's names (unknown algorithm, rule set, cost model, zoo model; no K for
     ENU); empty when it looks runnable.  Cheap: builds nothing."""
-    from graphsub import zoo
     from graphsub.cost.analytic import GPU_PRESETS
     from graphsub.rules.library import set_names
     from graphsub.search import ALGORITHMS
@@ -180,17 +138,7 @@ def check_run(run: Run) -> list[str]:
     if kind not in COST_KINDS or (kind == "roofline" and arg not in ("", "cpu", *GPU_PRESETS)) or (
             kind in ("flops", "bytes", "launches") and arg):
         problems.append(f"unknown cost model {run.cost!r}")
-    if is_onnx_path(run.model) and not run.model.startswith("zoo:"):
-        if not Path(run.model).is_file():
-            problems.append(f"model file {run.model!r} not found")
-    else:
-        try:
-            name, _ = parse_model(run.model)
-        except ValueError as e:
-            problems.append(str(e))
-        else:
-            if name not in zoo.MODELS:
-                problems.append(f"unknown zoo model {name!r}")
+    problems.extend(_model_problems(run.model))
     if run.algo in ("enum", "pruning", "dpp") and run.k is None:
         problems.append(f"{run.algo} needs K")
     if run.cutoff_s <= 0:
@@ -198,61 +146,33 @@ def check_run(run: Run) -> list[str]:
     return problems
 
 
+def _model_problems(text: str) -> list[str]:
+    from graphsub import zoo
+
+    try:
+        spec = ModelSpec.parse(text)
+    except GraphsubError as e:
+        return [str(e)]
+    if spec.kind == "module":
+        return [f"{text!r}: a PyTorch module cannot be benchmarked by name (export it to ONNX first)"]
+    if spec.kind == "zoo":
+        return [] if spec.name in zoo.MODELS else [f"unknown zoo model {spec.name!r}"]
+    if Path(spec.name).is_file():
+        return []
+    if looks_like_path(text):
+        return [f"model file {text!r} not found"]
+    return [f"unknown zoo model {text.partition(':')[0]!r}"]
+
+
 # ----------------------------------------------------------------------------- machine info
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def versions() -> dict[str, str | None]:
-    """graphsub, onnxruntime, numpy, networkx and Python versions, and the git commit if known."""
-    from graphsub import __version__
-
-    commit = None
-    with contextlib.suppress(Exception):
-        import subprocess
-
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                                capture_output=True, text=True, timeout=5).stdout.strip() or None
-    return {"graphsub": __version__, "onnxruntime": _version("onnxruntime"), "numpy": _version("numpy"),
-            "networkx": _version("networkx"), "python": platform.python_version(), "git_commit": commit}
-
-
-@functools.lru_cache(maxsize=1)
-def machine_info() -> dict[str, Any]:
-    """CPU model, logical cores, total memory, OS and host name."""
-    from graphsub.cost.env import cpu_model
-
-    mem = None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        mem = _proc_status_mb("/proc/meminfo", "MemTotal")
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "memory_mb": mem, "platform": platform.platform(),
-            "host": platform.node()}
-
-
-def _proc_status_mb(path: str, key: str) -> float | None:
-    """A ``kB`` field of a /proc status-style file, in MB (None where unavailable)."""
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def _hwm_mb(pid: int | str = "self") -> float | None:
-    return _proc_status_mb(f"/proc/{pid}/status", "VmHWM")
+    return proc_status_mb(f"/proc/{pid}/status", "VmHWM")
 
 
 def _rss_mb(pid: int | str = "self") -> float | None:
-    return _proc_status_mb(f"/proc/{pid}/status", "VmRSS")
+    return proc_status_mb(f"/proc/{pid}/status", "VmRSS")
 
 
 def _reset_hwm() -> bool:
@@ -274,10 +194,11 @@ def _child(conn: Any, spec: dict[str, Any], threads: int | None, cache: str | No
         run = Run.from_dict(spec)
         t0 = time.perf_counter()
         from graphsub.cost import get_model
+        from graphsub.rules.library import resolve_rules
         from graphsub.search import Budget, search
 
-        graph = load_model(run.model)
-        rules = load_rules(run.rules)
+        graph = ModelSpec.parse(run.model).load()
+        rules = resolve_rules(run.rules)
         cost = get_model(run.cost, threads=threads, cache=cache, progress=False)
         cost.prepare(graph)
         initial = cost.scalar(cost.graph_cost(graph))
@@ -309,18 +230,6 @@ def _child(conn: Any, spec: dict[str, Any], threads: int | None, cache: str | No
 # ----------------------------------------------------------------------------- one run
 
 
-def _load_avg() -> float | None:
-    """The machine's 1-minute load average when the run starts (timings taken under load say so)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
 def _from_result(rec: dict[str, Any], data: dict[str, Any]) -> None:
     """Fill a record from the child's ``SearchResult.to_dict()``."""
     stats = dict(data.get("stats") or {})
@@ -350,7 +259,7 @@ def run_one(run: Run, *, grace_s: float = 10.0, grace_frac: float = 0.1, setup_t
     rec: dict[str, Any] = {"id": run.id, **run.spec(), "status": "error", "error": None,
                            "initial_cost": None, "best_cost": None, "improvement": None, "search_time_s": None,
                            "setup_time_s": None, "wall_time_s": None, "peak_mem_mb": None, "search_mem_mb": None,
-                           "num_ops": None, "started_at": _now(), "load_avg_1m": _load_avg()}
+                           "num_ops": None, "started_at": timestamp(), "load_avg_1m": load_avg()}
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, run.spec(), threads, None if cache is None else str(cache)),
@@ -409,52 +318,13 @@ def run_one(run: Run, *, grace_s: float = 10.0, grace_frac: float = 0.1, setup_t
         proc.join(timeout=30)
         recv.close()
     rec["wall_time_s"] = time.perf_counter() - t0
-    rec["finished_at"] = _now()
+    rec["finished_at"] = timestamp()
     rec["machine"] = machine_info()
     rec["versions"] = versions()
     return rec
 
 
 # ----------------------------------------------------------------------------- grids
-
-
-def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Records of a results ``.jsonl`` (the last one per id; unreadable lines skipped)."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    by_id: dict[str, dict[str, Any]] = {}
-    with p.open(encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and "id" in rec:
-                by_id.pop(rec["id"], None)
-                by_id[rec["id"]] = rec
-    return list(by_id.values())
-
-
-def _csv_row(rec: Mapping[str, Any]) -> dict[str, Any]:
-    stats = rec.get("stats") or {}
-    row = {c: rec.get(c, stats.get(c)) for c in CSV_COLUMNS}
-    row["params"] = json.dumps(rec.get("params") or {}, sort_keys=True)
-    return row
-
-
-def write_csv(records: Iterable[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """One row per record with the scalar columns of :data:`CSV_COLUMNS`."""
-    p = Path(path)
-    with p.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(CSV_COLUMNS))
-        w.writeheader()
-        for rec in records:
-            w.writerow(_csv_row(rec))
-    return p
 
 
 @dataclass
@@ -504,8 +374,6 @@ def run_grid(runs: Sequence[Run], out_dir: str | os.PathLike[str], *, name: str 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from graphsub.bench import report
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jsonl = out / f"{name}.jsonl"
@@ -525,10 +393,7 @@ def run_grid(runs: Sequence[Run], out_dir: str | os.PathLike[str], *, name: str 
                 bar.update(task, description=run.label)
                 rec = run_one(run, **run_opts)
                 rec["grid"] = name
-                with jsonl.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(rec, default=str) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                append_record(jsonl, rec)
                 new[run.id] = rec
                 if progress:
                     bar.console.print(_describe(rec), highlight=False, soft_wrap=True)
@@ -538,27 +403,11 @@ def run_grid(runs: Sequence[Run], out_dir: str | os.PathLike[str], *, name: str 
     finally:
         everything = load_records(jsonl)
         csv_path = write_csv(everything, out / f"{name}.csv")
-        summary = report.summarize(everything)
-        summary_csv = report.write_rows(summary, out / f"{name}_summary.csv")
+        summary = summarize(everything)
+        summary_csv = write_rows(summary, out / f"{name}_summary.csv")
     records = [new.get(r.id) or done[r.id] for r in unique if r.id in new or r.id in done]
     return GridResult(jsonl, csv_path, summary_csv, records, executed=len(new), skipped=len(unique) - len(todo),
-                      summary=report.summarize(records))
+                      summary=summarize(records))
 
 
-__all__ = [
-    "COST_KINDS",
-    "CSV_COLUMNS",
-    "GridResult",
-    "Run",
-    "check_run",
-    "is_onnx_path",
-    "load_model",
-    "load_records",
-    "load_rules",
-    "machine_info",
-    "parse_model",
-    "run_grid",
-    "run_one",
-    "versions",
-    "write_csv",
-]
+__all__ = ["COST_KINDS", "GridResult", "Run", "check_run", "run_grid", "run_one"]

@@ -117,6 +117,12 @@ def write_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, check: 
     return out
 
 
+def has_external_data(path: str | os.PathLike[str]) -> bool:
+    """Whether the model at ``path`` keeps some weights in files beside it (read without loading them)."""
+    m = onnx.load(os.fspath(path), load_external_data=False)
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer)
+
+
 def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None) -> Path:
     """Export ``graph`` and write it atomically to ``path``."""
     return write_model(to_onnx(graph, opset=opset), path)
@@ -171,4 +177,4 @@ def _run_opaque(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[
 
 set_opaque_runner(_run_opaque)
 
-__all__ = ["from_onnx", "load", "read_model", "save", "to_onnx", "write_model"]
+__all__ = ["from_onnx", "has_external_data", "load", "read_model", "save", "to_onnx", "write_model"]

@@ -30,7 +30,7 @@ set            contents
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from graphsub.errors import RuleError
@@ -148,6 +148,24 @@ def set_names() -> list[str]:
     return [*SETS, "default"]
 
 
+def resolve_rules(spec: str | Sequence[Rule], path: str | Path | None = None) -> list[Rule]:
+    """The rules of a rule-set spec: comma-separated set names (``"ocggs157,cpu"``; whitespace stripped,
+    empty pieces ignored), de-duplicated by rule name (the first occurrence wins); a sequence of rules
+    is returned as a list.  Raises RuleError for an unknown set.
+
+    >>> len(resolve_rules("cpu, cpu")) == len(get_set("cpu"))
+    True
+    """
+    if not isinstance(spec, str):
+        return list(spec)
+    seen: dict[str, Rule] = {}
+    for name in (p.strip() for p in spec.split(",")):
+        if name:
+            for r in get_set(name, path):
+                seen.setdefault(r.name, r)
+    return list(seen.values())
+
+
 def find_rule(name: str, path: str | Path | None = None) -> Rule:
     """A rule by name, searched in every set."""
     for s in set_names():
@@ -157,4 +175,4 @@ def find_rule(name: str, path: str | Path | None = None) -> Rule:
     raise RuleError(f"no rule named {name!r}")
 
 
-__all__ = ["GENERATED_JSON", "SETS", "find_rule", "get_set", "set_names"]
+__all__ = ["GENERATED_JSON", "SETS", "find_rule", "get_set", "resolve_rules", "set_names"]

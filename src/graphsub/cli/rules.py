@@ -11,7 +11,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from graphsub.cli_common import Exit, JsonOpt, SeedOpt, _fail, _load_or_exit, err, out
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, fail, load_graph, out
 from graphsub.errors import GraphsubError
 
 rules_app = typer.Typer(help="Substitution rules: list, show, verify, count matches, generate (TASO), prove (Z3).",
@@ -29,7 +29,7 @@ def _rules(set_name: str, path: Path | None, as_json: bool) -> list[Any]:
     try:
         return get_set(set_name, path)
     except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
+        fail(Exit.BAD_INPUT, str(e), as_json)
     return []
 
 
@@ -61,7 +61,7 @@ def rules_show(name: Annotated[str, typer.Argument(help="Rule name.")], path: Pa
     try:
         rule = find_rule(name, path)
     except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
+        fail(Exit.BAD_INPUT, str(e), as_json)
         return
     before = after = ""
     if rule.examples:
@@ -127,7 +127,7 @@ def rules_match(model: Annotated[str, typer.Argument(help="An .onnx file or zoo:
     """Count the matches (length-1 substitutions) of each rule in a model."""
     from graphsub.rules.match import find_matches
 
-    g = _load_or_exit(model, None, as_json)
+    g = load_graph(model, None, as_json)
     rules = _rules(set_name, path, as_json)
     counts: dict[str, int] = {}
     t0 = time.perf_counter()
@@ -190,10 +190,10 @@ def rules_generate(
             raise KeyError("no operator templates given")
         cfg = EnumConfig(templates=templates, max_ops=max_ops, seed=seed)
     except (KeyError, ValueError) as e:
-        _fail(Exit.USAGE, str(e).strip("'\""), as_json)
+        fail(Exit.USAGE, str(e).strip("'\""), as_json)
         return
     if not output.resolve().parent.is_dir():
-        _fail(Exit.CANNOT_WRITE, f"{output}: directory {output.parent} does not exist", as_json)
+        fail(Exit.CANNOT_WRITE, f"{output}: directory {output.parent} does not exist", as_json)
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True, disable=as_json) as progress:
@@ -208,12 +208,12 @@ def rules_generate(
             gen = generate(cfg, num_shards=shards, executor=executor, workers=workers or None,
                            checkpoint=checkpoint, tests=tests, progress=report)
         except GraphsubError as e:
-            _fail(Exit.USAGE, str(e), as_json)
+            fail(Exit.USAGE, str(e), as_json)
             return
     try:
         output.write_text(json.dumps(gen.doc, indent=1) + "\n")
     except OSError as e:
-        _fail(Exit.CANNOT_WRITE, f"{output}: {e}", as_json)
+        fail(Exit.CANNOT_WRITE, f"{output}: {e}", as_json)
     summary = {"output": str(output), "counts": gen.counts, "dropped": gen.stats.dropped,
                "seconds": {k: round(v, 3) for k, v in gen.seconds.items()},
                "wall_seconds": round(time.perf_counter() - t0, 3)}
@@ -257,7 +257,7 @@ def rules_prove(
         try:
             rules = load_rules(file)
         except GraphsubError as e:
-            _fail(Exit.BAD_INPUT, str(e), as_json)
+            fail(Exit.BAD_INPUT, str(e), as_json)
             return
         label = str(file)
     else:

@@ -19,13 +19,11 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from graphsub.report.plots import histogram_png, trace_png
-from graphsub.report.regions import Change, describe, draw_change, replay_changes
-
-if TYPE_CHECKING:
-    from graphsub.optimize import OptimizeResult
+from graphsub.optimize.output import write_bytes
+from graphsub.optimize.report.plots import histogram_png, trace_png
+from graphsub.optimize.report.regions import Change, describe, draw_change, replay_changes
+from graphsub.optimize.result import OptimizeResult
 
 MAX_PICTURES = 8
 MAX_WHERE = 6  # matched nodes listed per table row before "+N more"
@@ -231,11 +229,11 @@ def render_report(result: OptimizeResult, *, max_pictures: int = MAX_PICTURES, t
 
 def write_report(result: OptimizeResult, path: str | os.PathLike[str], *, max_pictures: int = MAX_PICTURES,
                  title: str | None = None) -> Path:
-    """Render the report and write it atomically to ``path`` (UTF-8)."""
-    from graphsub.optimize import write_bytes
-
+    """Render the report, write it atomically to ``path`` (UTF-8) and record where in ``result.report``."""
     text = render_report(result, max_pictures=max_pictures, title=title)
-    return write_bytes(text.encode("utf-8"), path, suffix=".html")
+    written = write_bytes(text.encode("utf-8"), path, suffix=".html")
+    result.report = os.fspath(path)
+    return written
 
 
 __all__ = ["MAX_PICTURES", "render_report", "write_report"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,19 +11,23 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from graphsub.cli_common import (
+from graphsub.cli.common import (
     Exit,
     JsonOpt,
     SeedOpt,
     ShapeOpt,
-    _confirm_not_input,
-    _fail,
-    _parse_shapes,
+    confirm_output,
     err,
+    exits,
+    fail,
     out,
+    parse_shapes,
+    parse_spec,
     print_sequence,
 )
-from graphsub.errors import ExportError, GraphsubError, VerificationError
+from graphsub.errors import ExportError, ImportError_, VerificationError
+from graphsub.optimize import OptimizeResult, ProgressFn, optimize
+from graphsub.spec import ModelSpec
 
 PHASES = {"load": "loading", "search": "searching", "verify": "verifying in onnxruntime",
           "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing",
@@ -72,32 +77,60 @@ def optimize_cmd(
 
     2 usage; 3 bad input (unreadable model, unknown zoo name); 4 cannot write.
     """
-    from graphsub.optimize import optimize
     from graphsub.search import ALGORITHMS, Budget
 
     if algo not in ALGORITHMS:
-        _fail(Exit.USAGE, f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}", as_json)
+        fail(Exit.USAGE, f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}", as_json)
     if budget <= 0 or threads < 1 or seeds < 1:
-        _fail(Exit.USAGE, "--budget, --threads and --seeds must be positive", as_json)
-    _confirm_not_input(model, output, as_json)
+        fail(Exit.USAGE, "--budget, --threads and --seeds must be positive", as_json)
+    spec = parse_spec(model, as_json)
+    confirm_output(spec, output, as_json)
     if report_path is not None:
-        _confirm_not_input(model, report_path, as_json)
+        confirm_output(spec, report_path, as_json)
         if report_path.resolve() == output.resolve():
-            _fail(Exit.USAGE, "--report and --output must be different files", as_json)
-    try:  # unknown rule sets and cost models are usage errors, found before any work
-        from graphsub.cost import get_model
-        from graphsub.optimize import resolve_rules
+            fail(Exit.USAGE, "--report and --output must be different files", as_json)
+    _check_names(rules, cost, threads, as_json)
+    shapes = parse_shapes(input_shape)
+    kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
+                          "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
+                          "keep_slower": keep_slower, "min_speedup": min_speedup}
+    progress = _progress_bar(budget, as_json)
+    with progress, exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), (ExportError, Exit.CANNOT_WRITE),
+                         (OSError, Exit.CANNOT_WRITE)):
+        kw["progress"] = _on_progress(progress, budget)
+        res = _optimize_module(spec, shapes, kw) if spec.kind == "module" else optimize(spec.text, input_shapes=shapes,
+                                                                                        **kw)
+        if report_path is not None:
+            kw["progress"]("report", 0.0, None)
+            _write_report(res, report_path)
+    code = Exit.OK if res.verified else Exit.NOT_EQUIVALENT
+    if as_json:
+        print(json.dumps({**res.to_dict(), "exit_code": int(code)}, indent=2))
+    else:
+        _print_human(res)
+    raise typer.Exit(int(code))
 
+
+def _check_names(rules: str, cost: str, threads: int, as_json: bool) -> None:
+    """Unknown rule sets and cost models are usage errors, found before any work."""
+    from graphsub.cost import get_model
+    from graphsub.rules.library import resolve_rules
+
+    with exits(as_json, default=Exit.USAGE):
         resolve_rules(rules)
         get_model(cost, threads=threads, progress=False)
-    except GraphsubError as e:
-        _fail(Exit.USAGE, str(e), as_json)
-    shapes = _parse_shapes(input_shape)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[best]}"),
-                        TimeElapsedColumn(), console=err, transient=True, disable=as_json)
+
+
+def _progress_bar(budget: float, as_json: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[best]}"),
+                    TimeElapsedColumn(), console=err, transient=True, disable=as_json)
+
+
+def _on_progress(progress: Progress, budget: float) -> ProgressFn:
+    """The pipeline's progress callback, drawn on ``progress``: the bar fills with search time."""
     task = progress.add_task("loading", total=budget, best="")
 
-    def report(phase: str, elapsed: float, best: float | None) -> None:
+    def note(phase: str, elapsed: float, best: float | None) -> None:
         fields: dict[str, Any] = {"description": PHASES.get(phase, phase)}
         if best is not None:
             fields["best"] = f"best cost {best:.6g}"
@@ -107,51 +140,30 @@ def optimize_cmd(
             fields["completed"] = budget
         progress.update(task, **fields)
 
-    kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
-                          "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
-                          "keep_slower": keep_slower, "min_speedup": min_speedup, "progress": report,
-                          "report": report_path}
-    try:
-        with progress:
-            res = (_optimize_module(model, shapes, kw) if ".py:" in model
-                   else optimize(model, input_shapes=shapes, **kw))
-    except VerificationError as e:
-        _fail(Exit.NOT_EQUIVALENT, str(e), as_json)
-        return
-    except (ExportError, OSError) as e:
-        _fail(Exit.CANNOT_WRITE, str(e), as_json)
-        return
-    except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
-        return
-    except TypeError as e:  # bad zoo keyword arguments
-        _fail(Exit.BAD_INPUT, f"{model}: {e}", as_json)
-        return
-    code = Exit.OK if res.verified else Exit.NOT_EQUIVALENT
-    if as_json:
-        print(json.dumps({**res.to_dict(), "exit_code": int(code)}, indent=2))
-        raise typer.Exit(int(code))
-    _print_human(res)
-    raise typer.Exit(int(code))
+    return note
 
 
-def _optimize_module(spec: str, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any]) -> Any:
+def _write_report(res: OptimizeResult, path: Path) -> None:
+    """Write the HTML report (also when nothing was written); its time is not part of ``total_s``."""
+    from graphsub.optimize.report import write_report
+
+    t = time.perf_counter()
+    write_report(res, path)
+    res.timings_s["report_s"] = time.perf_counter() - t
+
+
+def _optimize_module(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any]) -> OptimizeResult:
     """``FILE.py:ClassName``: export the module on random inputs of the ``--input-shape`` shapes (in
     order), optimize, verify against the module itself."""
-    import numpy as np
-
-    from graphsub.optimize_torch import load_module, optimize_module
+    from graphsub.frontends.torch_export import random_tensors
+    from graphsub.optimize import optimize_module
 
     if not shapes:
-        raise GraphsubError("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
-    import torch
-
-    rng = np.random.default_rng(kw["seed"])
-    inputs = [torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in shapes.values()]
-    return optimize_module(load_module(spec), inputs, **kw).result
+        raise ImportError_("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
+    return optimize_module(spec.load_module(), random_tensors(list(shapes.values()), kw["seed"]), **kw).result
 
 
-def _print_human(res: Any) -> None:
+def _print_human(res: OptimizeResult) -> None:
     r = res.search
     out.print(f"[bold]{res.model}[/] {r.algorithm}: cost {r.initial_cost:.6g} -> {r.best_cost:.6g} "
               f"({r.improvement:.1%} lower) in {r.wall_time_s:.1f}s; ops {res.original.num_ops} -> "

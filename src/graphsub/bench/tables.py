@@ -1,4 +1,4 @@
-"""Reports from a results ``.jsonl`` of :func:`graphsub.bench.harness.run_grid`.
+"""Tables and plots from a results ``.jsonl`` of :func:`graphsub.bench.harness.run_grid`.
 
 * :func:`summarize`: one row per configuration (everything but repeat and seed): means over the
   repeats of optimized cost, search time, peak memory, with status counts;
@@ -8,7 +8,7 @@
 * :func:`plot_traces`: best cost over time, one panel per model, one line per algorithm;
 * :func:`plot_scaling`: OCGGS Fig. 4 / 5 style -- cost, search time and memory against the
   model size (e.g. ResNet blocks) or against K;
-* :func:`write_report`: all of the above plus ``<name>_report.md`` linking them.
+* :func:`write_summary`: all of the above plus ``<name>_report.md`` linking them.
 
 A run that did not finish (stopped by its budget or killed) is marked ``†``: for the exact
 algorithms (ENU, Pruning, DPP) its cost is then not a proven optimum (OCGGS prints "-"), and its
@@ -31,6 +31,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from graphsub.bench.records import load_records
+from graphsub.errors import GraphsubError
 
 #: Display names (OCGGS's abbreviations) and the column order of the tables.
 ALGO_LABELS = {"enum": "ENU", "pruning": "Pruning", "dpp": "DPP", "metaflow": "MF", "taso": "TS",
@@ -274,13 +277,15 @@ def plot_traces(records: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike
     return paths
 
 
-def _split_model(spec: str) -> tuple[str, dict[str, Any]]:
-    from graphsub.bench.harness import parse_model
+def _split_model(text: str) -> tuple[str, dict[str, Any]]:
+    """A zoo spec's name and parameters (``(text, {})`` for anything else)."""
+    from graphsub.spec import ModelSpec
 
     try:
-        return parse_model(spec)
-    except ValueError:
-        return spec, {}
+        spec = ModelSpec.parse(text)
+    except GraphsubError:
+        return text, {}
+    return (spec.name, spec.zoo_kwargs) if spec.kind == "zoo" else (text, {})
 
 
 def _scaling_series(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, list[tuple[float, Mapping[str, Any]]]]]:
@@ -350,13 +355,11 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[s
 # ----------------------------------------------------------------------------- everything
 
 
-def write_report(source: str | os.PathLike[str] | Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str] | None
+def write_summary(source: str | os.PathLike[str] | Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str] | None
                  = None, name: str | None = None, *, plots: bool = True) -> dict[str, list[str]]:
     """Summary CSV, Table-3 tables, plots and ``<name>_report.md`` from a results ``.jsonl`` (or
     its records).  ``out_dir`` defaults to the file's directory, ``name`` to its stem.  Returns
     the written paths by kind."""
-    from graphsub.bench.harness import load_records
-
     records: Sequence[Mapping[str, Any]]
     if isinstance(source, str | os.PathLike):
         path = Path(source)
@@ -402,7 +405,7 @@ __all__ = [
     "summarize",
     "table3",
     "table3_markdown",
-    "write_report",
     "write_rows",
+    "write_summary",
     "write_table3",
 ]

@@ -6,17 +6,12 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from graphsub.cli_common import Exit, JsonOpt, SeedOpt, _fail, err, out
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, fail, wide
 
 dynamic_app = typer.Typer(help="Dynamic-graph reuse (Liu 2019) and signature-keyed batching for define-by-run "
                                "PyTorch (Tree-LSTM, sequence LSTM).", no_args_is_help=True)
-
-
-def _wide() -> Console:
-    return out if out.is_terminal else Console(width=160)
 
 
 def _f(x: Any, spec: str = ".1f") -> str:
@@ -26,7 +21,7 @@ def _f(x: Any, spec: str = ".1f") -> str:
 def _print(res: dict[str, Any]) -> None:
     from graphsub.dynamic.bench import STAGE_LABELS, STAGES
 
-    con = _wide()
+    con = wide(160)
     cfg = res["config"]
     if res.get("note"):
         err.print(f"[yellow]note:[/] {res['note']}")
@@ -88,11 +83,11 @@ def bench_cmd(
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     bad = [m for m in mode_list if m not in MODES]
     if bad or not mode_list:
-        _fail(Exit.USAGE, f"unknown mode(s) {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}", as_json)
+        fail(Exit.USAGE, f"unknown mode(s) {', '.join(bad) or '(none)'}; choose from {', '.join(MODES)}", as_json)
     if workload not in WORKLOADS:
-        _fail(Exit.USAGE, f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}", as_json)
+        fail(Exit.USAGE, f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}", as_json)
     if data not in ("sst", "synthetic"):
-        _fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
+        fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
     cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
                       emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list),
                       workers=workers)
@@ -108,7 +103,7 @@ def bench_cmd(
         for r in res["backends"]:
             t.add_row(str(r["pattern"]), str(r["ops"]), r["backend"], _f(r["us_per_call"]),
                       _f(r["first_call_s"], ".2f"))
-        _wide().print(t)
+        wide(160).print(t)
 
 
 __all__ = ["bench_cmd", "dynamic_app"]

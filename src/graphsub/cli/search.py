@@ -8,20 +8,23 @@ from typing import Annotated, Any
 
 import typer
 
-from graphsub.cli_common import (
+from graphsub.cli.common import (
     Exit,
     JsonOpt,
     SeedOpt,
     ShapeOpt,
-    _confirm_not_input,
-    _fail,
-    _load_or_exit,
-    _parse_shapes,
+    confirm_output,
     err,
+    exits,
+    fail,
+    load_graph,
     out,
+    parse_shapes,
+    parse_spec,
     print_sequence,
 )
 from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
 
 
 def search_cmd(
@@ -54,29 +57,24 @@ def search_cmd(
 ) -> None:
     """Search for a cheaper equivalent graph with one algorithm and print what it found."""
     from graphsub.cost import get_model
-    from graphsub.rules.library import get_set
+    from graphsub.rules.library import resolve_rules
     from graphsub.search import Budget, search
 
+    spec = parse_spec(model, as_json)
     if output is not None:
-        _confirm_not_input(model, output, as_json)
-    g = _load_or_exit(model, _parse_shapes(input_shape), as_json)
-    try:
-        rule_list: list[Any] = []
-        for name in rules.split(","):
-            rule_list.extend(r for r in get_set(name.strip()) if r.name not in {x.name for x in rule_list})
+        confirm_output(spec, output, as_json)
+    g = load_graph(spec, parse_shapes(input_shape), as_json)
+    params: dict[str, Any] = {"alpha": alpha} if algo in ("taso", "metaflow") else {}
+    if algo == "sampling":
+        params = {"q": q, "eta": eta}
+    if algo == "eqsat":
+        params = {"iter_limit": iter_limit, "node_limit": node_limit, "multi_iters": multi_iters, "extract": extract}
+    with exits(as_json):
+        rule_list = resolve_rules(rules)
         cm = get_model(cost, threads=threads, progress=not as_json)
-        params: dict[str, Any] = {"alpha": alpha} if algo in ("taso", "metaflow") else {}
-        if algo == "sampling":
-            params = {"q": q, "eta": eta}
-        if algo == "eqsat":
-            params = {"iter_limit": iter_limit, "node_limit": node_limit, "multi_iters": multi_iters,
-                      "extract": extract}
         with err.status(f"searching {g.name} with {algo} ({len(rule_list)} rules, {cost})"):
             result = search(g, rule_list, cm, Budget(time_s=time_s, expansions=expansions, k=k, memory_mb=memory_mb),
                             seed, algo=algo, **params)
-    except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
-        return
     report = None
     if output is not None:
         report = _write_verified(g, result.best, output, seed, as_json)
@@ -101,24 +99,24 @@ def search_cmd(
         out.print(f"wrote {output} (verified: max abs diff {report['max_abs_diff']:.3g})")  # type: ignore[index]
 
 
-def _write_verified(original: Any, best: Any, output: Path, seed: int, as_json: bool) -> dict[str, Any]:
+def _write_verified(original: Graph, best: Graph, output: Path, seed: int, as_json: bool) -> dict[str, Any]:
     """Attach weights, fold weight-only subgraphs, verify against the original, write atomically."""
-    from graphsub.data import materialize, random_weights
+    from graphsub.data import materialize
+    from graphsub.equivalence import equivalent
     from graphsub.frontends.onnx_io import save
-    from graphsub.rules.apply import fold_weights
-    from graphsub.verify import equivalent
+    from graphsub.optimize.verification import finalize
 
-    ref = materialize(original, seed)
-    weights = random_weights(best, seed, known=dict(ref.params))
-    final = fold_weights(best.with_params({k: v for k, v in weights.items() if k in best.leaves}))
-    report = equivalent(ref, final, seed=seed, trials=3)
+    with exits(as_json):  # a model onnxruntime cannot run is bad input
+        ref = materialize(original, seed)
+        final = finalize(ref, best, seed)
+        report = equivalent(ref, final, seed=seed, trials=3)
     if not report.equivalent:
-        _fail(Exit.NOT_EQUIVALENT, f"the optimized graph failed verification ({report.worst_output}: max abs diff "
-              f"{report.max_abs_diff:.3g}); nothing written", as_json)
+        fail(Exit.NOT_EQUIVALENT, f"the optimized graph failed verification ({report.worst_output}: max abs diff "
+             f"{report.max_abs_diff:.3g}); nothing written", as_json)
     try:
         save(final, output)
     except (GraphsubError, OSError) as e:
-        _fail(Exit.CANNOT_WRITE, str(e), as_json)
+        fail(Exit.CANNOT_WRITE, str(e), as_json)
     return {"equivalent": report.equivalent, "max_abs_diff": report.max_abs_diff, "output": str(output)}
 
 

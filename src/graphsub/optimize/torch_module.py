@@ -1,9 +1,9 @@
 """``optimize_module``: optimize a PyTorch module through ONNX and get back an onnxruntime callable.
 
-The module is exported with torch's ONNX exporter (TorchScript-based, opset 17, static shapes from
-``example_inputs``), optimized with :func:`graphsub.optimize.optimize` (verified, timed, the original kept
-unless faster), and the written model is checked once more against the *module's own outputs* on the
-example inputs and on random draws of the same shapes.  PyTorch is imported lazily (it is optional).
+The module is exported with torch's ONNX exporter (:mod:`graphsub.frontends.torch_export`: TorchScript-based,
+opset 17, static shapes from ``example_inputs``), optimized with :func:`graphsub.optimize.optimize` (verified,
+timed, the original kept unless faster), and the written model is checked once more against the *module's own
+outputs* on the example inputs and on random draws of the same shapes.  PyTorch is imported lazily.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.errors import ImportError_, VerificationError
-from graphsub.optimize import OptimizeResult, optimize
-from graphsub.verify import DEFAULT_ATOL, DEFAULT_RTOL, compare_arrays
+from graphsub.equivalence import DEFAULT_ATOL, DEFAULT_RTOL, compare_arrays
+from graphsub.errors import VerificationError
+from graphsub.frontends.torch_export import export_module
+from graphsub.optimize.pipeline import optimize
+from graphsub.optimize.result import OptimizeResult
 
 
 @dataclass
@@ -53,42 +54,6 @@ def _to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
         return np.asarray(x.detach().cpu().numpy())
     return np.asarray(x)
-
-
-def export_module(module: Any, example_inputs: Sequence[Any], path: str | os.PathLike[str]) -> tuple[str, ...]:
-    """Export ``module`` to ONNX at ``path`` (static shapes); returns the input names."""
-    import torch
-
-    names = tuple(f"input_{i}" for i in range(len(example_inputs)))
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(module, tuple(example_inputs), os.fspath(path), dynamo=False, opset_version=17,
-                              input_names=list(names), do_constant_folding=True)
-    except Exception as e:  # the exporter raises many types
-        raise ImportError_(f"torch.onnx.export failed: {e}") from e
-    return names
-
-
-def load_module(spec: str) -> Any:
-    """An instance of ``ClassName`` from ``path/to/file.py:ClassName`` (constructed without arguments,
-    in eval mode)."""
-    import importlib.util
-
-    path, sep, cls_name = spec.rpartition(":")
-    if not sep or not path.endswith(".py") or not cls_name:
-        raise ImportError_(f"expected FILE.py:ClassName, got {spec!r}")
-    if not Path(path).is_file():
-        raise ImportError_(f"{path}: no such file")
-    mod_spec = importlib.util.spec_from_file_location(f"graphsub_user_{Path(path).stem}", path)
-    if mod_spec is None or mod_spec.loader is None:
-        raise ImportError_(f"{path}: cannot import")
-    mod = importlib.util.module_from_spec(mod_spec)
-    try:
-        mod_spec.loader.exec_module(mod)
-        return getattr(mod, cls_name)().eval()
-    except Exception as e:  # user code: any error is a bad input
-        raise ImportError_(f"{spec}: cannot construct the module: {type(e).__name__}: {e}") from e
 
 
 def _draws(example: Sequence[Any], seed: int, n: int) -> list[list[np.ndarray]]:
@@ -140,4 +105,4 @@ def optimize_module(module: Any, example_inputs: Sequence[Any], *, output: str |
     return OptimizedModule(out, res, worst, names, sess)
 
 
-__all__ = ["OptimizedModule", "export_module", "load_module", "optimize_module"]
+__all__ = ["OptimizedModule", "optimize_module"]

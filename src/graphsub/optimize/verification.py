@@ -1,57 +1,21 @@
-"""Verification for :mod:`graphsub.optimize`: finalize a searched graph, check it against the input,
-and bisect a failing substitution sequence to the first step that breaks equivalence.
-
-Node ids are stable across copy-on-write edits, so a sequence found by a search is replayed from the
-input graph by finding each step's match again by rule name and matched node ids (:func:`replay`).
+"""Verification step of :func:`graphsub.optimize.optimize`: finalize a searched graph, check it against the
+input on several random draws, and bisect a failing substitution sequence to the first step that breaks
+equivalence (the sequence is replayed from the input graph by rule name and node ids, see
+:mod:`graphsub.rules.replay`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from graphsub.errors import ExecutionError, ExportError, GraphsubError, VerificationError
 from graphsub.ir.graph import Graph
+from graphsub.optimize.result import Failure
+from graphsub.rules.replay import replay
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Step
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The first substitution that breaks equivalence (from bisection), or why none was named."""
-
-    step: int  # 1-based position in the sequence; 0 when unknown
-    rule: str
-    nodes: tuple[int, ...]
-    output: str
-    max_abs_diff: float
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "rule": self.rule, "nodes": list(self.nodes), "output": self.output,
-                "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None,
-                "message": self.message}
-
-
-def replay(graph: Graph, rules: Sequence[Rule], steps: Sequence[Step]) -> Graph:
-    """Apply ``steps`` to ``graph`` again, re-finding each match by rule name and node ids."""
-    from graphsub.rules.apply import apply
-    from graphsub.rules.match import find_matches
-
-    by_name = {r.name: r for r in rules}
-    g = graph
-    for i, step in enumerate(steps, 1):
-        rule = by_name.get(step.rule)
-        if rule is None:
-            raise GraphsubError(f"step {i}: rule {step.rule!r} is not in the rule list")
-        match = next((m for m in find_matches(g, rule) if tuple(n for _, n in m.nodes) == tuple(step.nodes)), None)
-        if match is None:
-            raise GraphsubError(f"step {i}: no match of {step.rule} at nodes {list(step.nodes)} to replay")
-        g = apply(g, match).graph
-    return g
 
 
 def finalize(reference: Graph, candidate: Graph, seed: int) -> Graph:
@@ -69,7 +33,7 @@ def check(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: flo
     """Compare ``candidate`` with ``reference`` (both with weight data) on random inputs for every
     seed: ``(equivalent, max abs diff, worst output)``.  A candidate with a different interface, or
     one that cannot be exported or run, fails (the third item then says why)."""
-    from graphsub.verify import equivalent
+    from graphsub.equivalence import equivalent
 
     worst_diff, worst_out = 0.0, ""
     for s in seeds:

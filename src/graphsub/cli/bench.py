@@ -7,29 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from graphsub.cli_common import Exit, JsonOpt, _fail, err, out
-
-
-def split_models(text: str) -> list[str]:
-    """Comma-separated model specs, where a piece ``key=value`` without ``:`` continues the
-    previous spec: ``"resnet:blocks=4,sru"`` -> ``["resnet:blocks=4", "sru"]``,
-    ``"a:x=1,y=2,b"`` -> ``["a:x=1,y=2", "b"]``."""
-    models: list[str] = []
-    for piece in (p.strip() for p in text.split(",")):
-        if not piece:
-            continue
-        if models and "=" in piece and ":" not in piece and ":" in models[-1]:
-            models[-1] += "," + piece
-        else:
-            models.append(piece)
-    return models
-
-
-def _split(text: str | None) -> list[str] | None:
-    return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
+from graphsub.bench.harness import Run
+from graphsub.bench.records import load_records
+from graphsub.cli.common import Exit, JsonOpt, err, fail, out, split_list, wide
+from graphsub.spec import split_specs
 
 
 def _parse_params(specs: list[str] | None) -> dict[str, dict[str, Any]]:
@@ -51,7 +34,7 @@ def _fmt(x: Any, spec: str = ".4g") -> str:
 
 
 def _print_summary(rows: list[dict[str, Any]], title: str) -> None:
-    from graphsub.bench.report import ALGO_LABELS
+    from graphsub.bench.tables import ALGO_LABELS
 
     table = Table("model", "algo", "cost model", "K", "runs", "initial", "best", "gain", "time (s)", "mem (MB)",
                   "stopped by", title=title)
@@ -61,12 +44,7 @@ def _print_summary(rows: list[dict[str, Any]], title: str) -> None:
                       _fmt(r["initial_cost"]), _fmt(r["best_cost"]), _fmt(r["improvement"], ".1%"),
                       _fmt(r["search_time_s"], ".3g"), _fmt(r["peak_mem_mb"], ".0f"),
                       "error" if r["error"] and not r["ok"] else r["stopped_by"])
-    _wide().print(table)
-
-
-def _wide() -> Console:
-    """``out``, or (when stdout is not a terminal) a 200-column console so tables are not squeezed."""
-    return out if out.is_terminal else Console(width=200)
+    wide().print(table)
 
 
 def _list_presets(as_json: bool) -> None:
@@ -83,7 +61,7 @@ def _list_presets(as_json: bool) -> None:
     for r in rows:
         table.add_row(r["name"], ", ".join(r["models"]), ",".join(map(str, r["k"])), ", ".join(r["costs"]),
                       f"{r['cutoff_s']:g}s", r["description"])
-    _wide().print(table)
+    wide().print(table)
 
 
 def bench_cmd(
@@ -125,89 +103,115 @@ def bench_cmd(
 
     Exit 0 when the grid completed, even if some runs failed (the summary says so); 2 on bad arguments.
     """
-    from graphsub.bench.harness import check_run, load_records, run_grid
     from graphsub.bench.presets import PRESETS
-    from graphsub.bench.report import summarize, write_report
 
     if list_presets:
         _list_presets(as_json)
         return
     if preset is None:
-        _fail(Exit.USAGE, "give a preset (" + ", ".join(PRESETS) + ") or a results .jsonl; see --list", as_json)
-        return
+        fail(Exit.USAGE, "give a preset (" + ", ".join(PRESETS) + ") or a results .jsonl; see --list", as_json)
     if preset.endswith(".jsonl"):
-        path = Path(preset)
-        if not path.is_file():
-            _fail(Exit.USAGE, f"no results file {preset}", as_json)
-        files = write_report(path, out_dir, name, plots=plots)
-        rows = summarize(load_records(path))
-        if as_json:
-            print(json.dumps({"results": str(path), "summary": rows, "report": files}, indent=2, default=str))
-        else:
-            _print_summary(rows, f"{path.name}: {sum(r['n'] for r in rows)} runs")
-            out.print(f"report: {files['report'][0]}")
+        _summarize_file(Path(preset), out_dir, name, plots, as_json)
         return
     if preset not in PRESETS:
-        _fail(Exit.USAGE, f"unknown preset {preset!r}; known: {', '.join(PRESETS)} (or a results .jsonl)", as_json)
+        fail(Exit.USAGE, f"unknown preset {preset!r}; known: {', '.join(PRESETS)} (or a results .jsonl)", as_json)
     try:
-        ks = None if k is None else [int(x) for x in _split(k) or []]
+        ks = None if k is None else [int(x) for x in split_list(k) or []]
         if ks is not None and (not ks or any(x < 0 for x in ks)):
             raise ValueError(f"--k must list non-negative integers, got {k!r}")
         if cutoff is not None and cutoff <= 0:
             raise ValueError("--cutoff must be positive")
         if repeats is not None and repeats < 1:
             raise ValueError("--repeats must be at least 1")
-        runs = PRESETS[preset].runs(algos=_split(algos), models=None if models is None else split_models(models),
-                                    costs=_split(costs), ks=ks, cutoff_s=cutoff, repeats=repeats, rules=rules,
+        runs = PRESETS[preset].runs(algos=split_list(algos), models=None if models is None else split_specs(models),
+                                    costs=split_list(costs), ks=ks, cutoff_s=cutoff, repeats=repeats, rules=rules,
                                     expansions=expansions, memory_mb=memory_mb, seed=seed,
                                     params=_parse_params(param))
     except ValueError as e:
-        _fail(Exit.USAGE, str(e), as_json)
-        return
-    problems = sorted({p for r in runs for p in check_run(r)})
-    if problems or not runs:
-        _fail(Exit.USAGE, "; ".join(problems) or "the grid is empty", as_json)
+        fail(Exit.USAGE, str(e), as_json)
+    _check_runs(runs, as_json)
     name = name or preset
     out_path = out_dir or Path("benchmarks/results")
     if dry_run:
-        done = {r["id"] for r in load_records(out_path / f"{name}.jsonl")} if resume else set()
-        listing = [{"id": r.id, "label": r.label, "done": r.id in done, **r.spec()} for r in runs]
-        if as_json:
-            print(json.dumps(listing, indent=2))
-        else:
-            for x in listing:
-                out.print(f"{x['id']} {'done' if x['done'] else 'todo'} {x['label']}", highlight=False)
-            out.print(f"{len(listing)} runs, {sum(x['done'] for x in listing)} recorded in {out_path / name}.jsonl")
-        return
-    if not report_only:
-        if not as_json:
-            err.print(f"[bold]{preset}[/]: {len(runs)} runs -> {out_path / name}.jsonl")
-        grid = run_grid(runs, out_path, name=name, resume=resume, progress=not as_json, retry_errors=retry_errors,
-                        grace_s=grace, threads=threads)
-        files = write_report(grid.jsonl, out_path, name, plots=plots)
-        rows, counts = grid.summary, grid.counts
-        result: dict[str, Any] = {"preset": preset, **grid.to_dict(), "report": files}
+        _dry_run(runs, out_path, name, resume, as_json)
+    elif report_only:
+        _summarize_file(out_path / f"{name}.jsonl", out_path, name, plots, as_json, preset=preset)
     else:
-        jsonl = out_path / f"{name}.jsonl"
-        if not jsonl.is_file():
-            _fail(Exit.USAGE, f"no results file {jsonl}", as_json)
-        files = write_report(jsonl, out_path, name, plots=plots)
-        records = load_records(jsonl)
-        rows = summarize(records)
-        counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "timeout", "error")}
-        result = {"preset": preset, "jsonl": str(jsonl), "counts": counts, "summary": rows, "report": files}
+        _run(preset, runs, out_path, name, as_json=as_json, plots=plots, resume=resume, retry_errors=retry_errors,
+             grace_s=grace, threads=threads)
+
+
+def _check_runs(runs: list[Run], as_json: bool) -> None:
+    from graphsub.bench.harness import check_run
+
+    problems = sorted({p for r in runs for p in check_run(r)})
+    if problems or not runs:
+        fail(Exit.USAGE, "; ".join(problems) or "the grid is empty", as_json)
+
+
+def _dry_run(runs: list[Run], out_path: Path, name: str, resume: bool, as_json: bool) -> None:
+    """List the runs of the grid and which of them are recorded already."""
+    done = {r["id"] for r in load_records(out_path / f"{name}.jsonl")} if resume else set()
+    listing = [{"id": r.id, "label": r.label, "done": r.id in done, **r.spec()} for r in runs]
+    if as_json:
+        print(json.dumps(listing, indent=2))
+        return
+    for x in listing:
+        out.print(f"{x['id']} {'done' if x['done'] else 'todo'} {x['label']}", highlight=False)
+    out.print(f"{len(listing)} runs, {sum(x['done'] for x in listing)} recorded in {out_path / name}.jsonl")
+
+
+def _summarize_file(path: Path, out_dir: Path | None, name: str | None, plots: bool, as_json: bool,
+                    preset: str | None = None) -> None:
+    """Tables and plots of a results file (a .jsonl given as the preset, or ``--report-only``)."""
+    from graphsub.bench.tables import summarize, write_summary
+
+    if not path.is_file():
+        fail(Exit.USAGE, f"no results file {path}", as_json)
+    files = write_summary(path, out_dir, name, plots=plots)
+    records = load_records(path)
+    rows = summarize(records)
+    if preset is None:
+        if as_json:
+            print(json.dumps({"results": str(path), "summary": rows, "report": files}, indent=2, default=str))
+        else:
+            _print_summary(rows, f"{path.name}: {sum(r['n'] for r in rows)} runs")
+            out.print(f"report: {files['report'][0]}")
+        return
+    counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "timeout", "error")}
+    result = {"preset": preset, "jsonl": str(path), "counts": counts, "summary": rows, "report": files}
+    _print_outcome(result, rows, counts, path, name or path.stem, as_json)
+
+
+def _run(preset: str, runs: list[Run], out_path: Path, name: str, *, as_json: bool, plots: bool,
+         **grid_opts: Any) -> None:
+    """Run the grid, then write and print its tables."""
+    from graphsub.bench.harness import run_grid
+    from graphsub.bench.tables import write_summary
+
+    if not as_json:
+        err.print(f"[bold]{preset}[/]: {len(runs)} runs -> {out_path / name}.jsonl")
+    grid = run_grid(runs, out_path, name=name, progress=not as_json, **grid_opts)
+    files = write_summary(grid.jsonl, out_path, name, plots=plots)
+    counts = grid.counts
+    result: dict[str, Any] = {"preset": preset, **grid.to_dict(), "report": files}
+    done = (f"grid complete: {len(grid.records)} runs ({grid.executed} run now, {grid.skipped} already recorded): "
+            f"{counts['ok']} ok, {counts['timeout']} timed out, {counts['error']} failed")
+    _print_outcome(result, grid.summary, counts, grid.jsonl, name, as_json, done=done)
+
+
+def _print_outcome(result: dict[str, Any], rows: list[dict[str, Any]], counts: dict[str, int], jsonl: Path,
+                   name: str, as_json: bool, done: str | None = None) -> None:
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
     _print_summary(rows, f"{name}: " + ", ".join(f"{v} {s}" for s, v in counts.items()))
-    if not report_only:
-        out.print(f"grid complete: {len(grid.records)} runs ({grid.executed} run now, {grid.skipped} already "
-                  f"recorded): {counts['ok']} ok, {counts['timeout']} timed out, {counts['error']} failed",
-                  soft_wrap=True)
+    if done:
+        out.print(done, soft_wrap=True)
     if counts["error"]:
         out.print(f"[yellow]{counts['error']} run(s) failed[/]: their errors are in the results file (status "
                   "\"error\") and the report", soft_wrap=True)
-    out.print(f"results: {out_path / name}.jsonl; report: {files['report'][0]}", soft_wrap=True)
+    out.print(f"results: {jsonl}; report: {result['report']['report'][0]}", soft_wrap=True)
 
 
-__all__ = ["bench_cmd", "split_models"]
+__all__ = ["bench_cmd"]

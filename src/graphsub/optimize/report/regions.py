@@ -1,9 +1,8 @@
 """The changed regions of a substitution sequence: replay it step by step, and draw each step's
 neighbourhood before and after.
 
-:func:`replay_changes` re-applies a search's sequence to the input graph (node ids are stable across
-copy-on-write edits, so each step's match is found again by rule name and node ids, as in
-:func:`graphsub.optimize_verify.replay`) and records, per step, the graph before and after, the
+:func:`replay_changes` re-applies a search's sequence to the input graph (by rule name and node ids,
+:mod:`graphsub.rules.replay`) and records, per step, the graph before and after, the
 matched, removed and added node ids.  :func:`draw_change` draws one step as two panels: the removed
 nodes (red; matched nodes that stay, orange) in the graph before the step, and the added nodes
 (green) and the consumers rewired to new values (blue) in the graph after it, each with its 1-hop
@@ -15,7 +14,8 @@ context greyed, laid out left to right by topological depth within the drawn sub
 >>> x = b.input("x", (2, 4))
 >>> g = b.build(b.relu(b.identity(x)))
 >>> rule = find_rule("cpu_identity_remove")
->>> changes, error = replay_changes(g, [rule], [_step_at(g, rule)])
+>>> from graphsub.rules.replay import first_step
+>>> changes, error = replay_changes(g, [rule], [first_step(g, rule)])
 >>> error, [(c.rule, [g.nodes[n].op for n in c.removed], [c.after.nodes[n].op for n in c.rewired]) for c in changes]
 ('', [('cpu_identity_remove', ['identity'], ['relu'])])
 >>> draw_change(changes[0]).startswith("data:image/png;base64,")
@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, RuleError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node
-from graphsub.report.plots import FONT, data_uri, new_figure, png_bytes
+from graphsub.optimize.report.plots import FONT, data_uri, new_figure, png_bytes
+from graphsub.rules.replay import StepLike, replay_steps
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Step
 
 REMOVED = "#f4b6b0"  # fill colours; edges of the boxes are darker versions
 MATCHED = "#fbd9a5"
@@ -60,43 +60,30 @@ class Change:
     rewired: tuple[int, ...] = ()
 
 
-def replay_changes(graph: Graph, rules: Sequence[Rule], steps: Sequence[Step]) -> tuple[list[Change], str]:
+def replay_changes(graph: Graph, rules: Sequence[Rule], steps: Sequence[StepLike]) -> tuple[list[Change], str]:
     """Replay ``steps`` from ``graph``: the changes replayed, and why replay stopped early ('' if it
     did not).  Rules are looked up in ``rules`` by name, then in the rule library."""
-    from graphsub.rules.apply import apply
-    from graphsub.rules.match import find_matches
-
-    by_name = {r.name: r for r in rules}
-    changes: list[Change] = []
-    g = graph
-    for i, step in enumerate(steps, 1):
-        rule = by_name.get(step.rule)
-        if rule is None:
+    known = {r.name: r for r in rules}
+    for step in steps:
+        if step.rule not in known:
             try:
                 from graphsub.rules.library import find_rule
 
-                rule = find_rule(step.rule)
-            except (GraphsubError, KeyError):
-                return changes, f"step {i}: rule {step.rule!r} is unknown"
-        match = next((m for m in find_matches(g, rule) if tuple(n for _, n in m.nodes) == tuple(step.nodes)), None)
-        if match is None:
-            return changes, f"step {i}: no match of {step.rule} at nodes {list(step.nodes)}"
-        sub = apply(g, match)
-        info = sub.graph.edit_info()
-        rewired = tuple(sorted(n for n in (info[2] if info else ()) if n in g.nodes and n in sub.graph.nodes
-                               and g.nodes[n] is not sub.graph.nodes[n]))
-        changes.append(Change(i, step.rule, g, sub.graph, tuple(step.nodes), tuple(sub.removed), tuple(sub.added),
-                              rewired))
-        g = sub.graph
+                known[step.rule] = find_rule(step.rule)
+            except GraphsubError:
+                pass  # replay_steps names the unknown rule
+    changes: list[Change] = []
+    try:
+        for i, sub in replay_steps(graph, list(known.values()), steps):
+            info = sub.graph.edit_info()
+            g = sub.parent
+            rewired = tuple(sorted(n for n in (info[2] if info else ()) if n in g.nodes and n in sub.graph.nodes
+                                   and g.nodes[n] is not sub.graph.nodes[n]))
+            changes.append(Change(i, sub.rule, g, sub.graph, tuple(steps[i - 1].nodes), tuple(sub.removed),
+                                  tuple(sub.added), rewired))
+    except RuleError as e:
+        return changes, str(e)
     return changes, ""
-
-
-def _step_at(graph: Graph, rule: Rule) -> Step:
-    """The first match of ``rule`` in ``graph`` as a Step (for examples and tests)."""
-    from graphsub.rules.match import find_matches
-
-    m = next(iter(find_matches(graph, rule)))
-    return Step(rule.name, tuple(n for _, n in m.nodes), 0.0)
 
 
 def op_name(node: Node) -> str:

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from graphsub.cli_common import Exit, JsonOpt, SeedOpt, _fail, _load_or_exit, out
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, fail, load_graph, out
 from graphsub.errors import GraphsubError
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2}
@@ -67,32 +67,32 @@ def fuse_cmd(
     from graphsub.fusion.search import ALGORITHMS, cost_singletons, search
 
     if scheme not in SCHEMES:
-        _fail(Exit.USAGE, f"unknown --scheme {scheme!r}; choose from {sorted(SCHEMES)}", as_json)
+        fail(Exit.USAGE, f"unknown --scheme {scheme!r}; choose from {sorted(SCHEMES)}", as_json)
     if algo not in ALGORITHMS:
-        _fail(Exit.USAGE, f"unknown --algo {algo!r}; choose from {list(ALGORITHMS)}", as_json)
+        fail(Exit.USAGE, f"unknown --algo {algo!r}; choose from {list(ALGORITHMS)}", as_json)
     if budget < 1:
-        _fail(Exit.USAGE, f"--budget must be at least 1 plan, got {budget}", as_json)
+        fail(Exit.USAGE, f"--budget must be at least 1 plan, got {budget}", as_json)
     if bytes_per_elem < 1:
-        _fail(Exit.USAGE, f"--bytes-per-elem must be at least 1, got {bytes_per_elem}", as_json)
+        fail(Exit.USAGE, f"--bytes-per-elem must be at least 1, got {bytes_per_elem}", as_json)
     try:
         buffer_bytes = parse_buffer(buffer)
     except ValueError as e:
-        _fail(Exit.USAGE, str(e), as_json)
+        fail(Exit.USAGE, str(e), as_json)
     if model_weights is not None and not (model_weights.is_file() and model_weights.with_suffix(".json").is_file()):
-        _fail(Exit.USAGE, f"--model-weights {model_weights}: need the .pt file and its .json beside it", as_json)
+        fail(Exit.USAGE, f"--model-weights {model_weights}: need the .pt file and its .json beside it", as_json)
     try:
         repair_fn = get_repair(repair, model_weights) if repair != "random" else get_repair(repair)
     except GraphsubError as e:
-        _fail(Exit.USAGE, str(e), as_json)
+        fail(Exit.USAGE, str(e), as_json)
     if plot is not None and not plot.resolve().parent.is_dir():
-        _fail(Exit.CANNOT_WRITE, f"{plot}: directory {plot.parent} does not exist", as_json)
-    graph = _load_or_exit(model, None, as_json)
+        fail(Exit.CANNOT_WRITE, f"{plot}: directory {plot.parent} does not exist", as_json)
+    graph = load_graph(model, None, as_json)
     try:
         fg = fusion_graph(graph)
         cost = cost_model(fg, scheme, buffer_bytes, CostConfig(bytes_per_elem, weights_in_dram))
         result = search(cost, algo, budget, seed, repair_fn)
     except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
+        fail(Exit.BAD_INPUT, str(e), as_json)
     base = cost.evaluate(cost_singletons(cost))
     data: dict[str, Any] = {
         "model": fg.name,
@@ -116,7 +116,7 @@ def fuse_cmd(
             draw_plan(cost, result.plan, plot, f"{fg.name} {scheme} {buffer} {algo}: "
                       f"{result.cost.dram_mb:.3f} MB, {len(result.plan)} groups")
         except OSError as e:
-            _fail(Exit.CANNOT_WRITE, f"{plot}: {e}", as_json)
+            fail(Exit.CANNOT_WRITE, f"{plot}: {e}", as_json)
         data["plot"] = str(plot)
     if as_json:
         print(json.dumps(data))

@@ -22,7 +22,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli_common import Exit, JsonOpt, ShapeOpt, _fail, _load_or_exit, _parse_shapes, err, out
+from graphsub.cli.common import Exit, JsonOpt, ShapeOpt, err, fail, load_graph, out, parse_shapes
 from graphsub.errors import GraphsubError
 
 ModelSpecOpt = Annotated[str, typer.Option(
@@ -58,7 +58,7 @@ def _make_model(spec: str, threads: int | None, cache: Path | None, as_json: boo
     try:
         return get_model(spec, threads=threads, cache=cache, progress=not as_json)
     except GraphsubError as e:
-        _fail(Exit.USAGE, str(e), as_json)
+        fail(Exit.USAGE, str(e), as_json)
 
 
 def cost_cmd(
@@ -71,14 +71,14 @@ def cost_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a model's cost: per-op costs grouped by operator signature (top N) and the total."""
-    g = _load_or_exit(model, _parse_shapes(input_shape), as_json)
+    g = load_graph(model, parse_shapes(input_shape), as_json)
     m = _make_model(cost_model, threads, cache, as_json)
     t = time.perf_counter()
     try:
         rows = m.breakdown(g)
         total = m.graph_cost(g)
     except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
+        fail(Exit.BAD_INPUT, str(e), as_json)
     seconds = time.perf_counter() - t
     dim = _objective_dim(m)
     scalar_total = m.scalar(total)
@@ -119,13 +119,13 @@ def profile_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Time every op of a model missing from the op-time cache (shows hits, misses, time)."""
-    g = _load_or_exit(model, _parse_shapes(input_shape), as_json)
+    g = load_graph(model, parse_shapes(input_shape), as_json)
     spec = "fused:" + optimization if fused else f"measured:{optimization}"
     m = _make_model(spec, threads, cache, as_json)
     try:
         stats = m.profile(g)
     except GraphsubError as e:
-        _fail(Exit.BAD_INPUT, str(e), as_json)
+        fail(Exit.BAD_INPUT, str(e), as_json)
     data = {"model": g.name, "cost_model": m.name, "cache": str(m.cache.path), "threads": m.threads,
             "optimization": m.optimization, **stats.as_dict()}
     if as_json:

@@ -1,0 +1,111 @@
+"""What :func:`graphsub.optimize.optimize` returns: :class:`OptimizeResult` (and :class:`Failure`, the
+substitution that broke equivalence).  Plain data with ``to_dict()`` for ``--json``; imported by the
+pipeline, the verification step and the HTML report alike, so it imports none of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphsub.ir.graph import Graph
+from graphsub.rules.rule import Rule
+from graphsub.search.base import SearchResult
+
+
+def _finite(x: float) -> float | None:
+    """JSON-safe: NaN and inf become None."""
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first substitution that breaks equivalence (from bisection), or why none was named."""
+
+    step: int  # 1-based position in the sequence; 0 when unknown
+    rule: str
+    nodes: tuple[int, ...]
+    output: str
+    max_abs_diff: float
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "rule": self.rule, "nodes": list(self.nodes), "output": self.output,
+                "max_abs_diff": _finite(self.max_abs_diff), "message": self.message}
+
+
+@dataclass
+class OptimizeResult:
+    """What :func:`~graphsub.optimize.optimize` did; ``graph`` is the model chosen (optimized or the
+    original).  ``report`` is set by whoever writes the HTML report (the CLI's ``--report``)."""
+
+    model: str
+    original: Graph
+    optimized: Graph
+    graph: Graph
+    search: SearchResult
+    verified: bool
+    max_abs_diff: float
+    worst_output: str = ""
+    latency_ms: dict[str, dict[str, Any]] = field(default_factory=dict)  # level -> {before, after, rounds}
+    kept_original: bool = False
+    decision: str = ""
+    written: str | None = None
+    failure: Failure | None = None
+    threads: int = 1
+    seeds: tuple[int, ...] = ()
+    timings_s: dict[str, float] = field(default_factory=dict)
+    rule_set: str = ""  # the rule-set spec (or "N rules" for a list)
+    cost_model: str = ""
+    rules: tuple[Rule, ...] = field(default=(), repr=False)  # to replay the sequence (report pictures)
+    report: str | None = None  # where the HTML report was written
+
+    def speedup(self, level: str) -> float | None:
+        """``before / after`` latency under ``level`` (``all`` or ``disable``); None if not timed."""
+        lat = self.latency_ms.get(level)
+        return lat["before"] / lat["after"] if lat and lat["after"] > 0 else None
+
+    @property
+    def applied(self) -> list[dict[str, Any]]:
+        return [{"rule": s.rule, "nodes": list(s.nodes), "cost": s.cost} for s in self.search.sequence]
+
+    def to_dict(self) -> dict[str, Any]:
+        lat_all = self.latency_ms.get("all", {})
+        lat_dis = self.latency_ms.get("disable", {})
+        r = self.search
+        return {
+            "model": self.model,
+            "verified": self.verified,
+            "max_abs_diff": _finite(self.max_abs_diff),
+            "worst_output": self.worst_output,
+            "latency_ms_before": lat_all.get("before"),
+            "latency_ms_after": lat_all.get("after"),
+            "latency_ms_before_disabled": lat_dis.get("before"),
+            "latency_ms_after_disabled": lat_dis.get("after"),
+            "speedup_ort_all": self.speedup("all"),
+            "speedup_ort_disabled": self.speedup("disable"),
+            "latency_rounds_ms": {lv: v.get("rounds") for lv, v in self.latency_ms.items()},
+            "kept_original": self.kept_original,
+            "decision": self.decision,
+            "written": self.written,
+            "applied": self.applied,
+            "failure": None if self.failure is None else self.failure.to_dict(),
+            "algorithm": r.algorithm,
+            "initial_cost": r.initial_cost,
+            "best_cost": r.best_cost,
+            "search_time_s": r.wall_time_s,
+            "stopped_by": r.stopped_by,
+            "ops_before": self.original.num_ops,
+            "ops_after": self.optimized.num_ops,
+            "opaque_ops": sum(1 for _ in self.original.ops_of("opaque")),
+            "threads": self.threads,
+            "seeds": list(self.seeds),
+            "timings_s": self.timings_s,
+            "rule_set": self.rule_set,
+            "cost_model": self.cost_model,
+            "report": self.report,
+        }
+
+
+__all__ = ["Failure", "OptimizeResult"]
