@@ -227,6 +227,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close a figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
 def _colors(algos: Sequence[str]) -> dict[str, Any]:
     plt = _pyplot()
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -269,11 +277,7 @@ def plot_traces(records: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike
         for ax in list(axes.flat)[len(models):]:
             ax.axis("off")
         fig.suptitle(f"best cost over time: {_config_title(key)}  (o finished, x stopped by budget)", fontsize=10)
-        fig.tight_layout()
-        p = out / f"{name}_trace_{suffix[key]}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(_save(fig, out / f"{name}_trace_{suffix[key]}.png"))
     return paths
 
 
@@ -344,11 +348,7 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[s
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
         fig.suptitle(title, fontsize=10)
-        fig.tight_layout()
-        p = out / f"{name}_scaling_{_slug(title)}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(_save(fig, out / f"{name}_scaling_{_slug(title)}.png"))
     return paths
 
 
