@@ -1,7 +1,7 @@
 """Train the fusion-group validity GNN (issue 9, paper §IV-A) and pre-train PG / RG explainers.
 
     .venv/bin/python benchmarks/fusion_gnn.py [--schemes lbdf,brr] [--plans-per-buffer 20] [--epochs 50]
-        [--models a,b] [--explainer-graphs 200] [--weights-dir src/graphsub/fusion/weights] [--seed 0]
+        [--models a,b] [--explainer-graphs 200] [--weights-dir src/graphsub/layer_fusion/weights] [--seed 0]
 
 Per scheme: builds the dataset (groups of random plans of the zoo CNNs tagged ``fusion`` -- BRR
 without the Squeeze-Excite networks -- at buffers {128, ..., 2048} KB, labelled by the cost
@@ -18,8 +18,8 @@ import platform
 import time
 from pathlib import Path
 
-from graphsub.fusion.explain import PGExplainerX, RGExplainerX
-from graphsub.fusion.gnn import _split, build_dataset, default_models, train
+from graphsub.layer_fusion.explain import PGExplainerX, RGExplainerX
+from graphsub.layer_fusion.gnn import _split, build_dataset, default_models, train
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results"
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--max-groups-per-model", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--explainer-graphs", type=int, default=200)
-    ap.add_argument("--weights-dir", default=str(ROOT / "src" / "graphsub" / "fusion" / "weights"))
+    ap.add_argument("--weights-dir", default=str(ROOT / "src" / "graphsub" / "layer_fusion" / "weights"))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     wdir = Path(args.weights_dir)

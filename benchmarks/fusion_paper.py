@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from graphsub import zoo
-from graphsub.fusion import cost_model, fusion_graph
-from graphsub.fusion.repair import get_repair
-from graphsub.fusion.search import search
+from graphsub.layer_fusion import cost_model, fusion_graph
+from graphsub.layer_fusion.repair import get_repair
+from graphsub.layer_fusion.search import search
 
 OUT = Path(__file__).parent / "results"
 JSONL = OUT / "fusion_paper.jsonl"

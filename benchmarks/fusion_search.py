@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from graphsub import zoo
-from graphsub.fusion import cost_model, fusion_graph
-from graphsub.fusion.search import cost_singletons, search
+from graphsub.layer_fusion import cost_model, fusion_graph
+from graphsub.layer_fusion.search import cost_singletons, search
 
 OUT = Path(__file__).parent / "results"
 MODELS = ("resnet18", "mobilenet_v2", "squeezenet", "efficientnet_b0")

@@ -10,9 +10,9 @@ from torch import nn
 from graphsub.dynamic.codegen import compile_pattern, generate
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, build, lazy
-from graphsub.dynamic.models import BinaryTreeLSTM, batch_loss
 from graphsub.dynamic.signature import PatternTable, consumer_map, extract, tile
-from graphsub.dynamic.sst import Vocab, encode_tree, synthetic_treebank
+from graphsub.dynamic.workloads.models import BinaryTreeLSTM, batch_loss
+from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
 
 
 def test_trace_records_instead_of_computing_and_build_matches_eager() -> None:

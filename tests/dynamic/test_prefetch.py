@@ -11,10 +11,10 @@ from torch import nn
 
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, build, lazy
-from graphsub.dynamic.models import BinaryTreeLSTM, batch_loss
 from graphsub.dynamic.plan import BatchState, build_plan, from_wire, run_plan, to_wire
 from graphsub.dynamic.prefetch import PrefetchError, prefetch
-from graphsub.dynamic.sst import Vocab, encode_tree, synthetic_treebank
+from graphsub.dynamic.workloads.models import BinaryTreeLSTM, batch_loss
+from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
 
 
 @pytest.fixture(scope="module")

@@ -13,22 +13,22 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from graphsub.dynamic.models import (
+from graphsub.dynamic.workloads.models import (
     BinaryTreeLSTM,
     SeqLSTM,
     batch_loss,
-    encode_tree,
     make_optimizer,
     seq_batch_loss,
     tree_tokens,
 )
-from graphsub.dynamic.sst import (
+from graphsub.dynamic.workloads.sst import (
     NEUTRAL,
     SST_ENV,
     SSTNotFound,
     Tree,
     Vocab,
     batches,
+    encode_tree,
     find_sst_root,
     load_sst,
     parse_ptb,

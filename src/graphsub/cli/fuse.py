@@ -62,9 +62,9 @@ def fuse_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Search a layer-fusion plan for a CNN and print its DRAM traffic, MBU and group count."""
-    from graphsub.fusion import SCHEMES, CostConfig, cost_model, fusion_graph
-    from graphsub.fusion.repair import get_repair
-    from graphsub.fusion.search import ALGORITHMS, cost_singletons, search
+    from graphsub.layer_fusion import SCHEMES, CostConfig, cost_model, fusion_graph
+    from graphsub.layer_fusion.repair import get_repair
+    from graphsub.layer_fusion.search import ALGORITHMS, cost_singletons, search
 
     if scheme not in SCHEMES:
         fail(Exit.USAGE, f"unknown --scheme {scheme!r}; choose from {sorted(SCHEMES)}", as_json)
@@ -110,7 +110,7 @@ def fuse_cmd(
     if callable(stats):
         data["repair_stats"] = stats()
     if plot is not None:
-        from graphsub.fusion.plot import draw_plan
+        from graphsub.layer_fusion.plot import draw_plan
 
         try:
             draw_plan(cost, result.plan, plot, f"{fg.name} {scheme} {buffer} {algo}: "

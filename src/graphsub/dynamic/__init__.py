@@ -3,19 +3,22 @@ frequent subgraphs found by depth-limited signatures, compiled once and reused, 
 signature-keyed batching of independent occurrences.
 
 * :mod:`graphsub.dynamic.lazy` -- ``with lazy(engine): ...`` records a DAG (TorchFunctionMode +
-  ``__torch_function__``), ``build(out)`` / ``out.backward()`` evaluate it;
+  ``__torch_function__`` of the :class:`LazyTensor` stand-in), ``build(out)`` / ``out.backward()`` evaluate it;
 * :mod:`graphsub.dynamic.signature` -- ``H'(n, d)`` signatures, ``shared()``, §5.5, the
   collision-checked pattern table;
 * :mod:`graphsub.dynamic.codegen` -- one generated function per pattern, python / fx / inductor;
-* :mod:`graphsub.dynamic.trace` and :mod:`graphsub.dynamic.calls` -- the trace, its batch groups,
-  call templates and op keys;
+* :mod:`graphsub.dynamic.dag` -- what is recorded: nodes' data, the trace, its batch groups, where a
+  value is, node-by-node evaluation;
+* :mod:`graphsub.dynamic.calls` -- call templates and op keys (the tracer's memo);
 * :mod:`graphsub.dynamic.engine` -- :class:`Reuse`: collection, replacement, execution, batching;
 * :mod:`graphsub.dynamic.plan` -- a trace's batches as data (steps, gather programs, deferred dropout
   masks), run with autograd;
 * :mod:`graphsub.dynamic.prefetch` -- :func:`prefetch`: worker processes record and plan the next batches
   while the main process runs the current one;
-* :mod:`graphsub.dynamic.sst` and :mod:`graphsub.dynamic.models` -- SST trees, the synthetic
-  treebank, the binary Tree-LSTM and a sequence LSTM written as plain eager PyTorch.
+* :mod:`graphsub.dynamic.bench` -- the end-to-end comparison of the modes (``graphsub dynamic bench``);
+* :mod:`graphsub.dynamic.workloads` -- what all this is measured on: SST trees, the synthetic treebank,
+  the binary Tree-LSTM and a sequence LSTM written as plain eager PyTorch (they import nothing of the
+  machinery above).
 """
 
 from graphsub.dynamic.engine import Reuse

@@ -36,9 +36,9 @@ from torch import nn
 
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyTensor, build, lazy
-from graphsub.dynamic.models import BinaryTreeLSTM, SeqLSTM, batch_loss, make_optimizer, seq_batch_loss
 from graphsub.dynamic.prefetch import prefetch
-from graphsub.dynamic.sst import SSTNotFound, Tree, Vocab, encode_tree, load_sst, synthetic_treebank
+from graphsub.dynamic.workloads.models import BinaryTreeLSTM, SeqLSTM, batch_loss, make_optimizer, seq_batch_loss
+from graphsub.dynamic.workloads.sst import SSTNotFound, Tree, Vocab, encode_tree, load_sst, synthetic_treebank
 
 MODES = ("eager", "traced", "reuse", "reuse+batch", "prefetch")
 STAGES = ("preprocess", "trace", "optimize", "forward", "backward", "step", "full")

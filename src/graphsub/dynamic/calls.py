@@ -5,7 +5,8 @@ tensor replaced by a :class:`Slot`, and :func:`flatten` gives, beside it, a flat
 the constants.  The tracer's memo maps an op key -- op, constants, input shapes and dtypes, parameter
 identities -- to an :class:`OpInfo`: the output's meta value(s), a small integer key id (``kid``, the
 op-level batching key; :data:`KID_INFO` says whether the op keeps one row per instance) and the template,
-shared by every node of the key.
+shared by every node of the key.  This module knows nothing of nodes or traces
+(:mod:`graphsub.dynamic.dag`), which build on it.
 """
 
 from __future__ import annotations
@@ -17,14 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-
-_TENSORS: tuple[type, ...] = (torch.Tensor,)
-
-
-def register_tensor_type(t: type) -> None:
-    """Make :func:`flatten` treat instances of ``t`` as tensor inputs (the tracer's lazy tensor type)."""
-    global _TENSORS
-    _TENSORS = (*_TENSORS, t)
 
 
 class Slot:
@@ -45,9 +38,10 @@ _SIMPLE = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.l
 
 def flatten(obj: Any, inputs: list[Any], key: list[Any]) -> Any:
     """Template of ``obj`` with every tensor / lazy value replaced by a :class:`Slot`; ``key``
-    receives a flat, hashable description of the constants (tensors as a marker)."""
+    receives a flat, hashable description of the constants (tensors as a marker).  Tensors and lazy
+    values are told apart from constants as torch does it: their type implements ``__torch_function__``."""
     t = type(obj)
-    if isinstance(obj, _TENSORS):
+    if hasattr(t, "__torch_function__"):
         inputs.append(obj)
         key.append(SLOT_MARKER)
         return Slot(len(inputs) - 1)
@@ -73,7 +67,7 @@ def flatten(obj: Any, inputs: list[Any], key: list[Any]) -> Any:
 
 
 def fill(template: Any, values: Sequence[Any]) -> Any:
-    """Inverse of :func:`_flatten`: the template with slots replaced by ``values``."""
+    """Inverse of :func:`flatten`: the template with slots replaced by ``values``."""
     if type(template) is Slot:
         return values[template.index]
     if type(template) in (list, tuple):
@@ -163,7 +157,5 @@ def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Ten
     return torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p).div_(1.0 - p)
 
 
-
-
 __all__ = ["KEYS", "KID_INFO", "SLOTS", "SLOT_MARKER", "OpInfo", "Slot", "draw_mask", "fill", "flatten", "item_kid",
-           "new_kid", "op_name", "param_tok", "register_tensor_type"]
+           "new_kid", "op_name", "param_tok"]

@@ -40,7 +40,8 @@ from typing import Any
 
 import torch
 
-from graphsub.dynamic.lazy import LazyTensor, Slot
+from graphsub.dynamic.calls import Slot
+from graphsub.dynamic.lazy import LazyTensor
 from graphsub.dynamic.signature import Subgraph
 
 BACKENDS = ("python", "fx", "inductor")

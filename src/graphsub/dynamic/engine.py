@@ -24,7 +24,7 @@ through it all, so the backward pass is batched too.
 
 With batching and no frequent patterns (``Reuse(depth=1, collect=0, batching=True)``: op-level,
 signature-keyed batching, the fast path) every node is its own unit, and the tracer itself puts each
-node in its batch group as it records it (:class:`~graphsub.dynamic.lazy.Group`, keyed by the node's
+node in its batch group as it records it (:class:`~graphsub.dynamic.dag.Group`, keyed by the node's
 level and key id, both known from the op memo), so there is no grouping pass: the groups become the
 steps of a :class:`~graphsub.dynamic.plan.Plan` (its gather programs are the ``optimize`` time) and run
 level by level; a step's inputs that are the rows of one earlier batch in order are passed as they
@@ -43,17 +43,10 @@ from typing import Any
 
 import torch
 
+from graphsub.dynamic.calls import fill, new_kid
 from graphsub.dynamic.codegen import compile_pattern, generate
-from graphsub.dynamic.lazy import (
-    Group,
-    LazyError,
-    LazyTensor,
-    evaluate_plain,
-    fill,
-    is_param,
-    new_kid,
-    source,
-)
+from graphsub.dynamic.dag import DagNode, Group, evaluate_plain, is_param, resolve_row, source
+from graphsub.dynamic.lazy import LazyError, LazyTensor
 from graphsub.dynamic.plan import BatchState, build_plan, rows_agree, run_plan, store
 from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, reachable, tile
 
@@ -278,7 +271,7 @@ class Reuse:
             for r, u in enumerate(members):
                 store[u.root.gid] = (out, r)
         for u in units:
-            u.root.value = _resolve(store[u.root.gid])
+            u.root.value = resolve_row(*store[u.root.gid])
 
     def _check(self, members: list[Unit], store: dict[int, Any], out: Any) -> bool:
         def one(r: int) -> Any:
@@ -326,10 +319,10 @@ class Reuse:
                 "unbatchable_keys": len(self.unbatchable_ops)}
 
 
-def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
+def _needed(trace: Any, out: LazyTensor) -> list[DagNode]:
     """Nodes ``out`` needs that have no value yet, in topological order (one backward scan of the trace)."""
     need = {out.gid}
-    order: list[LazyTensor] = []
+    order: list[DagNode] = []
     found = 0
     refs = trace.refs if trace is not None and out.trace is trace else []
     for ref in reversed(refs):
@@ -348,7 +341,7 @@ def _needed(trace: Any, out: LazyTensor) -> list[LazyTensor]:
     return order
 
 
-def _group(order: list[LazyTensor]) -> list[Group]:
+def _group(order: list[DagNode]) -> list[Group]:
     """Group nodes (in topological order) by level and key id, as a grouping trace does while recording."""
     groups: dict[int, Group] = {}
     for n in order:
@@ -387,18 +380,9 @@ def _src(store: dict[int, tuple[torch.Tensor, int | None]], x: Any) -> tuple[tor
 def _get(store: dict[int, tuple[torch.Tensor, int | None]], x: Any) -> Any:
     if type(x) is LazyTensor:
         if x.gid in store:
-            return _resolve(store[x.gid])
+            return resolve_row(*store[x.gid])
         return x.value
     return x
-
-
-def _resolve(s: tuple[Any, int | None]) -> Any:
-    t, r = s
-    if isinstance(t, (tuple, list)):
-        return t if r is None else tuple(x[r:r + 1] for x in t)
-    if r is None or (t.shape[0] == 1 and r == 0):
-        return t
-    return t[r:r + 1]
 
 
 def _gather(srcs: list[tuple[torch.Tensor, int]]) -> torch.Tensor:

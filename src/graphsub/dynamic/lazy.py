@@ -38,6 +38,11 @@ executed (batched or not).
 the reuse engine of the trace if one was given (:mod:`graphsub.dynamic.engine`), otherwise node
 by node.
 
+This module is the *recording*: the :class:`LazyTensor` stand-in, the function mode, shape inference and
+dropout.  What is recorded -- nodes' data, traces, batch groups, where a value is, plain evaluation -- is
+:mod:`graphsub.dynamic.dag`; call templates and the op memo are :mod:`graphsub.dynamic.calls`.  Imports go
+one way: ``lazy -> dag -> calls``.
+
 >>> import torch
 >>> w = torch.nn.Parameter(torch.ones(3, 2))
 >>> with lazy() as tr:
@@ -69,7 +74,6 @@ from graphsub.dynamic.calls import (
     SLOT_MARKER,
     SLOTS,
     OpInfo,
-    Slot,
     draw_mask,
     fill,
     flatten,
@@ -77,9 +81,8 @@ from graphsub.dynamic.calls import (
     new_kid,
     op_name,
     param_tok,
-    register_tensor_type,
 )
-from graphsub.dynamic.trace import EXEC_DEPTH, Group, Trace, enable_gc, executing, resolve_row, source
+from graphsub.dynamic.dag import EXEC_DEPTH, DagNode, Group, Trace, enable_gc, executing
 from graphsub.errors import GraphsubError
 
 
@@ -89,70 +92,17 @@ class LazyError(GraphsubError):
 
 _GID = itertools.count(1)
 _weakref = weakref.ref
-_NAMES: dict[Any, str] = {}
 
 
-class LazyTensor:
-    """A node of the lazy DAG: ``func(*fill(template, inputs))`` (see the module docstring).
-
-    ``inputs`` holds lazy nodes and real tensors (leaves); ``shape`` / ``dtype`` describe the
-    value (``shape`` is ``None`` and ``meta`` a tuple for a multi-output node); ``value`` is
-    filled by evaluation.  ``kid`` is the node's op-level key id (op, constants, input shapes and
-    parameter identities), ``level`` one more than its lazy inputs' (an output of a multi-output node,
-    ``part >= 0``, has its source's level: it needs no call), ``tok`` a token of its shape and dtype
-    (part of its consumers' keys); ``grp`` / ``row``: its batch group and row when the trace groups
-    nodes while recording (:class:`Group`).
+class LazyTensor(DagNode):
+    """A node of the lazy DAG as the traced program sees it: a stand-in for a tensor whose torch calls,
+    methods and operators record new nodes (see the module docstring; the node's data is
+    :class:`~graphsub.dynamic.dag.DagNode`'s).  Every node of a trace is a ``LazyTensor``.
     """
 
-    __slots__ = ("__weakref__", "func", "gid", "grp", "info", "inputs", "kid", "level", "part", "row", "tok", "trace",
-                 "value")
-    func: Callable[..., Any]
-    gid: int
-    grp: Group | None
-    info: OpInfo
-    inputs: tuple[Any, ...]
-    kid: int
-    level: int
-    part: int
-    row: int
-    tok: Any
-    trace: Trace
-    value: Any
-
-    # what every node of one op key shares lives in its OpInfo (the call's constants and template, the
-    # output's meta value, shape and dtype); nodes are made by _new_node, not by a constructor
-    @property
-    def ckey(self) -> tuple[Any, ...]:
-        """The call's constants (hashable): part of the node's signature."""
-        return self.info.ckey
-
-    @property
-    def template(self) -> Any:
-        return self.info.template
-
-    @property
-    def meta(self) -> Any:
-        info = self.info
-        return info.meta if not info.items else tuple(info.meta)
-
-    @property
-    def shape(self) -> torch.Size | None:
-        return self.info.shape
-
-    @property
-    def dtype(self) -> torch.dtype | None:
-        return self.info.dtype
-
-    @property
-    def name(self) -> str:
-        """Readable op name (``torch.tanh``, ``Tensor.__mul__``, ``getitem``...)."""
-        name = _NAMES.get(self.func)
-        return name if name is not None else _NAMES.setdefault(self.func, op_name(self.func))
+    __slots__ = ()
 
     # --- tensor-like surface -------------------------------------------------------------
-    def __repr__(self) -> str:
-        return f"LazyTensor(#{self.gid} {self.name}, shape={None if self.shape is None else tuple(self.shape)})"
-
     @property
     def ndim(self) -> int:
         return len(self._shape())
@@ -247,30 +197,6 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__ge__", "__and__", "__or__", "__invert__", "__mod__", "__floordiv__"):
     setattr(LazyTensor, _name, _binop(_name))
 LazyTensor.__hash__ = object.__hash__  # type: ignore[method-assign]
-register_tensor_type(LazyTensor)
-
-
-def evaluate_plain(out: LazyTensor) -> Any:
-    """Node-by-node evaluation in topological order (iterative post-order DFS)."""
-    stack: list[tuple[LazyTensor, bool]] = [(out, False)]
-    while stack:
-        node, ready = stack.pop()
-        if node.value is not None:
-            continue
-        if ready:
-            node.value = run_node(node)
-            continue
-        stack.append((node, True))
-        for i in node.inputs:
-            if type(i) is LazyTensor and i.value is None:
-                stack.append((i, False))
-    return out.value
-
-
-def run_node(node: LazyTensor) -> Any:
-    vals = [i.value if type(i) is LazyTensor else i for i in node.inputs]
-    args, kwargs = fill(node.template, vals)
-    return node.func(*args, **kwargs)
 
 
 _CURRENT: list[Trace] = []
@@ -410,16 +336,17 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
                                for k, m in enumerate(meta))
         if key is not None:
             KEYS[key] = info
-    node = _new_node(func, info, tuple(inputs), trace, lvl + 1)
+    node = new_node(func, info, tuple(inputs), trace, lvl + 1)
     if not info.items:
         return node
-    outs = [_new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
+    outs = [new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
     return tuple(outs) if isinstance(info.meta, tuple) else outs
 
 
-def _new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], trace: Trace,
+def new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], trace: Trace,
               level: int) -> LazyTensor:
-    """A node with everything known from the memo (no per-node analysis); grouped if the trace asks."""
+    """A node with everything known from the memo (no per-node analysis); grouped if the trace asks.
+    (``OpInfo.blank()`` and no inputs: a node standing for a value computed elsewhere.)"""
     n = LazyTensor.__new__(LazyTensor)
     n.gid = next(_GID)
     n.func = func
@@ -476,13 +403,13 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
         return x
     if p >= 1.0:
         return record(torch.mul, (x, 0.0), {})
-    shape: Any = x.shape
+    shape = tuple(x.shape)
     with executing():
-        mask = torch.empty(tuple(shape), dtype=x.dtype)
         if trace.masks is None:
-            mask.bernoulli_(1.0 - p).div_(1.0 - p)
+            mask = draw_mask(shape, x.dtype, p)
         else:  # drawn where the trace runs, in this (program) order: see Trace.masks
-            trace.masks[id(mask)] = (len(trace.masks), tuple(shape), x.dtype, p)
+            mask = torch.empty(shape, dtype=x.dtype)
+            trace.masks[id(mask)] = (len(trace.masks), shape, x.dtype, p)
             trace.mask_refs.append(mask)
     return record(torch.mul, (x, mask), {})
 
@@ -535,26 +462,4 @@ def build(out: Any) -> Any:
     return out
 
 
-def is_param(x: Any) -> bool:
-    """A leaf that is read by reference (a parameter or any tensor requiring grad)."""
-    return isinstance(x, torch.Tensor) and x.requires_grad
-
-
-__all__ = [
-    "LazyError",
-    "LazyTensor",
-    "Slot",
-    "Trace",
-    "build",
-    "draw_mask",
-    "evaluate_plain",
-    "executing",
-    "fill",
-    "is_param",
-    "lazy",
-    "op_name",
-    "record",
-    "resolve_row",
-    "run_node",
-    "source",
-]
+__all__ = ["LazyError", "LazyTensor", "build", "lazy", "new_node", "record"]

@@ -1,7 +1,7 @@
 """Batched execution plans: the signature-keyed batches of a trace as data (one step per batch).
 
 A :class:`Plan` is what the op-level batching engine runs.  It is built from the groups a trace
-recorded (:class:`~graphsub.dynamic.lazy.Group`: nodes of one level with one key id) and holds, per
+recorded (:class:`~graphsub.dynamic.dag.Group`: nodes of one level with one key id) and holds, per
 group, one :class:`Step`: the op (by key id, see :class:`OpDef`), whether it runs as one batched
 call, and one column per tensor slot of the call:
 
@@ -34,7 +34,9 @@ from typing import Any
 
 import torch
 
-from graphsub.dynamic.lazy import KID_INFO, Group, LazyError, LazyTensor, draw_mask, fill, resolve_row, source
+from graphsub.dynamic.calls import KID_INFO, draw_mask, fill
+from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
+from graphsub.dynamic.lazy import LazyError, LazyTensor
 
 P, D, L, E, M = 0, 1, 2, 3, 4
 """Column kinds: parameter, stacked data rows, lazy gather, per-member references, deferred dropout masks."""
@@ -101,7 +103,7 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
     return plan
 
 
-def _column(j: int, x: Any, ms: list[LazyTensor], cur: dict[int, int], deferred: dict[int, Any]) -> Any:
+def _column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dict[int, Any]) -> Any:
     if type(x) is not LazyTensor:
         if x.requires_grad:
             return (P, x)
@@ -247,7 +249,7 @@ class _OneRow:
 
 def store(groups: Sequence[Group], vals: list[Any]) -> None:
     """Leave the values of a run on the groups (batched) or their nodes (member by member) and release the
-    groups' member lists, so that any node of the run can be read later (:func:`~graphsub.dynamic.lazy.source`)."""
+    groups' member lists, so that any node of the run can be read later (:func:`~graphsub.dynamic.dag.source`)."""
     for g, v in zip(groups, vals, strict=True):
         if type(v) is PerMember:
             for m, x in zip(g.members, v, strict=True):

@@ -33,8 +33,9 @@ import torch
 from torch import nn
 
 from graphsub.dynamic.calls import OpInfo
+from graphsub.dynamic.dag import Trace
 from graphsub.dynamic.engine import Reuse
-from graphsub.dynamic.lazy import LazyError, LazyTensor, Trace, lazy
+from graphsub.dynamic.lazy import LazyError, LazyTensor, lazy, new_node
 from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, from_wire, run_plan, to_wire
 
 
@@ -63,20 +64,7 @@ def _planned_output(plan: Plan, engine: PlanEngine) -> LazyTensor:
     """A lazy value standing for the output of ``plan``: ``build``/``backward`` on it run the plan."""
     trace = Trace(engine)
     trace.plan = plan  # type: ignore[attr-defined]
-    node = LazyTensor.__new__(LazyTensor)
-    node.gid = 0
-    node.func = _planned_output
-    node.info = OpInfo.blank()
-    node.inputs = ()
-    node.tok = None
-    node.trace = trace
-    node.value = None
-    node.kid = -1
-    node.level = 0
-    node.part = -1
-    node.grp = None
-    node.row = 0
-    return node
+    return new_node(_planned_output, OpInfo.blank(), (), trace, 0)
 
 
 def _worker(fn: Callable[[Any], Any], params: dict[int, int], jobs: Any, results: Any, nice: int) -> None:

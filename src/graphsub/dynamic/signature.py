@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from graphsub.dynamic.lazy import LazyTensor, is_param
+from graphsub.dynamic.dag import is_param
+from graphsub.dynamic.lazy import LazyTensor
 
 
 def reachable(out: LazyTensor) -> list[LazyTensor]:

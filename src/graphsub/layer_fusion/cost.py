@@ -20,8 +20,8 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from graphsub.fusion.graph import FusionGraph
-from graphsub.fusion.plan import FusionPlan, Group
+from graphsub.layer_fusion.graph import FusionGraph
+from graphsub.layer_fusion.plan import FusionPlan, Group
 
 KB = 1024
 MB = 1024 * 1024

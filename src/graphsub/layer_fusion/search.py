@@ -3,25 +3,25 @@
 Every algorithm is a pure function of ``(cost model, budget, seed, repair)`` and spends its
 budget in *evaluated plans* (each proposed plan, after repair, is priced once and counts once,
 duplicates included -- the paper's "partition plans an algorithm can generate").  Every
-proposal goes through the ``repair`` hook (:mod:`graphsub.fusion.repair`), so every evaluated
+proposal goes through the ``repair`` hook (:mod:`graphsub.layer_fusion.repair`), so every evaluated
 plan is valid; the result is the valid plan with the least DRAM.
 
-* **RS**: a fresh :func:`~graphsub.fusion.moves.random_plan` per step (fusion probability drawn
+* **RS**: a fresh :func:`~graphsub.layer_fusion.moves.random_plan` per step (fusion probability drawn
   per plan), repaired.
 * **LS**: population of the ``K = 10`` best plans seen; each iteration applies one random
   1-edit move (shift / merge / split) to every member, repairs and evaluates the children,
   and keeps the best ``K`` distinct plans.
 * **NSGA-II**: pymoo's ``NSGA2`` (population 10, 10 offspring per generation) on object
   genomes (the plans themselves) with objectives ``(DRAM, -MBU)`` (the paper calls a higher
-  MBU better), crossover :func:`~graphsub.fusion.moves.crossover` and mutation
-  :func:`~graphsub.fusion.moves.mutate`, both followed by the repair, and duplicate
+  MBU better), crossover :func:`~graphsub.layer_fusion.moves.crossover` and mutation
+  :func:`~graphsub.layer_fusion.moves.mutate`, both followed by the repair, and duplicate
   elimination.  **Deviation:** the paper used OpenBox's NSGA-II (``NSGA2EAdvisor``, fixed-length
   ConfigSpace vectors); OpenBox 0.9 pins numpy < 2 and cannot be installed beside torch here,
   so pymoo is used.  pymoo stops at the first generation boundary at or past the budget, so
   with a budget that is not a multiple of 10 it may evaluate up to 9 plans more (reported).
 
 >>> from graphsub import zoo
->>> from graphsub.fusion import LBDFCost, fusion_graph
+>>> from graphsub.layer_fusion import LBDFCost, fusion_graph
 >>> cost = LBDFCost(fusion_graph(zoo.get("resnet18")), 256 * 1024)
 >>> r = search(cost, "ls", budget=60, seed=0)
 >>> r.cost.valid, r.evaluated_plans, r.cost.dram < cost.evaluate(cost_singletons(cost)).dram
@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.fusion.cost import FusionCostModel, PlanCost
-from graphsub.fusion.moves import crossover, mutate, random_plan
-from graphsub.fusion.plan import FusionPlan
-from graphsub.fusion.repair import RandomRepair, Repair
+from graphsub.layer_fusion.cost import FusionCostModel, PlanCost
+from graphsub.layer_fusion.moves import crossover, mutate, random_plan
+from graphsub.layer_fusion.plan import FusionPlan
+from graphsub.layer_fusion.repair import RandomRepair, Repair
 
 ALGORITHMS = ("rs", "ls", "nsga2")
 POPULATION = 10

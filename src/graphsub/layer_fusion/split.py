@@ -1,9 +1,12 @@
-"""Recursive greedy tree-based split of invalid fusion groups (the paper's Algorithm 1) and the
-explainer-driven repairs ``gnne``, ``pg``, ``rg`` built on it.
+"""Recursive greedy tree-based split of invalid fusion groups (the paper's Algorithm 1).
+
+The split knows nothing of plans or repairs: it maps one invalid group to valid pieces, guided by
+anything that explains a group (``explain(cost, group) -> edges``).  The explainer-driven repairs
+``gnne``, ``pg``, ``rg`` (:class:`graphsub.layer_fusion.repair.ExplainerRepair`) are built on it.
 
 :meth:`GreedySplitter.split` takes an invalid group ``phi`` and
 
-1. asks the explainer (:mod:`graphsub.fusion.explain`) for the edges ``(i, j)`` most responsible
+1. asks the explainer (:mod:`graphsub.layer_fusion.explain`) for the edges ``(i, j)`` most responsible
    for its invalidity;
 2. turns every edge into candidate two-way cuts (*skip-connection handling*): ops are numbered
    topologically (op ids are a topological order), and a cut is a down-set ``A`` of ``phi``
@@ -32,8 +35,8 @@ explainers apart (``one_cut_rate``).
 
 >>> import random
 >>> from graphsub import zoo
->>> from graphsub.fusion import LBDFCost, check_plan, fusion_graph
->>> from graphsub.fusion.plan import FusionPlan
+>>> from graphsub.layer_fusion import LBDFCost, check_plan, fusion_graph
+>>> from graphsub.layer_fusion.plan import FusionPlan
 >>> fg = fusion_graph(zoo.get("resnet18"))
 >>> cost = LBDFCost(fg, 128 * 1024)
 >>> class AllEdges:                       # an "explainer" proposing every edge
@@ -49,15 +52,11 @@ False
 
 from __future__ import annotations
 
-import random
-import time
 import weakref
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from graphsub.fusion.cost import FusionCostModel
-from graphsub.fusion.plan import Group, components
-from graphsub.fusion.repair import RandomRepair, SplitRepair
+from graphsub.layer_fusion.cost import FusionCostModel
+from graphsub.layer_fusion.plan import Group, components
 
 Edge = tuple[int, int]
 
@@ -184,67 +183,4 @@ class GreedySplitter:
         return best
 
 
-class ExplainerRepair(SplitRepair):
-    """Repair invalid groups with :class:`GreedySplitter` over a GNN explainer (``gnne``, ``pg``
-    or ``rg``); groups it cannot rectify fall back to the random split.
-
-    The classifier is loaded on first use for the cost model's scheme (``weights``: a ``.pt``
-    path, default the packaged one).  A PG / RG explainer without pre-trained parameters in the
-    weights file is trained on the fly on invalid groups of random plans of the model being
-    searched (seeded).  Counters: ``groups_repaired``, ``rectified``, ``one_cut``, ``fallback``,
-    ``explain_s``.
-    """
-
-    def __init__(self, name: str, weights: str | Path | None = None, top_k: int = 8, seed: int = 0,
-                 max_cat3: int = 4, **explainer_kwargs: Any):
-        super().__init__()
-        self.name = name
-        self.weights = weights
-        self.top_k = top_k
-        self.seed = seed
-        self.max_cat3 = max_cat3
-        self.explainer_kwargs = explainer_kwargs
-        self._clf: Any = None
-        self._splitter: GreedySplitter | None = None
-        self._fallback = RandomRepair()
-        self.rectified = 0
-        self.fallback = 0
-        self.one_cut = 0
-        self.explain_s = 0.0
-        self.fit_s = 0.0
-
-    def splitter(self, cost: FusionCostModel) -> GreedySplitter:
-        if self._splitter is None:
-            from graphsub.fusion.explain import invalid_groups_for_fit, make_explainer
-            from graphsub.fusion.gnn import load_classifier
-
-            self._clf = load_classifier(cost.scheme, self.weights)
-            ex = make_explainer(self.name, self._clf, top_k=self.top_k, seed=self.seed, **self.explainer_kwargs)
-            if not ex.trained:
-                t0 = time.perf_counter()
-                ex.fit(cost, invalid_groups_for_fit(cost, random.Random(self.seed)))
-                self.fit_s = time.perf_counter() - t0
-            self._splitter = GreedySplitter(ex, self.max_cat3)
-        return self._splitter
-
-    def split_group(self, cost: FusionCostModel, group: Group, rng: random.Random) -> list[Group]:
-        t0 = time.perf_counter()
-        pieces = self.splitter(cost).split(cost, group)
-        self.explain_s += time.perf_counter() - t0
-        if pieces is None:
-            self.fallback += 1
-            return self._fallback.split_group(cost, group, rng)
-        self.rectified += 1
-        if self._splitter is not None and self._splitter.category.get(cost, {}).get(group) == 1:
-            self.one_cut += 1
-        return pieces
-
-    def stats(self) -> dict[str, Any]:
-        return {"groups_repaired": self.groups_repaired, "rectified": self.rectified, "fallback": self.fallback,
-                "rectify_rate": self.rectified / self.groups_repaired if self.groups_repaired else None,
-                "one_cut": self.one_cut,
-                "one_cut_rate": self.one_cut / self.groups_repaired if self.groups_repaired else None,
-                "explain_split_s": self.explain_s, "explainer_fit_s": self.fit_s}
-
-
-__all__ = ["ExplainerRepair", "GreedySplitter", "candidate_cuts"]
+__all__ = ["Edge", "Explains", "GreedySplitter", "candidate_cuts"]

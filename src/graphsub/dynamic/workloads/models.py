@@ -20,11 +20,13 @@ Every per-node tensor has shape ``[1, H]``. :class:`SeqLSTM` is the matching cha
 LSTM over the sentence's words (gate order ``i, f, g, o`` as in ``nn.LSTMCell``), one ``Linear(E + H, 4H)``
 per step. The L2 regularisation of the thesis (1e-4) is the optimizer's ``weight_decay``
 (:func:`make_optimizer`: Adagrad, lr 0.05, as Tai et al.); the models add no penalty term themselves.
+Both are :class:`SentenceClassifier` subclasses: embedding, recurrence, dropout + linear readout of the final
+``h``, cross-entropy of the sentence label.
 
-Trees must be encoded first (:func:`~graphsub.dynamic.sst.encode_tree`, the preprocessing stage), so
+Trees must be encoded first (:func:`~graphsub.dynamic.workloads.sst.encode_tree`, the preprocessing stage), so
 leaves carry integer word ids.
 
->>> from graphsub.dynamic.sst import Vocab, parse_ptb
+>>> from graphsub.dynamic.workloads.sst import Vocab, encode_tree, parse_ptb
 >>> tree = parse_ptb("(1 (0 It) (1 (0 's) (1 good)))")
 >>> tree = encode_tree(tree, Vocab.build([tree]))
 >>> model = BinaryTreeLSTM(vocab_size=4, emb_dim=8, hidden=6)
@@ -42,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphsub.dynamic.sst import Tree, encode_tree
+from graphsub.dynamic.workloads.sst import Tree
 
 State = tuple[Tensor, Tensor]
 """``(c, h)`` of one node or time step, each ``[1, H]``."""
@@ -65,8 +67,13 @@ def tree_tokens(tree: Tree) -> list[int]:
     return [i for i in ids if i is not None]
 
 
-class BinaryTreeLSTM(nn.Module):
-    """Binary (N-ary, N = 2) Tree-LSTM sentiment classifier, evaluated recursively per tree."""
+class SentenceClassifier(nn.Module):
+    """What both workloads share: a word embedding, the subclass's recurrence, dropout and a linear
+    readout of the final ``h``, and the cross-entropy of the sentence label.
+
+    The layers are made in this order -- ``embedding``, the recurrence's (:meth:`build_cells`), ``output``
+    -- so that a seeded model gets the same initial weights and ``parameters()`` order as a hand-written one.
+    """
 
     def __init__(
         self, vocab_size: int, emb_dim: int = 300, hidden: int = 150, num_classes: int = 2, dropout: float = 0.5
@@ -76,14 +83,41 @@ class BinaryTreeLSTM(nn.Module):
         self.num_classes = num_classes
         self.dropout = dropout
         self.embedding = nn.Embedding(vocab_size, emb_dim)
+        self.build_cells(emb_dim, hidden)
+        self.output = nn.Linear(hidden, num_classes)
+
+    def build_cells(self, emb_dim: int, hidden: int) -> None:
+        """Make the recurrence's layers (called by ``__init__`` between the embedding and the readout)."""
+        raise NotImplementedError
+
+    def embed(self, wid: int) -> Tensor:
+        """The embedding ``[1, E]`` of word id ``wid``."""
+        return self.embedding(torch.tensor([wid], device=self.embedding.weight.device))
+
+    def classify(self, h: Tensor) -> Tensor:
+        """Class logits ``[1, num_classes]`` from the final ``h`` (dropout, then the linear readout)."""
+        return self.output(F.dropout(h, self.dropout, self.training))
+
+    def label_loss(self, logits: Tensor, label: int) -> Tensor:
+        """Cross-entropy of ``logits`` against the sentence label (a scalar)."""
+        return F.cross_entropy(logits, _target(label, self.num_classes, self.embedding.weight.device))
+
+
+class BinaryTreeLSTM(SentenceClassifier):
+    """Binary (N-ary, N = 2) Tree-LSTM sentiment classifier, evaluated recursively per tree."""
+
+    leaf_c: nn.Linear
+    leaf_o: nn.Linear
+    composer: nn.Linear
+
+    def build_cells(self, emb_dim: int, hidden: int) -> None:
         self.leaf_c = nn.Linear(emb_dim, hidden)
         self.leaf_o = nn.Linear(emb_dim, hidden)
         self.composer = nn.Linear(2 * hidden, 5 * hidden)
-        self.output = nn.Linear(hidden, num_classes)
 
     def leaf(self, wid: int) -> State:
         """State of a leaf holding word id ``wid``."""
-        x = self.embedding(torch.tensor([wid], device=self.embedding.weight.device))
+        x = self.embed(wid)
         c = self.leaf_c(x)
         h = torch.sigmoid(self.leaf_o(x)) * torch.tanh(c)
         return c, h
@@ -107,11 +141,11 @@ class BinaryTreeLSTM(nn.Module):
     def forward(self, tree: Tree) -> Tensor:
         """Class logits ``[1, num_classes]`` of the sentence ``tree``."""
         _, h = self.node_state(tree)
-        return self.output(F.dropout(h, self.dropout, self.training))
+        return self.classify(h)
 
     def loss(self, tree: Tree) -> Tensor:
         """Cross-entropy of the root label (a scalar); internal-node labels are not used."""
-        return F.cross_entropy(self(tree), _target(tree.label, self.num_classes, self.embedding.weight.device))
+        return self.label_loss(self(tree), tree.label)
 
     def parameter_groups(self) -> dict[str, int]:
         """Parameter counts of the parts: ``embedding``, ``leaf`` (W_c, W_o), ``composer``, ``output``."""
@@ -127,24 +161,18 @@ class BinaryTreeLSTM(nn.Module):
         }
 
 
-class SeqLSTM(nn.Module):
+class SeqLSTM(SentenceClassifier):
     """LSTM over a sentence's word ids, one step at a time in Python, classifying the last ``h``."""
 
-    def __init__(
-        self, vocab_size: int, emb_dim: int = 300, hidden: int = 150, num_classes: int = 2, dropout: float = 0.5
-    ) -> None:
-        super().__init__()
-        self.hidden = hidden
-        self.num_classes = num_classes
-        self.dropout = dropout
-        self.embedding = nn.Embedding(vocab_size, emb_dim)
+    cell: nn.Linear
+
+    def build_cells(self, emb_dim: int, hidden: int) -> None:
         self.cell = nn.Linear(emb_dim + hidden, 4 * hidden)
-        self.output = nn.Linear(hidden, num_classes)
 
     def step(self, wid: int, state: State) -> State:
         """One LSTM step on word id ``wid`` from ``state = (c, h)``."""
         c, h = state
-        x = self.embedding(torch.tensor([wid], device=self.embedding.weight.device))
+        x = self.embed(wid)
         i, f, g, o = self.cell(torch.cat([x, h], dim=1)).chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
@@ -158,11 +186,11 @@ class SeqLSTM(nn.Module):
         state = (torch.zeros(1, self.hidden, device=device), torch.zeros(1, self.hidden, device=device))
         for wid in tokens:
             state = self.step(wid, state)
-        return self.output(F.dropout(state[1], self.dropout, self.training))
+        return self.classify(state[1])
 
     def loss(self, tokens: Sequence[int], label: int) -> Tensor:
         """Cross-entropy of the sentence label (a scalar)."""
-        return F.cross_entropy(self(tokens), _target(label, self.num_classes, self.embedding.weight.device))
+        return self.label_loss(self(tokens), label)
 
 
 def batch_loss(model: BinaryTreeLSTM, trees: Sequence[Tree]) -> Tensor:
@@ -186,10 +214,10 @@ def make_optimizer(model: nn.Module, lr: float = 0.05, weight_decay: float = 1e-
 
 __all__ = [
     "BinaryTreeLSTM",
+    "SentenceClassifier",
     "SeqLSTM",
     "State",
     "batch_loss",
-    "encode_tree",
     "make_optimizer",
     "seq_batch_loss",
     "tree_tokens",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphsub.fusion.cost import FusionCostModel
-from graphsub.fusion.plan import FusionPlan
+from graphsub.layer_fusion.cost import FusionCostModel
+from graphsub.layer_fusion.plan import FusionPlan
 
 
 def draw_plan(cost: FusionCostModel, plan: FusionPlan, path: str | Path, title: str = "") -> Path:

@@ -27,7 +27,7 @@ Execution is in full-width row stripes of the group output.  For a group ``phi``
   ``entry_rule`` adds Optimus' "no pool / element-wise / concat / depthwise entry" rule.
 
 >>> from graphsub import zoo
->>> from graphsub.fusion.graph import fusion_graph
+>>> from graphsub.layer_fusion.graph import fusion_graph
 >>> fg = fusion_graph(zoo.get("mobilenet_v3_small"))
 >>> m = BRRCost(fg, 256 * 1024)
 >>> se = (3, 4, 5, 6, 7, 8, 9)                     # the first SE block, from its input to the mul
@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import math
 
-from graphsub.fusion.cost import FusionCostModel, GroupCost
-from graphsub.fusion.plan import Group
+from graphsub.layer_fusion.cost import FusionCostModel, GroupCost
+from graphsub.layer_fusion.plan import Group
 
 CONV_KINDS = frozenset({"conv", "dwconv", "dense"})
 

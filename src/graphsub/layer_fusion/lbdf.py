@@ -23,12 +23,12 @@ no equations).  With ``b`` bytes per element, for a group ``phi``::
 * An op is unfusable when its own group does not fit (in practice: its weights exceed the
   buffer).
 
-Worked example (ResNet basic block at 1 B/elem, see ``tests/fusion/test_cost_models.py``):
+Worked example (ResNet basic block at 1 B/elem, see ``tests/layer_fusion/test_cost_models.py``):
 ``x`` is 64x56x56, two 3x3 convs (pad 1) then ``add(conv2, x)``: ``lambda(conv2) = 1 + 1 = 2``
 rows, ``lambda(x) = 0``, so ``SK = 64 * 56 * 2 = 7168`` bytes.
 
 >>> from graphsub import zoo
->>> from graphsub.fusion.graph import fusion_graph
+>>> from graphsub.layer_fusion.graph import fusion_graph
 >>> fg = fusion_graph(zoo.get("resnet18"))
 >>> m = LBDFCost(fg, 256 * 1024)
 >>> len(m.unfusable), sorted({fg.ops[v] for v in m.unfusable})  # 3x3 convs with >= 256 in/out, fc
@@ -37,8 +37,8 @@ rows, ``lambda(x) = 0``, so ``SK = 64 * 56 * 2 = 7168`` bytes.
 
 from __future__ import annotations
 
-from graphsub.fusion.cost import FusionCostModel, GroupCost, rows_cap
-from graphsub.fusion.plan import Group
+from graphsub.layer_fusion.cost import FusionCostModel, GroupCost, rows_cap
+from graphsub.layer_fusion.plan import Group
 
 ROOT = -1
 

@@ -1,7 +1,7 @@
 """Stanford Sentiment Treebank trees: parsing, loading, vocabulary, and a calibrated synthetic treebank.
 
-The dynamic workloads (:mod:`graphsub.dynamic.models`) recurse over these trees in plain Python, so the
-*structure* of the data is what drives the traced graphs: each sentence yields a different DAG.
+The dynamic workloads (:mod:`graphsub.dynamic.workloads.models`) recurse over these trees in plain Python, so
+the *structure* of the data is what drives the traced graphs: each sentence yields a different DAG.
 
 Trees
     :class:`Tree` is a binary constituency tree with an integer label on every node. A leaf holds a
@@ -325,7 +325,7 @@ def _resolve_root(root: Path | str | None) -> Path:
         where = f"${SST_ENV}={env!r} is not a folder" if env else f"no shared/data/sst above {Path(__file__).parent}"
         raise SSTNotFound(
             f"SST data not found ({where}). Put train.txt/dev.txt/test.txt in a folder and set ${SST_ENV}, "
-            "or use graphsub.dynamic.sst.synthetic_treebank() instead."
+            "or use graphsub.dynamic.workloads.sst.synthetic_treebank() instead."
         )
     return found
 

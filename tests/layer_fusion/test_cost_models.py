@@ -1,15 +1,15 @@
 """F_beta / F_D of the LBDF and BRR models on hand-worked groups (1 byte per element).
 
 Every expected number is computed by hand in the comments, from the formulas in the module
-docstrings of graphsub.fusion.lbdf / graphsub.fusion.brr."""
+docstrings of graphsub.layer_fusion.lbdf / graphsub.layer_fusion.brr."""
 
 from __future__ import annotations
 
 import math
 
-from graphsub.fusion import BRRCost, CostConfig, FusionPlan, LBDFCost, fusion_graph
 from graphsub.ir.builder import Builder
 from graphsub.ir.graph import Graph
+from graphsub.layer_fusion import BRRCost, CostConfig, FusionPlan, LBDFCost, fusion_graph
 from graphsub.zoo._net import Net, sym_pads
 
 BIG = 1 << 30

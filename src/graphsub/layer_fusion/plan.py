@@ -1,4 +1,4 @@
-"""Fusion plans: partitions of a :class:`~graphsub.fusion.graph.FusionGraph`'s ops into groups.
+"""Fusion plans: partitions of a :class:`~graphsub.layer_fusion.graph.FusionGraph`'s ops into groups.
 
 A :class:`FusionPlan` is an immutable, hashable value (search memoizes on it).  A plan is
 *well formed* for a graph (:func:`check_plan`) when
@@ -13,7 +13,7 @@ Canonical form: each group is a sorted tuple of op ids, groups sorted by their s
 equal partitions give equal plans whatever order they were built in.
 
 >>> from graphsub import zoo
->>> from graphsub.fusion.graph import fusion_graph
+>>> from graphsub.layer_fusion.graph import fusion_graph
 >>> fg = fusion_graph(zoo.get("resnet", blocks=1))   # 0 conv(x), 1 conv(x), 2 conv(1), 3 add(0, 2), 4 relu
 >>> p = FusionPlan.singletons(fg.num_ops)
 >>> len(p), check_plan(fg, p), FusionPlan([(4, 3), (2, 1, 0)]).groups
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from graphsub.errors import GraphError
-from graphsub.fusion.graph import FusionGraph
+from graphsub.layer_fusion.graph import FusionGraph
 
 Group = tuple[int, ...]
 

@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from graphsub import zoo
 from graphsub.cli import app
-from graphsub.fusion import LBDFCost, check_plan, fusion_graph
-from graphsub.fusion.explain import GNNExplainerX, PGExplainerX, RGExplainerX, invalid_groups_for_fit
-from graphsub.fusion.gnn import ValidityClassifier, build_dataset, group_edges, train
-from graphsub.fusion.graph import FusionGraph, OpGeom
-from graphsub.fusion.moves import random_plan
-from graphsub.fusion.plan import FusionPlan, Group
-from graphsub.fusion.repair import RandomRepair
-from graphsub.fusion.split import ExplainerRepair, GreedySplitter, candidate_cuts
+from graphsub.layer_fusion import LBDFCost, check_plan, fusion_graph
+from graphsub.layer_fusion.explain import GNNExplainerX, PGExplainerX, RGExplainerX, invalid_groups_for_fit
+from graphsub.layer_fusion.gnn import ValidityClassifier, build_dataset, group_edges, train
+from graphsub.layer_fusion.graph import FusionGraph, OpGeom
+from graphsub.layer_fusion.moves import random_plan
+from graphsub.layer_fusion.plan import FusionPlan, Group
+from graphsub.layer_fusion.repair import ExplainerRepair, RandomRepair
+from graphsub.layer_fusion.split import GreedySplitter, candidate_cuts
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """GNN classifier of fusion-group validity (the paper's §III-B / §IV-A): does a group fit the buffer?
 
-A fusion group ``phi`` of a :class:`~graphsub.fusion.graph.FusionGraph` at buffer ``beta`` becomes a
+A fusion group ``phi`` of a :class:`~graphsub.layer_fusion.graph.FusionGraph` at buffer ``beta`` becomes a
 small graph: one node per op, the op-to-op edges inside ``phi`` made undirected (PyG's
 ``GraphConv`` passes messages source -> target only), and per node the features
 
@@ -16,7 +16,7 @@ The model (:class:`ValidityGNN`) is the paper's: 4 ``GraphConv`` (k-GNN, Morris 
 width 128 with ReLU, a sum readout (``global_add_pool``) and ``Linear(128, 1)`` giving one
 *invalid* logit (label 1 = ``F_beta(phi) >= beta``).
 
-:func:`build_dataset` draws groups from random plans (:func:`~graphsub.fusion.moves.random_plan`,
+:func:`build_dataset` draws groups from random plans (:func:`~graphsub.layer_fusion.moves.random_plan`,
 the Random Search proposal, with the ops unfusable at each buffer size kept alone) of the zoo CNNs
 at ``beta`` in {128, 256, 512, 1024, 2048} KB and labels every group at every buffer size where
 none of its ops is unfusable, from the cost model (LBDF or BRR; BRR leaves out the
@@ -48,9 +48,9 @@ import torch
 from torch import Tensor, nn
 
 from graphsub.errors import GraphsubError
-from graphsub.fusion.cost import KB, CostConfig, FusionCostModel
-from graphsub.fusion.graph import FusionGraph
-from graphsub.fusion.plan import Group
+from graphsub.layer_fusion.cost import KB, CostConfig, FusionCostModel
+from graphsub.layer_fusion.graph import FusionGraph
+from graphsub.layer_fusion.plan import Group
 
 BUFFERS_KB = (128, 256, 512, 1024, 2048)
 KINDS = ("conv", "dwconv", "dense", "pool", "global", "join", "resize", "pad", "eltwise")
@@ -243,8 +243,8 @@ class ValidityClassifier:
 
 
 def default_weights(scheme: str) -> Path:
-    """The packaged weights of ``scheme`` (``graphsub/fusion/weights/<scheme>.pt``)."""
-    return Path(str(resources.files("graphsub.fusion") / "weights" / f"{scheme}.pt"))
+    """The packaged weights of ``scheme`` (``graphsub/layer_fusion/weights/<scheme>.pt``)."""
+    return Path(str(resources.files("graphsub.layer_fusion") / "weights" / f"{scheme}.pt"))
 
 
 def load_classifier(scheme: str, path: str | Path | None = None) -> ValidityClassifier:
@@ -302,8 +302,8 @@ def build_dataset(models: Iterable[str], scheme: str, plans_per_buffer: int = 20
     """Groups (>= 2 ops) of ``plans_per_buffer`` random plans per model and buffer size, labelled
     at every buffer size of ``buffers_kb`` where none of their ops is unfusable."""
     from graphsub import zoo
-    from graphsub.fusion import cost_model, fusion_graph
-    from graphsub.fusion.moves import random_plan
+    from graphsub.layer_fusion import cost_model, fusion_graph
+    from graphsub.layer_fusion.moves import random_plan
 
     config = config or CostConfig()
     rng = random.Random(seed)

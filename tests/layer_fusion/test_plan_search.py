@@ -10,11 +10,11 @@ import pytest
 
 from graphsub import zoo
 from graphsub.errors import GraphsubError
-from graphsub.fusion import BRRCost, FusionPlan, LBDFCost, check_plan, fusion_graph
-from graphsub.fusion.moves import crossover, mutate, random_plan, random_split
-from graphsub.fusion.plan import quotient_cycle
-from graphsub.fusion.repair import RandomRepair, get_repair
-from graphsub.fusion.search import cost_singletons, search
+from graphsub.layer_fusion import BRRCost, FusionPlan, LBDFCost, check_plan, fusion_graph
+from graphsub.layer_fusion.moves import crossover, mutate, random_plan, random_split
+from graphsub.layer_fusion.plan import quotient_cycle
+from graphsub.layer_fusion.repair import RandomRepair, get_repair
+from graphsub.layer_fusion.search import cost_singletons, search
 
 FG = {name: fusion_graph(zoo.get(name)) for name in ("resnet18", "mobilenet_v2", "efficientnet_b0")}
 

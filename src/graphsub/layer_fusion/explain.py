@@ -2,8 +2,8 @@
 
 Each explainer maps ``(cost model, group)`` to a ranked list of op edges ``(src, dst)`` of the
 group (``src < dst``), most responsible first, at most ``top_k`` of them.  They explain the
-:class:`~graphsub.fusion.gnn.ValidityClassifier`'s *invalid* logit; the recursive greedy split
-(:mod:`graphsub.fusion.split`) turns the edges into candidate cuts.
+:class:`~graphsub.layer_fusion.gnn.ValidityClassifier`'s *invalid* logit; the recursive greedy split
+(:mod:`graphsub.layer_fusion.split`) turns the edges into candidate cuts.
 
 * :class:`GNNExplainerX` -- PyG's ``GNNExplainer`` (graph level, ``explanation_type='model'``,
   ``edge_mask_type='object'``), optimised from scratch for every group (reference §4).
@@ -26,8 +26,8 @@ is the max of its two directions.  Explanations are memoized per ``(cost model, 
 
 >>> import random
 >>> from graphsub import zoo
->>> from graphsub.fusion import LBDFCost, fusion_graph
->>> from graphsub.fusion.gnn import build_dataset, train
+>>> from graphsub.layer_fusion import LBDFCost, fusion_graph
+>>> from graphsub.layer_fusion.gnn import build_dataset, train
 >>> ds = build_dataset(["resnet18"], "lbdf", plans_per_buffer=4, buffers_kb=(256,), seed=0)
 >>> clf, _ = train(ds, epochs=1, seed=0)
 >>> cost = LBDFCost(ds.graphs["resnet18"], 256 * 1024)
@@ -48,9 +48,9 @@ import torch
 from torch import Tensor, nn
 
 from graphsub.errors import GraphsubError
-from graphsub.fusion.cost import FusionCostModel
-from graphsub.fusion.gnn import ValidityClassifier, group_edges, torch_threads
-from graphsub.fusion.plan import Group
+from graphsub.layer_fusion.cost import FusionCostModel
+from graphsub.layer_fusion.gnn import ValidityClassifier, group_edges, torch_threads
+from graphsub.layer_fusion.plan import Group
 
 Edge = tuple[int, int]
 MODEL_CONFIG = {"mode": "binary_classification", "task_level": "graph", "return_type": "raw"}
@@ -347,7 +347,7 @@ def invalid_groups_for_fit(cost: FusionCostModel, rng: random.Random, plans: int
                            limit: int = 64) -> list[Group]:
     """Invalid groups (>= 2 ops) of random plans of ``cost``: training data for PG / RG when no
     pre-trained parameters are available."""
-    from graphsub.fusion.moves import random_plan
+    from graphsub.layer_fusion.moves import random_plan
 
     out: dict[Group, None] = {}
     for _ in range(plans):

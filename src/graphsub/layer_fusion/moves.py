@@ -1,6 +1,6 @@
 """Random plans, random group splits and the local-search moves (shift, merge, split).
 
-Every function here returns a *well-formed* plan (see :func:`graphsub.fusion.plan.check_plan`)
+Every function here returns a *well-formed* plan (see :func:`graphsub.layer_fusion.plan.check_plan`)
 when given one, and never fuses an op of ``fixed`` (the unfusable ops).  Randomness comes only
 from the ``random.Random`` passed in, so equal seeds give equal plans.
 
@@ -15,8 +15,8 @@ from the ``random.Random`` passed in, so equal seeds give equal plans.
 
 >>> import random
 >>> from graphsub import zoo
->>> from graphsub.fusion.graph import fusion_graph
->>> from graphsub.fusion.plan import check_plan
+>>> from graphsub.layer_fusion.graph import fusion_graph
+>>> from graphsub.layer_fusion.plan import check_plan
 >>> fg = fusion_graph(zoo.get("mobilenet_v2"))
 >>> rng = random.Random(0)
 >>> p = random_plan(fg, rng, p=0.8)
@@ -30,8 +30,8 @@ from __future__ import annotations
 import random
 from collections.abc import Collection
 
-from graphsub.fusion.graph import FusionGraph
-from graphsub.fusion.plan import FusionPlan, Group, components, is_connected, quotient_cycle
+from graphsub.layer_fusion.graph import FusionGraph
+from graphsub.layer_fusion.plan import FusionPlan, Group, components, is_connected, quotient_cycle
 
 MOVES = ("shift", "merge", "split")
 
@@ -108,16 +108,25 @@ def random_split(fg: FusionGraph, group: Group, rng: random.Random) -> list[Grou
     return components(fg, order[:k]) + components(fg, order[k:])
 
 
-def _boundary_edges(fg: FusionGraph, labels: tuple[int, ...], fixed: Collection[int]) -> list[tuple[int, int]]:
-    return [(u, v) for u, v in fg.edges() if labels[u] != labels[v] and u not in fixed and v not in fixed]
+def _boundary_edge(fg: FusionGraph, labels: tuple[int, ...], rng: random.Random,
+                   fixed: Collection[int]) -> tuple[int, int] | None:
+    """A random edge between two groups (neither end in ``fixed``), or ``None`` if there is none."""
+    edges = [(u, v) for u, v in fg.edges() if labels[u] != labels[v] and u not in fixed and v not in fixed]
+    return edges[rng.randrange(len(edges))] if edges else None
+
+
+def _acyclic(fg: FusionGraph, labels: list[int]) -> FusionPlan | None:
+    """The plan of ``labels`` if its quotient graph is acyclic, else ``None``."""
+    cand = FusionPlan.from_labels(labels)
+    return cand if quotient_cycle(fg, cand.labels) is None else None
 
 
 def _shift(fg: FusionGraph, plan: FusionPlan, rng: random.Random, fixed: Collection[int]) -> FusionPlan | None:
     lab = plan.labels
-    edges = _boundary_edges(fg, lab, fixed)
-    if not edges:
+    edge = _boundary_edge(fg, lab, rng, fixed)
+    if edge is None:
         return None
-    u, v = edges[rng.randrange(len(edges))]
+    u, v = edge
     mover, target = (u, lab[v]) if rng.random() < 0.5 else (v, lab[u])
     src = plan.groups[lab[mover]]
     rest = tuple(x for x in src if x != mover)
@@ -125,19 +134,16 @@ def _shift(fg: FusionGraph, plan: FusionPlan, rng: random.Random, fixed: Collect
         return None
     new = list(lab)
     new[mover] = target
-    cand = FusionPlan.from_labels(new)
-    return cand if quotient_cycle(fg, cand.labels) is None else None
+    return _acyclic(fg, new)
 
 
 def _merge(fg: FusionGraph, plan: FusionPlan, rng: random.Random, fixed: Collection[int]) -> FusionPlan | None:
     lab = plan.labels
-    edges = _boundary_edges(fg, lab, fixed)
-    if not edges:
+    edge = _boundary_edge(fg, lab, rng, fixed)
+    if edge is None:
         return None
-    u, v = edges[rng.randrange(len(edges))]
-    a, b = lab[u], lab[v]
-    cand = FusionPlan.from_labels([a if x == b else x for x in lab])
-    return cand if quotient_cycle(fg, cand.labels) is None else None
+    a, b = lab[edge[0]], lab[edge[1]]
+    return _acyclic(fg, [a if x == b else x for x in lab])
 
 
 def _split(fg: FusionGraph, plan: FusionPlan, rng: random.Random, fixed: Collection[int]) -> FusionPlan | None:
