@@ -21,8 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from graphsub.cli.common import Exit, JsonOpt, SeedOpt, fail, load_graph, out
-from graphsub.errors import GraphsubError
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, exits, fail, load_graph, out
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2}
 
@@ -62,37 +61,16 @@ def fuse_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Search a layer-fusion plan for a CNN and print its DRAM traffic, MBU and group count."""
-    from graphsub.layer_fusion import SCHEMES, CostConfig, cost_model, fusion_graph
-    from graphsub.layer_fusion.repair import get_repair
-    from graphsub.layer_fusion.search import ALGORITHMS, cost_singletons, search
+    from graphsub.layer_fusion import CostConfig, cost_model, fusion_graph
+    from graphsub.layer_fusion.search import cost_singletons, search
 
-    if scheme not in SCHEMES:
-        fail(Exit.USAGE, f"unknown --scheme {scheme!r}; choose from {sorted(SCHEMES)}", as_json)
-    if algo not in ALGORITHMS:
-        fail(Exit.USAGE, f"unknown --algo {algo!r}; choose from {list(ALGORITHMS)}", as_json)
-    if budget < 1:
-        fail(Exit.USAGE, f"--budget must be at least 1 plan, got {budget}", as_json)
-    if bytes_per_elem < 1:
-        fail(Exit.USAGE, f"--bytes-per-elem must be at least 1, got {bytes_per_elem}", as_json)
-    try:
-        buffer_bytes = parse_buffer(buffer)
-    except ValueError as e:
-        fail(Exit.USAGE, str(e), as_json)
-    if model_weights is not None and not (model_weights.is_file() and model_weights.with_suffix(".json").is_file()):
-        fail(Exit.USAGE, f"--model-weights {model_weights}: need the .pt file and its .json beside it", as_json)
-    try:
-        repair_fn = get_repair(repair, model_weights) if repair != "random" else get_repair(repair)
-    except GraphsubError as e:
-        fail(Exit.USAGE, str(e), as_json)
-    if plot is not None and not plot.resolve().parent.is_dir():
-        fail(Exit.CANNOT_WRITE, f"{plot}: directory {plot.parent} does not exist", as_json)
+    buffer_bytes, repair_fn = _check_options(scheme, algo, buffer, repair, model_weights, budget, bytes_per_elem,
+                                             plot, as_json)
     graph = load_graph(model, None, as_json)
-    try:
+    with exits(as_json):
         fg = fusion_graph(graph)
         cost = cost_model(fg, scheme, buffer_bytes, CostConfig(bytes_per_elem, weights_in_dram))
         result = search(cost, algo, budget, seed, repair_fn)
-    except GraphsubError as e:
-        fail(Exit.BAD_INPUT, str(e), as_json)
     base = cost.evaluate(cost_singletons(cost))
     data: dict[str, Any] = {
         "model": fg.name,
@@ -121,19 +99,54 @@ def fuse_cmd(
     if as_json:
         print(json.dumps(data))
         return
-    out.print(f"[bold]{fg.name}[/] {scheme.upper()} buffer {buffer_bytes / 1024:g} KB, {algo} + {repair} repair, "
+    _print_plan(data, result, base, cost, buffer_bytes, algo, repair)
+
+
+def _check_options(scheme: str, algo: str, buffer: str, repair: str, model_weights: Path | None, budget: int,
+                   bytes_per_elem: int, plot: Path | None, as_json: bool) -> tuple[int, Any]:
+    """Validate the options (usage errors, exit 2; a plot directory that does not exist, exit 4) before any
+    work: ``(buffer bytes, repair function)``."""
+    from graphsub.layer_fusion import SCHEMES
+    from graphsub.layer_fusion.repair import get_repair
+    from graphsub.layer_fusion.search import ALGORITHMS
+
+    if scheme not in SCHEMES:
+        fail(Exit.USAGE, f"unknown --scheme {scheme!r}; choose from {sorted(SCHEMES)}", as_json)
+    if algo not in ALGORITHMS:
+        fail(Exit.USAGE, f"unknown --algo {algo!r}; choose from {list(ALGORITHMS)}", as_json)
+    if budget < 1:
+        fail(Exit.USAGE, f"--budget must be at least 1 plan, got {budget}", as_json)
+    if bytes_per_elem < 1:
+        fail(Exit.USAGE, f"--bytes-per-elem must be at least 1, got {bytes_per_elem}", as_json)
+    try:
+        buffer_bytes = parse_buffer(buffer)
+    except ValueError as e:
+        fail(Exit.USAGE, str(e), as_json)
+    if model_weights is not None and not (model_weights.is_file() and model_weights.with_suffix(".json").is_file()):
+        fail(Exit.USAGE, f"--model-weights {model_weights}: need the .pt file and its .json beside it", as_json)
+    with exits(as_json, default=Exit.USAGE):
+        repair_fn = get_repair(repair, model_weights) if repair != "random" else get_repair(repair)
+    if plot is not None and not plot.resolve().parent.is_dir():
+        fail(Exit.CANNOT_WRITE, f"{plot}: directory {plot.parent} does not exist", as_json)
+    return buffer_bytes, repair_fn
+
+
+def _print_plan(data: dict[str, Any], result: Any, base: Any, cost: Any, buffer_bytes: int, algo: str,
+                repair: str) -> None:
+    scheme, name, num_ops = data["scheme"], data["model"], data["num_ops"]
+    out.print(f"[bold]{name}[/] {scheme.upper()} buffer {buffer_bytes / 1024:g} KB, {algo} + {repair} repair, "
               f"{result.evaluated_plans} plans in {result.time_s:.2f}s")
     out.print(f"  DRAM      {result.cost.dram_mb:.3f} MB (no fusion: {base.dram_mb:.3f} MB)")
     out.print(f"  MBU       {result.cost.mbu_kb:.3f} KB")
-    out.print(f"  groups    {result.cost.num_groups} ({fg.num_ops} ops, {len(cost.unfusable)} unfusable)")
+    out.print(f"  groups    {result.cost.num_groups} ({num_ops} ops, {len(cost.unfusable)} unfusable)")
     out.print(f"  valid     {'yes' if result.cost.valid else 'NO'}")
     if "repair_stats" in data and data["repair_stats"]["groups_repaired"]:
         st = data["repair_stats"]
         out.print(f"  repair    {st['rectified']}/{st['groups_repaired']} invalid groups rectified by the "
                   f"explainer ({100 * st['rectify_rate']:.1f}%; {100 * st['one_cut_rate']:.1f}% by the first cut), "
                   f"{st['explain_split_s']:.2f}s explaining/splitting")
-    if plot is not None:
-        out.print(f"  picture   {plot}")
+    if "plot" in data:
+        out.print(f"  picture   {data['plot']}")
 
 
 __all__ = ["fuse_cmd", "parse_buffer"]
