@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 
-from graphsub.dynamic.bench import BenchConfig, Runner, load_workload, run_prefetch
+from graphsub.bench.dynamic import BenchConfig, Runner, load_workload, run_prefetch
 
 OUT = Path(__file__).parent / "results"
 

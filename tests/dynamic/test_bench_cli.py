@@ -39,7 +39,7 @@ def test_dynamic_bench_seqlstm_and_usage_errors() -> None:
 
 @pytest.mark.slow
 def test_pattern_backends_agree_and_time() -> None:
-    from graphsub.dynamic.bench import bench_backends
+    from graphsub.bench.dynamic import bench_backends
 
     rows = bench_backends(depth=3, hidden=8, emb=12, reps=3)
     assert {r["backend"] for r in rows} == {"python", "fx", "inductor"}

@@ -19,7 +19,7 @@ def _f(x: Any, spec: str = ".1f") -> str:
 
 
 def _print(res: dict[str, Any]) -> None:
-    from graphsub.dynamic.bench import STAGE_LABELS, STAGES
+    from graphsub.bench.dynamic import STAGE_LABELS, STAGES
 
     con = wide(160)
     cfg = res["config"]
@@ -78,7 +78,7 @@ def bench_cmd(
 ) -> None:
     """Eager vs traced vs reuse (thesis) vs reuse+batch vs prefetch per stage, Tables 6.3 / 6.4, training
     equivalence (eager vs the best mode)."""
-    from graphsub.dynamic.bench import MODES, WORKLOADS, BenchConfig, bench_backends, run_bench
+    from graphsub.bench.dynamic import MODES, WORKLOADS, BenchConfig, bench_backends, run_bench
 
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     bad = [m for m in mode_list if m not in MODES]

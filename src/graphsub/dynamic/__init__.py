@@ -15,7 +15,7 @@ signature-keyed batching of independent occurrences.
   masks), run with autograd;
 * :mod:`graphsub.dynamic.prefetch` -- :func:`prefetch`: worker processes record and plan the next batches
   while the main process runs the current one;
-* :mod:`graphsub.dynamic.bench` -- the end-to-end comparison of the modes (``graphsub dynamic bench``);
+* :mod:`graphsub.bench.dynamic` -- the end-to-end comparison of the modes (``graphsub dynamic bench``);
 * :mod:`graphsub.dynamic.workloads` -- what all this is measured on: SST trees, the synthetic treebank,
   the binary Tree-LSTM and a sequence LSTM written as plain eager PyTorch (they import nothing of the
   machinery above).

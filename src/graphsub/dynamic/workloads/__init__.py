@@ -8,5 +8,5 @@
 
 Nothing here knows about lazy tracing: the models run eagerly as they are, and the machinery records them
 from the outside (``with lazy(engine): loss = batch_loss(model, trees)``).  Imports go one way: the
-machinery (:mod:`graphsub.dynamic.bench`) imports the workloads, never the reverse.
+machinery (:mod:`graphsub.bench.dynamic`) imports the workloads, never the reverse.
 """
