@@ -63,13 +63,11 @@ from graphsub.cost.base import (
     SumCostModel,
     const_mask,
     describe_sig,
-    is_free,
-    weight_bytes,
-    weight_only_map,
 )
 from graphsub.cost.env import default_cache_path, machine_key
 from graphsub.cost.env import llc_bytes as default_llc_bytes
 from graphsub.errors import GraphsubError
+from graphsub.ir.analysis import is_free, weight_bytes, weight_only_map
 from graphsub.ir.builder import Builder
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig

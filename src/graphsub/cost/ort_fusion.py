@@ -38,18 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.cost.analytic import analytic_cost
-from graphsub.cost.base import (
-    ZERO,
-    Cost,
-    Limits,
-    Objective,
-    const_mask,
-    describe_sig,
-    expand,
-    is_free,
-    weight_only_map,
-)
+from graphsub.cost.base import ZERO, Cost, Limits, Objective, const_mask, describe_sig
 from graphsub.cost.measured import MeasuredCostModel, OpTimeCache, one_node_graph
+from graphsub.ir.analysis import expand, is_free, weight_only_map
 from graphsub.ir.builder import Builder, Value
 from graphsub.ir.graph import Graph
 from graphsub.ir.types import stable_digest
