@@ -7,13 +7,15 @@ which inputs are constants -- and :class:`SumCostModel` turns that into graph co
 
 * ``graph_cost(g) = base + sum(cost of every node that is neither a leaf nor weight-only)``.
   Weight-only nodes (``concat`` of two kernels, ``enlarge``, ...) are folded before run time
-  (DESIGN.md, "weights are data, not cost"), so they are free; so are inputs and weights.
+  (DESIGN.md, "weights are data, not cost"), so they are free; so are inputs and weights
+  (:func:`graphsub.ir.analysis.is_free`).
 * ``delta(parent, child)`` for a child made by one edit (``child.edit_info()``) re-costs only
   the added, removed and touched nodes (and, for context-dependent models, their
   neighbourhood): O(change).  Invariant: ``parent_cost + delta == graph_cost(child)`` (up to
   float rounding) whenever no limit is violated.
-* :class:`Limits` are hard constraints: a graph whose peak memory (liveness walk of the
-  topological order, O(graph)) or any cost dimension exceeds its limit costs :meth:`Cost.inf`.
+* :class:`Limits` are hard constraints: a graph whose peak memory
+  (:func:`graphsub.ir.analysis.peak_memory`, O(graph)) or any cost dimension exceeds its limit
+  costs :meth:`Cost.inf`.
 * A *scalarization* (``objective``: weights per dimension) turns a cost into the number a
   search minimises (:meth:`Cost.scalar`); infinite costs scalarize to ``inf``.
 
@@ -136,8 +138,9 @@ ZERO = Cost()
 class Limits:
     """Hard limits: a graph over any of them costs :meth:`Cost.inf`.
 
-    ``peak_memory_bytes`` bounds :func:`peak_memory` (folded constants + peak live activations);
-    ``max_cost`` bounds additive dimensions of the graph cost (e.g. ``{"time_ms": 5.0}``).
+    ``peak_memory_bytes`` bounds :func:`~graphsub.ir.analysis.peak_memory` (folded constants +
+    peak live activations); ``max_cost`` bounds additive dimensions of the graph cost (e.g.
+    ``{"time_ms": 5.0}``).
 
     >>> Limits(peak_memory_bytes=1 << 20).active
     True

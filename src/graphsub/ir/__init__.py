@@ -1,4 +1,5 @@
-"""Graph IR: interned nodes, immutable graphs with O(change) edits, builder, text format.
+"""Graph IR: interned nodes, immutable graphs with O(change) edits, builder, text format, and the
+analyses shared by cost models, rules and reports (:mod:`graphsub.ir.analysis`).
 
 >>> from graphsub.ir import Builder
 >>> b = Builder()

@@ -145,9 +145,9 @@ def _derive(parent_map: immutables.Map[int, bool], child: Graph) -> tuple[immuta
 def is_weight_only(graph: Graph, ref: Ref | int) -> bool:
     """Whether a value (or node ``ref``) depends on weights/constants only (no graph input).
 
-    The matcher's query: a leaf or zero-input constant is decided from its node (O(1));
-    anything else reads :func:`weight_only_map` (cached; O(change) for a graph made by an edit of
-    a graph whose map was known).
+    The matcher's query: O(1) once the graph's map is known; before that, a leaf or zero-input
+    constant is decided from its node, and anything else builds :func:`weight_only_map` (O(change)
+    for a graph made by an edit of a graph whose map was known, else O(graph)).
 
     >>> from graphsub.ir.builder import Builder
     >>> b = Builder()
@@ -158,9 +158,12 @@ def is_weight_only(graph: Graph, ref: Ref | int) -> bool:
     (True, False, True)
     """
     nid = ref if isinstance(ref, int) else ref.node
-    if not graph.nodes[nid].inputs:
-        return _status(graph, nid, _EMPTY)
-    return weight_only_map(graph)[nid]
+    wo: immutables.Map[int, bool] | None = graph._cache.get(WEIGHT_ONLY_KEY)
+    if wo is None:
+        if not graph.nodes[nid].inputs:
+            return _status(graph, nid, _EMPTY)
+        wo = weight_only_map(graph)
+    return wo[nid]
 
 
 def is_free(graph: Graph, nid: int, wo: Mapping[int, bool] | None = None) -> bool:
