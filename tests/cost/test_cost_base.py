@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from graphsub import zoo
-from graphsub.cost import AnalyticCostModel, Cost, Limits, get_model, peak_memory, weight_only_map
-from graphsub.cost.base import ZERO, CostModel, CostModelError, SumCostModel, weight_only_update
+from graphsub.cost import AnalyticCostModel, Cost, Limits, get_model
+from graphsub.cost.base import ZERO, CostModel, CostModelError, SumCostModel
 from graphsub.cost.variants import merge_siblings
 from graphsub.ir import Builder, Graph
+from graphsub.ir.analysis import weight_only_map
 from graphsub.ir.node import Ref
-from graphsub.rules.match import is_weight_only
 
 
 def test_cost_arithmetic_is_fieldwise() -> None:
@@ -55,19 +55,6 @@ def _chain(n: int = 3, size: int = 256) -> Graph:
     return b.build(x)
 
 
-def test_peak_memory_liveness_by_hand() -> None:
-    # x (1 KiB) -> relu -> relu -> relu: at most input + one output alive = 2 KiB
-    assert peak_memory(_chain()).activation_peak_bytes == 2048
-    b = Builder()
-    x = b.input("x", (256,))
-    w = b.weight("w", (256,))
-    y = b.add(b.relu(x), b.sigmoid(x))  # x, relu(x), sigmoid(x) alive at once, then y
-    prof = peak_memory(b.build(b.mul(y, b.relu(w))))  # relu(w) is weight-only: a folded constant
-    assert prof.activation_peak_bytes == 3 * 1024
-    assert prof.const_bytes == 1024
-    assert prof.peak_bytes == 4 * 1024
-
-
 def test_limits_make_graph_infinite() -> None:
     g = _chain()
     ok = AnalyticCostModel("v100", limits=Limits(peak_memory_bytes=4096))
@@ -103,13 +90,6 @@ def test_weight_only_nodes_and_leaves_are_free() -> None:
     rows = m.breakdown(g)
     assert [r.sig.op for r in rows] == ["conv2d"]  # concat/enlarge of weights and the leaves cost nothing
     assert m.graph_cost(g).flops == 2 * 8 * 6 * 6 * 8 * 9
-
-
-@pytest.mark.parametrize("name", ["resnet", "squeezenet", "bert", "nasrnn"])
-def test_weight_only_map_matches_rules_definition(name: str) -> None:
-    g = zoo.get(name)
-    wo = weight_only_map(g)
-    assert all(wo[n] == is_weight_only(g, n) for n in g.nodes)
 
 
 @pytest.mark.parametrize("spec", ["flops", "bytes", "launches", "roofline:v100", "roofline:p100"])
@@ -175,12 +155,3 @@ def test_delta_touches_only_the_change() -> None:
     m.delta(g, child)
     # relu out, sigmoid in, rewired consumers and the producer, each in both graphs; the graph has 40 ops
     assert Counting.calls <= 10
-
-
-def test_weight_only_update_reports_status_changes() -> None:
-    g = zoo.get("squeezenet")
-    child = _fold_input_to_weight(g)
-    wo, changed = weight_only_update(g, child)
-    assert changed  # the consumer of the folded value became weight-only
-    full = weight_only_map(Graph.from_arena(dict(child.nodes), child.inputs, child.outputs, child.output_names))
-    assert all(wo[n] == full[n] for n in child.nodes)

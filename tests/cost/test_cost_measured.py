@@ -102,7 +102,13 @@ def test_opaque_nodes_are_measured(tmp_path: Path) -> None:
     m = MeasuredCostModel(cache=tmp_path / "c.sqlite", threads=1, **FAST)
     s = m.profile(g)
     assert s.misses == 1 and s.measured[0].startswith("opaque[op_type=Softsign")
-    assert m.graph_cost(g).time_ms >= 0
+    opq = next(iter(g.ops_of("opaque")))
+    stored = OpTimeCache(tmp_path / "c.sqlite").get(m.ctx, *m.key_of(g.nodes[opq].sig, (False,)))
+    assert stored is not None and stored.median_ms > 0 and stored.repeats >= FAST["min_repeats"]
+    # the cost is the stored timing less the session-call overhead (floored at 0), plus one call
+    op_ms = max(stored.median_ms - m.overhead_ms(), 0.0)
+    assert m.node_costs(g)[opq].time_ms == op_ms
+    assert m.graph_cost(g).time_ms == pytest.approx(m.overhead_ms() + op_ms) and m.overhead_ms() > 0
 
 
 def test_measured_delta_equals_difference(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from graphsub import zoo
 from graphsub.equivalence import equivalent
 from graphsub.errors import RuleError
 from graphsub.ir import Builder, Graph
+from graphsub.ir.analysis import is_weight_only
 from graphsub.ir.validate import validate
 from graphsub.rules import (
     Example,
@@ -23,7 +24,7 @@ from graphsub.rules import (
     rematch,
 )
 from graphsub.rules.apply import weight_only_nodes
-from graphsub.rules.match import is_weight_only, max_radius
+from graphsub.rules.match import max_radius
 from graphsub.rules.verify.numeric import verify_rule
 
 

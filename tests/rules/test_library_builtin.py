@@ -7,9 +7,9 @@ import pytest
 from graphsub import zoo
 from graphsub.equivalence import equivalent
 from graphsub.ir import Builder
+from graphsub.ir.analysis import is_weight_only
 from graphsub.rules import apply, explain, find_matches, get_set
 from graphsub.rules.library import builtin
-from graphsub.rules.match import is_weight_only
 from graphsub.rules.rule import Rule
 from graphsub.rules.verify.numeric import MIN_EXAMPLES, verify_rule
 

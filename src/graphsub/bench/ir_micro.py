@@ -46,8 +46,7 @@ def copy_graph(g: Graph) -> Graph:
 
 def fresh_hash(g: Graph) -> int:
     """Structural hash computed from scratch: per-node hashes and topological order cleared."""
-    for key in ("hash", "merkle", "parent_maps", "edit", "topo"):
-        g._cache.pop(key, None)
+    g.drop_derived()
     return g.structural_hash()
 
 

@@ -14,7 +14,7 @@ spec                   model
 ``measured:cuda``      per-op PyTorch/cuDNN timings on a CUDA GPU (:mod:`graphsub.cost.cuda`;
                        optional, needs a GPU)
 ``fused``              fusion-aware measured model for ``ORT_ENABLE_ALL``
-                       (:mod:`graphsub.cost.fusion`)
+                       (:mod:`graphsub.cost.ort_fusion`)
 ``...[min]``           a measured spec using the minimum of the repeats, not the median
                        (e.g. ``measured[min]``, ``fused[min]``)
 =====================  ==================================================================
@@ -43,11 +43,8 @@ from graphsub.cost.base import (
     CostModel,
     CostModelError,
     Limits,
-    MemoryProfile,
     OpCostRow,
     SumCostModel,
-    peak_memory,
-    weight_only_map,
 )
 
 MODEL_SPECS = ("flops", "bytes", "launches", "roofline:cpu", *(f"roofline:{d}" for d in GPU_PRESETS), "measured",
@@ -77,7 +74,7 @@ def get_model(spec: str, *, threads: int | None = None, cache: str | os.PathLike
         return MeasuredCostModel(cache=cache, threads=threads, optimization=arg or "disable", progress=progress,
                                  limits=limits, **kwargs)
     if kind == "fused":
-        from graphsub.cost.fusion import FusedMeasuredCostModel
+        from graphsub.cost.ort_fusion import FusedMeasuredCostModel
 
         return FusedMeasuredCostModel(cache=cache, threads=threads, optimization=arg or "all", progress=progress,
                                       limits=limits, **kwargs)
@@ -94,12 +91,9 @@ __all__ = [
     "CostModelError",
     "Device",
     "Limits",
-    "MemoryProfile",
     "OpCostRow",
     "SumCostModel",
     "analytic_cost",
     "get_device",
     "get_model",
-    "peak_memory",
-    "weight_only_map",
 ]

@@ -7,13 +7,15 @@ which inputs are constants -- and :class:`SumCostModel` turns that into graph co
 
 * ``graph_cost(g) = base + sum(cost of every node that is neither a leaf nor weight-only)``.
   Weight-only nodes (``concat`` of two kernels, ``enlarge``, ...) are folded before run time
-  (DESIGN.md, "weights are data, not cost"), so they are free; so are inputs and weights.
+  (DESIGN.md, "weights are data, not cost"), so they are free; so are inputs and weights
+  (:func:`graphsub.ir.analysis.is_free`).
 * ``delta(parent, child)`` for a child made by one edit (``child.edit_info()``) re-costs only
   the added, removed and touched nodes (and, for context-dependent models, their
   neighbourhood): O(change).  Invariant: ``parent_cost + delta == graph_cost(child)`` (up to
   float rounding) whenever no limit is violated.
-* :class:`Limits` are hard constraints: a graph whose peak memory (liveness walk of the
-  topological order, O(graph)) or any cost dimension exceeds its limit costs :meth:`Cost.inf`.
+* :class:`Limits` are hard constraints: a graph whose peak memory
+  (:func:`graphsub.ir.analysis.peak_memory`, O(graph)) or any cost dimension exceeds its limit
+  costs :meth:`Cost.inf`.
 * A *scalarization* (``objective``: weights per dimension) turns a cost into the number a
   search minimises (:meth:`Cost.scalar`); infinite costs scalarize to ``inf``.
 
@@ -31,13 +33,12 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import immutables
-
 from graphsub.errors import GraphsubError
+from graphsub.ir.analysis import expand, is_free, peak_memory, weight_only_map, weight_only_update
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig
 
@@ -137,8 +138,9 @@ ZERO = Cost()
 class Limits:
     """Hard limits: a graph over any of them costs :meth:`Cost.inf`.
 
-    ``peak_memory_bytes`` bounds :func:`peak_memory` (folded constants + peak live activations);
-    ``max_cost`` bounds additive dimensions of the graph cost (e.g. ``{"time_ms": 5.0}``).
+    ``peak_memory_bytes`` bounds :func:`~graphsub.ir.analysis.peak_memory` (folded constants +
+    peak live activations); ``max_cost`` bounds additive dimensions of the graph cost (e.g.
+    ``{"time_ms": 5.0}``).
 
     >>> Limits(peak_memory_bytes=1 << 20).active
     True
@@ -165,173 +167,13 @@ class Limits:
         return cost
 
 
-# ----------------------------------------------------------------------------- weight-only status
-
-_WO_KEY = "cost.weight_only"
-
-
-def _status(graph: Graph, nid: int, wo: Mapping[int, bool] | immutables.MapMutation[int, bool]) -> bool:
-    node = graph.nodes[nid]
-    op = node.sig.op
-    if op == "input":
-        return False
-    if not node.inputs:
-        return op == "weight" or node.sig.opdef.weight_op
-    return all(wo[r.node] for r in node.inputs)
-
-
-def weight_only_map(graph: Graph, parent: Graph | None = None) -> immutables.Map[int, bool]:
-    """Per node id: does its value depend on weights/constants only (no graph input)?
-
-    Same definition as :func:`graphsub.rules.match.is_weight_only`.  Cached on the graph; for a
-    graph made by an edit of ``parent`` it is derived from the parent's map in O(change) (see
-    :func:`weight_only_update`), otherwise computed in O(graph).
-    """
-    cached = graph._cache.get(_WO_KEY)
-    if cached is not None:
-        return cached
-    if parent is not None and graph.edit_info() is not None:
-        result, _ = weight_only_update(parent, graph)
-        return result
-    wo: dict[int, bool] = {}
-    for nid in graph.topo_order():
-        wo[nid] = _status(graph, nid, wo)
-    result = immutables.Map(wo)
-    graph._cache[_WO_KEY] = result
-    return result
-
-
-def weight_only_update(parent: Graph, child: Graph) -> tuple[immutables.Map[int, bool], set[int]]:
-    """The child's weight-only map and the ids (present in both) whose status changed.
-
-    Only the added and touched nodes are recomputed; a changed status propagates to consumers
-    until nothing changes (in practice: never, except for constant-folding rewrites).
-    """
-    info = child.edit_info()
-    if info is None:
-        raise CostModelError("weight_only_update needs a graph made by GraphEdit.commit()")
-    added, removed, touched = info
-    pm = weight_only_map(parent)
-    mut = pm.mutate()
-    for nid in removed:
-        if nid in mut:
-            del mut[nid]
-    for nid in sorted(added):  # new ids grow in creation order: a valid topological order
-        mut[nid] = _status(child, nid, mut)
-    changed: set[int] = set()
-    work = [n for n in touched if n in child.nodes]
-    while work:
-        nid = work.pop()
-        new = _status(child, nid, mut)
-        if mut.get(nid) != new:
-            mut[nid] = new
-            changed.add(nid)
-            work.extend(c for c, _ in child.users(nid))
-    result = mut.finish()
-    child._cache.setdefault(_WO_KEY, result)
-    return result, {n for n in changed if n in parent.nodes}
-
-
-def weight_bytes(graph: Graph, parent: Graph | None = None) -> int:
-    """Total bytes of the graph's weight leaves; cached, and O(change) from ``parent`` for a graph
-    made by an edit of it."""
-    cached = graph._cache.get("cost.weight_bytes")
-    if cached is not None:
-        return cached
-    info = graph.edit_info()
-    if parent is not None and info is not None:
-        added, removed, _ = info
-        total = weight_bytes(parent)
-        total += sum(graph.nodes[n].sig.out_types[0].nbytes for n in added if graph.nodes[n].sig.op == "weight")
-        total -= sum(parent.nodes[n].sig.out_types[0].nbytes for n in removed
-                     if n in parent.nodes and parent.nodes[n].sig.op == "weight")
-    else:
-        total = sum(graph.nodes[n].sig.out_types[0].nbytes for n in graph.ops_of("weight"))
-    graph._cache["cost.weight_bytes"] = total
-    return total
-
-
-def is_free(graph: Graph, nid: int, wo: Mapping[int, bool] | None = None) -> bool:
-    """Leaves and weight-only nodes cost nothing at run time."""
-    node = graph.nodes[nid]
-    if node.sig.opdef.leaf:
-        return True
-    return (wo if wo is not None else weight_only_map(graph))[nid]
+# ----------------------------------------------------------------------------- constness
 
 
 def const_mask(graph: Graph, nid: int, wo: Mapping[int, bool] | None = None) -> tuple[bool, ...]:
     """Per input slot of node ``nid``: is that input a (folded) constant?"""
     wo = wo if wo is not None else weight_only_map(graph)
     return tuple(wo[r.node] for r in graph.nodes[nid].inputs)
-
-
-# ----------------------------------------------------------------------------- peak memory
-
-
-@dataclass(frozen=True)
-class MemoryProfile:
-    """``peak_bytes = const_bytes + activation_peak_bytes``.
-
-    ``const_bytes``: the constants a run holds (weight-only values read by run-time nodes or
-    returned, i.e. the folded weights); ``activation_peak_bytes``: the most bytes of graph
-    inputs and intermediate values alive at once when nodes run in topological order and a
-    value is freed after its last consumer (graph outputs are never freed).
-    """
-
-    peak_bytes: int
-    const_bytes: int
-    activation_peak_bytes: int
-
-
-def peak_memory(graph: Graph) -> MemoryProfile:
-    """Liveness walk of ``graph.topo_order()`` (O(graph); cached on the graph).
-
-    >>> from graphsub.ir import Builder
-    >>> b = Builder()
-    >>> x = b.input("x", (256,))                 # 1 KiB
-    >>> y = b.relu(b.relu(b.relu(x)))            # at most two 1 KiB values alive at once
-    >>> peak_memory(b.build(y)).activation_peak_bytes
-    2048
-    """
-    cached = graph._cache.get("cost.peak_memory")
-    if cached is not None:
-        return cached
-    wo = weight_only_map(graph)
-    order = graph.topo_order()
-    pos = {nid: i for i, nid in enumerate(order)}
-    outputs = {r.node for r in graph.outputs}
-    const_refs: set[tuple[int, int]] = set()
-    last_use: dict[int, int] = {}
-    for nid in order:
-        node = graph.nodes[nid]
-        if is_free(graph, nid, wo):
-            continue
-        for r in node.inputs:
-            if wo[r.node]:
-                const_refs.add((r.node, r.index))
-            else:
-                last_use[r.node] = max(last_use.get(r.node, -1), pos[nid])
-    for r in graph.outputs:
-        if wo[r.node]:
-            const_refs.add((r.node, r.index))
-    const_bytes = sum(graph.type_of(r).nbytes for r in const_refs)
-    frees: dict[int, list[int]] = {}
-    for nid, last in last_use.items():
-        if nid not in outputs:
-            frees.setdefault(last, []).append(nid)
-    live = sum(graph.type_of((i, 0)).nbytes for i in graph.inputs)
-    peak = live
-    for i, nid in enumerate(order):
-        node = graph.nodes[nid]
-        if node.sig.op == "input" or is_free(graph, nid, wo):
-            continue
-        live += sum(t.nbytes for t in node.sig.out_types)
-        peak = max(peak, live)
-        for dead in frees.get(i, ()):
-            live -= sum(t.nbytes for t in graph.nodes[dead].sig.out_types)
-    result = MemoryProfile(const_bytes + peak, const_bytes, peak)
-    graph._cache["cost.peak_memory"] = result
-    return result
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -513,24 +355,6 @@ class SumCostModel:
         return out
 
 
-def expand(parent: Graph, child: Graph, seeds: Iterable[int], hops: int) -> set[int]:
-    """``seeds`` plus every node within ``hops`` producer/consumer edges in either graph."""
-    region = set(seeds)
-    frontier = set(region)
-    for _ in range(hops):
-        nxt: set[int] = set()
-        for g in (parent, child):
-            for nid in frontier:
-                node = g.nodes.get(nid)
-                if node is None:
-                    continue
-                nxt.update(r.node for r in node.inputs)
-                nxt.update(c for c, _ in g.users(nid))
-        frontier = nxt - region
-        region |= nxt
-    return region
-
-
 __all__ = [
     "DIMS",
     "ZERO",
@@ -538,15 +362,8 @@ __all__ = [
     "CostModel",
     "CostModelError",
     "Limits",
-    "MemoryProfile",
     "OpCostRow",
     "SumCostModel",
     "const_mask",
     "describe_sig",
-    "expand",
-    "is_free",
-    "peak_memory",
-    "weight_bytes",
-    "weight_only_map",
-    "weight_only_update",
 ]

@@ -63,13 +63,11 @@ from graphsub.cost.base import (
     SumCostModel,
     const_mask,
     describe_sig,
-    is_free,
-    weight_bytes,
-    weight_only_map,
 )
 from graphsub.cost.env import default_cache_path, machine_key
 from graphsub.cost.env import llc_bytes as default_llc_bytes
 from graphsub.errors import GraphsubError
+from graphsub.ir.analysis import is_free, weight_bytes, weight_only_map
 from graphsub.ir.builder import Builder
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig
@@ -487,13 +485,17 @@ class MeasuredCostModel(SumCostModel):
         wo = weight_only_map(graph)
         out: dict[tuple[str, str], tuple[str, Any]] = {}
         for nid in graph.topo_order():
-            if is_free(graph, nid, wo):
-                continue
-            sig, mask = graph.nodes[nid].sig, const_mask(graph, nid, wo)
-            key = self.key_of(sig, mask)
-            if key not in out:
-                out[key] = (describe_sig(sig, 400), lambda s=sig, c=mask: one_node_graph(s, c))
+            if not is_free(graph, nid, wo):
+                self._add_items(graph, nid, wo, out)
         return out
+
+    def _add_items(self, graph: Graph, nid: int, wo: Mapping[int, bool],
+                   out: dict[tuple[str, str], tuple[str, Any]]) -> None:
+        """Add the key run-time node ``nid`` is priced by (a one-node model) to ``out`` if new."""
+        sig, mask = graph.nodes[nid].sig, const_mask(graph, nid, wo)
+        key = self.key_of(sig, mask)
+        if key not in out:
+            out[key] = (describe_sig(sig, 400), lambda s=sig, c=mask: one_node_graph(s, c))
 
     def profile(self, graph: Graph, progress: bool | None = None) -> ProfileStats:
         """Make sure every run-time node of ``graph`` is timed; measure only the missing keys."""

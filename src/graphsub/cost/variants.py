@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from graphsub.cost.base import weight_only_map
 from graphsub.errors import GraphsubError
+from graphsub.ir.analysis import weight_only_map
 from graphsub.ir.builder import Builder, Value
 from graphsub.ir.edit import GraphEdit
 from graphsub.ir.graph import Graph

@@ -1,4 +1,5 @@
-"""Graph IR: interned nodes, immutable graphs with O(change) edits, builder, text format.
+"""Graph IR: interned nodes, immutable graphs with O(change) edits, builder, text format, and the
+analyses shared by cost models, rules and reports (:mod:`graphsub.ir.analysis`).
 
 >>> from graphsub.ir import Builder
 >>> b = Builder()
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import graphsub.ops  # noqa: F401  (registers the operators the IR needs)
 from graphsub.ir.builder import Builder, Value
-from graphsub.ir.graph import Graph, GraphEdit
+from graphsub.ir.edit import GraphEdit
+from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, OpSig, Ref, make_sig
 from graphsub.ir.types import TensorType, make_type
 

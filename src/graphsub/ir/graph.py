@@ -49,6 +49,7 @@ import immutables
 import numpy as np
 
 from graphsub.errors import GraphError, ShapeError
+from graphsub.ir.edit import PARENT_MAPS_KEY, GraphEdit
 from graphsub.ir.node import Node, Ref
 from graphsub.ir.types import TensorType, dtype_of
 
@@ -246,6 +247,15 @@ class Graph:
             return None
         return self._cache["added"], self._cache["removed"], self._cache["touched"]
 
+    def drop_derived(self) -> None:
+        """Forget every cached derived value (topological order, hashes, levels, analyses) and the
+        parent's maps kept for incremental updates, so the next query recomputes it from scratch
+        in O(graph); the edit provenance (:meth:`edit_info`) stays.  Results never change: this is
+        for cold-cache measurements."""
+        kept: dict[str, Any] = {k: self._cache[k] for k in ("added", "removed", "touched") if k in self._cache}
+        self._cache.clear()
+        self._cache.update(kept)
+
     def __len__(self) -> int:
         return len(self.nodes)
 
@@ -337,7 +347,7 @@ class Graph:
         combine = _DERIVED[kind]
         nodes = self.nodes
         h: dict[int, int] = {}
-        parent_map = self._cache.get("parent_maps", {}).get(kind)
+        parent_map = self._cache.get(PARENT_MAPS_KEY, {}).get(kind)
         edit = self._cache.get("edit")
         if parent_map is None or edit is None:
             for nid in self.topo_order():
@@ -443,6 +453,4 @@ def _restore_graph(fields: dict[str, Any]) -> Graph:
     return Graph._make(**fields)
 
 
-__all__ = ["LEAF_OPS", "Graph", "GraphEdit"]
-
-from graphsub.ir.edit import GraphEdit  # noqa: E402  (edit.py needs Graph)
+__all__ = ["LEAF_OPS", "Graph"]

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError, RuleError
+from graphsub.ir.analysis import is_weight_only
 from graphsub.ir.edit import GraphEdit
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
 from graphsub.ir.types import TensorType, array_digest, dtype_of
 from graphsub.ops.registry import REGISTRY
-from graphsub.rules.match import Match, MatchView, is_weight_only
+from graphsub.rules.match import Match, MatchView
 
 
 class TargetBuilder:
@@ -53,13 +54,8 @@ class TargetBuilder:
         """A new constant weight holding ``value`` (named from its content)."""
         arr = np.asarray(value, dtype=dtype)
         name = f"c{array_digest(arr) & 0xFFFFFFFFFFFF:012x}"
-        existing = self.edit.base.leaves.get(name)
-        if existing is not None:
-            return Ref(existing, 0)
-        try:
-            return self.edit.weight(name, arr)
-        except GraphsubError:  # same constant twice in one target
-            return Ref(self.edit._new_leaves[name], 0)
+        existing = self.edit.find_leaf(name)  # in the graph, or the same constant twice in one target
+        return Ref(existing, 0) if existing is not None else self.edit.weight(name, arr)
 
     def copy(self, node: Node, *inputs: Ref) -> Any:
         """A node with the same op and attributes as ``node`` on new inputs (wildcards)."""
@@ -149,7 +145,7 @@ def fold_weights(graph: Graph, *, only_with_data: bool = True) -> Graph:
     edit = graph.edit()
     for ref, arr in values.items():
         name = f"folded_{array_digest(arr) & 0xFFFFFFFFFFFF:012x}"
-        existing = graph.leaves.get(name) or edit._new_leaves.get(name)
+        existing = edit.find_leaf(name)
         new = Ref(existing, 0) if existing is not None else edit.weight(name, arr)
         edit.replace(ref, new)
     return edit.commit()

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import RuleError
+from graphsub.ir.analysis import is_weight_only, neighbourhood
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
 from graphsub.ir.types import TensorType
@@ -125,37 +126,6 @@ class MatchView:
 
     def producer_op(self, name: str) -> str:
         return self.graph.nodes[self[name].node].sig.op
-
-
-def is_weight_only(graph: Graph, ref: Ref | int) -> bool:
-    """Whether a value depends on weights/constants only (no graph input).  Memoised per graph."""
-    nid = ref if isinstance(ref, int) else ref.node
-    memo: dict[int, bool] = graph._cache.setdefault("weight_only", {})
-    if nid in memo:
-        return memo[nid]
-    stack = [nid]
-    while stack:
-        cur = stack[-1]
-        if cur in memo:
-            stack.pop()
-            continue
-        node = graph.nodes[cur]
-        op = node.sig.op
-        if op == "input":
-            memo[cur] = False
-            stack.pop()
-            continue
-        if not node.inputs:
-            memo[cur] = op == "weight" or node.sig.opdef.weight_op
-            stack.pop()
-            continue
-        pending = [r.node for r in node.inputs if r.node not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        memo[cur] = all(memo[r.node] for r in node.inputs)
-        stack.pop()
-    return memo[nid]
 
 
 # ----------------------------------------------------------------------------- plans
@@ -439,25 +409,6 @@ def find_all(graph: Graph, rules: Iterable[Rule]) -> list[Match]:
     return out
 
 
-def neighbourhood(graph: Graph, nodes: Iterable[int], radius: int) -> set[int]:
-    """Node ids within ``radius`` undirected hops of ``nodes`` (existing ones only)."""
-    region = {n for n in nodes if n in graph.nodes}
-    frontier = list(region)
-    for _ in range(radius):
-        nxt = []
-        for nid in frontier:
-            for r in graph.nodes[nid].inputs:
-                if r.node not in region:
-                    region.add(r.node)
-                    nxt.append(r.node)
-            for c, _ in graph.users(nid):
-                if c not in region:
-                    region.add(c)
-                    nxt.append(c)
-        frontier = nxt
-    return region
-
-
 def matches_near(graph: Graph, rules: Iterable[Rule], nodes: Iterable[int], radius: int) -> list[Match]:
     """Matches (of any of ``rules``) that map some pattern node to a node within ``radius``
     undirected hops of ``nodes`` (OCGGS DPP's region-restricted matching).  With ``radius=0``
@@ -547,6 +498,6 @@ def explain(graph: Graph, rule: Rule, at: int) -> Explanation:
 
 
 __all__ = [
-    "Explanation", "Match", "MatchView", "explain", "find_all", "find_matches", "is_weight_only",
-    "matches_near", "max_radius", "neighbourhood", "rematch",
+    "Explanation", "Match", "MatchView", "explain", "find_all", "find_matches", "matches_near", "max_radius",
+    "rematch",
 ]

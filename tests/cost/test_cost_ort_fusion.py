@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from graphsub import zoo
-from graphsub.cost.base import ZERO, weight_only_map
-from graphsub.cost.fusion import FusedMeasuredCostModel, fusion_group, group_anchor, group_graph
+from graphsub.cost.base import ZERO
+from graphsub.cost.ort_fusion import FusedMeasuredCostModel, fusion_group, group_anchor, group_graph
 from graphsub.cost.variants import merge_siblings
 from graphsub.ir import Builder, Graph
+from graphsub.ir.analysis import weight_only_map
 from graphsub.ir.node import Ref
 
 FAST: dict[str, Any] = {"budget_ms": 2.0, "warmup": 1, "min_repeats": 3, "progress": False, "threads": 1}

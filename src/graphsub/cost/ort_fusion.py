@@ -38,18 +38,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.cost.analytic import analytic_cost
-from graphsub.cost.base import (
-    ZERO,
-    Cost,
-    Limits,
-    Objective,
-    const_mask,
-    describe_sig,
-    expand,
-    is_free,
-    weight_only_map,
-)
-from graphsub.cost.measured import MeasuredCostModel, OpTimeCache, one_node_graph
+from graphsub.cost.base import ZERO, Cost, Limits, Objective, const_mask, describe_sig
+from graphsub.cost.measured import MeasuredCostModel, OpTimeCache
+from graphsub.ir.analysis import expand, is_free, weight_only_map
 from graphsub.ir.builder import Builder, Value
 from graphsub.ir.graph import Graph
 from graphsub.ir.types import stable_digest
@@ -247,24 +238,17 @@ class FusedMeasuredCostModel(MeasuredCostModel):
     def _label(graph: Graph, group: Sequence[int]) -> str:
         return " -> ".join(describe_sig(graph.nodes[n].sig, 160) for n in group)
 
-    def items(self, graph: Graph) -> dict[tuple[str, str], tuple[str, Any]]:
-        wo = weight_only_map(graph)
-        out: dict[tuple[str, str], tuple[str, Any]] = {}
-        for nid in graph.topo_order():
-            if is_free(graph, nid, wo):
-                continue
-            anchor = group_anchor(graph, nid, wo)
-            if anchor is None:
-                sig, mask = graph.nodes[nid].sig, const_mask(graph, nid, wo)
-                key = self.key_of(sig, mask)
-                if key not in out:
-                    out[key] = (describe_sig(sig, 400), lambda s=sig, c=mask: one_node_graph(s, c))
-            elif anchor == nid:
-                group = fusion_group(graph, anchor, wo)
-                key = group_key(graph, group, wo)
-                if key not in out:
-                    out[key] = (self._label(graph, group), lambda g=graph, grp=group: group_graph(g, grp, wo))
-        return out
+    def _add_items(self, graph: Graph, nid: int, wo: Mapping[int, bool],
+                   out: dict[tuple[str, str], tuple[str, Any]]) -> None:
+        """A node outside any group is timed alone; a group is timed once, at its anchor."""
+        anchor = group_anchor(graph, nid, wo)
+        if anchor is None:
+            super()._add_items(graph, nid, wo, out)
+        elif anchor == nid:
+            group = fusion_group(graph, anchor, wo)
+            key = group_key(graph, group, wo)
+            if key not in out:
+                out[key] = (self._label(graph, group), lambda g=graph, grp=group: group_graph(g, grp, wo))
 
 
 __all__ = ["ACTIVATIONS", "ANCHORS", "MAX_CHAIN", "FusedMeasuredCostModel", "fusion_group", "group_anchor",
