@@ -1,0 +1,80 @@
+"""The package's import layers (DESIGN.md): no import cycles between modules or packages, and the library never
+imports the command line.  Every import statement counts, including those inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+import graphsub
+
+SRC = Path(graphsub.__file__).parent
+
+#: package-level cycles that are explained (none today)
+ALLOWED_PACKAGE_CYCLES: set[frozenset[str]] = set()
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in SRC.rglob("*.py"):
+        name = ".".join(("graphsub", *p.relative_to(SRC).with_suffix("").parts))
+        mods[name.removesuffix(".__init__")] = p
+    return mods
+
+
+def _resolve(name: str, mods: dict[str, Path]) -> str:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def import_graph() -> nx.DiGraph:
+    """Module -> module edges for every ``import graphsub...`` / ``from graphsub... import ...``."""
+    mods = _modules()
+    g = nx.DiGraph()
+    for mod, path in mods.items():
+        g.add_node(mod)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [s for s in subs if s in mods]
+                if len(targets) < len(subs):
+                    targets.append(node.module)
+            else:
+                continue
+            for t in targets:
+                if t.startswith("graphsub") and (r := _resolve(t, mods)) and r != mod:
+                    g.add_edge(mod, r)
+    return g
+
+
+def _package(mod: str) -> str:
+    return ".".join(mod.split(".")[:2])
+
+
+def test_no_module_import_cycles() -> None:
+    cycles = [sorted(c) for c in nx.strongly_connected_components(import_graph()) if len(c) > 1]
+    assert cycles == []
+
+
+def test_no_package_import_cycles() -> None:
+    g = import_graph()
+    packages = nx.DiGraph()
+    packages.add_edges_from((_package(a), _package(b)) for a, b in g.edges if _package(a) != _package(b))
+    cycles = [frozenset(c) for c in nx.strongly_connected_components(packages) if len(c) > 1]
+    assert [sorted(c) for c in cycles if c not in ALLOWED_PACKAGE_CYCLES] == []
+
+
+def test_the_library_never_imports_the_cli() -> None:
+    g = import_graph()
+    users = {a for a, b in g.edges if _package(b) == "graphsub.cli" and _package(a) != "graphsub.cli"}
+    assert users <= {"graphsub.__main__"}
+
+
+def test_the_package_root_keeps_a_handful_of_modules() -> None:
+    root = sorted(p.stem for p in SRC.glob("*.py"))
+    assert root == ["__init__", "__main__", "data", "equivalence", "errors", "execute", "spec"]
