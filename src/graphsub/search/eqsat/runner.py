@@ -21,6 +21,9 @@
 5. Anytime: while the e-graph has at most ``checkpoint_nodes`` e-nodes, each iteration ends with
    a short ILP extraction (<= 10% of the budget); the best graph so far warm-starts the final ILP
    and is kept if an e-graph grown too large for the ILP's time yields nothing better.
+6. Progress (``progress``): the input's cost at the start, every better graph (checkpoint or
+   final extraction), and heartbeats from saturation's budget checks and from the ILP (between
+   rounds and at HiGHS's interrupt checks, which can be seconds apart in a large solve).
 
 ``budget.k`` does not apply (an extraction combines any number of rewrites); ``budget.expansions``
 caps the iterations.  The result's ``sequence`` lists, per rule, how many e-nodes it created that
