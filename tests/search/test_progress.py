@@ -4,6 +4,7 @@ and the result is the same with and without the callback."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -45,7 +46,7 @@ def check_reports(r: SearchResult, calls: list[tuple[float, float]]) -> None:
     times = [t for t, _ in calls]
     costs = [c for _, c in calls]
     assert times == sorted(times), "elapsed time goes back"
-    assert all(b <= a for a, b in zip(costs, costs[1:], strict=False)), "a reported best cost increases"
+    assert all(b <= a for a, b in itertools.pairwise(costs)), "a reported best cost increases"
     assert costs[-1] == r.best_cost
     assert {c for _, c in r.trace} <= set(costs), "an improvement was not reported"
 
@@ -92,7 +93,7 @@ def test_heartbeat_reports_between_improvements(algo: str, monkeypatch: pytest.M
 
 def test_heartbeats_are_at_most_five_a_second() -> None:
     _, calls = run("sampling", True)
-    for (t0, c0), (t1, c1) in zip(calls, calls[1:], strict=False):
+    for (t0, c0), (t1, c1) in itertools.pairwise(calls):
         if c1 == c0:  # a heartbeat, not an improvement
             assert t1 - t0 >= base.HEARTBEAT_S
 
