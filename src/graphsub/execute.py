@@ -1,7 +1,10 @@
 """Reference executor: run a Graph on numpy inputs with the OpDefs' numpy implementations.
 
-Used by rule verification and tests; it is exact-semantics, not fast.  Opaque nodes run in
-onnxruntime (one-node models).  Intermediate values are freed after their last use.
+Used by rule verification and tests; it is exact-semantics, not fast.  Opaque nodes (ONNX ops
+graphsub does not model) have no numpy reference: they run in onnxruntime as one-node models,
+through :func:`graphsub.frontends.onnx_io.run_opaque` (imported on the first opaque node, so onnx
+and onnxruntime load only for graphs that have one).  Intermediate values are freed after their
+last use.
 
 >>> from graphsub.ir import Builder
 >>> b = Builder()
@@ -21,6 +24,7 @@ from graphsub.errors import ExecutionError, GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
 from graphsub.ir.types import np_dtype
+from graphsub.ops.registry import RefFn
 
 
 def run(
@@ -61,7 +65,7 @@ def run(
                 raise ExecutionError(f"{sig.op} {name!r}: got dtype {arr.dtype}, expected {t.dtype}")
             values[Ref(nid, 0)] = arr
             continue
-        ref_fn = sig.opdef.reference
+        ref_fn = _opaque_runner() if sig.op == "opaque" else sig.opdef.reference
         if ref_fn is None:
             raise ExecutionError(f"op {sig.op!r} has no reference implementation")
         args = [values[r] for r in node.inputs]
@@ -84,6 +88,13 @@ def run(
                 for k in range(len(graph.nodes[r.node].sig.out_types)):
                     values.pop(Ref(r.node, k), None)
     return {name: values[r] for name, r in zip(graph.output_names, graph.outputs, strict=True)}
+
+
+def _opaque_runner() -> RefFn:
+    """The implementation of opaque nodes (the executor depends on the frontend, never the reverse)."""
+    from graphsub.frontends.onnx_io import run_opaque
+
+    return run_opaque
 
 
 __all__ = ["run"]

@@ -6,11 +6,14 @@ deterministic: inputs, weights and outputs keep their names, intermediates are `
 canonical topological order, so exporting equal graphs gives byte-identical models.
 
 The default-domain opset is ``max(17, highest opset recorded on opaque nodes)`` unless given.
+Opaque nodes are written back by :func:`opaque_node` (which also builds the one-node models that
+run them in onnxruntime); every model gets its IR version capped by :func:`make_model`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,12 +22,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphsub.errors import ExportError, GraphsubError
 from graphsub.ir.graph import Graph
-from graphsub.ir.node import Ref
+from graphsub.ir.node import OpSig, Ref
 from graphsub.ir.types import ONNX_DTYPE_CODES, TensorType
 from graphsub.ops.registry import ExportNode
 
 DEFAULT_OPSET = 17
 PRODUCER = "graphsub"
+#: the newest ONNX IR version onnxruntime reads (onnx's helpers may write a newer one)
+MAX_IR_VERSION = 10
 
 
 def _attr_value(v: Any) -> Any:
@@ -87,30 +92,41 @@ class ExportCtx:
 
     def emit_opaque(self, node: ExportNode) -> None:
         a = node.attrs
-        n_in = max(a["num_onnx_inputs"], len(node.inputs))
-        ins = [""] * n_in
-        for name, slot in zip(node.inputs, a["input_slots"], strict=True):
-            ins[slot] = name
-        n_out = max(a["num_onnx_outputs"], len(node.outputs))
-        slots = a["output_slots"] or tuple(range(len(node.outputs)))
-        outs = [""] * n_out
-        for name, slot in zip(node.outputs, slots, strict=True):
-            outs[slot] = name
-        while outs and outs[-1] == "":
-            outs.pop()
-        proto = onnx.NodeProto()
-        if a["onnx_attrs"]:
-            proto.ParseFromString(a["onnx_attrs"])
-        out = onnx.NodeProto()
-        out.op_type = a["op_type"]
-        out.domain = a["domain"]
-        out.name = f"{a['op_type']}_{len(self.nodes)}"
-        out.input.extend(ins)
-        out.output.extend(outs)
-        out.attribute.extend(proto.attribute)
-        self.nodes.append(out)
+        self.nodes.append(opaque_node(a, node.inputs, node.outputs, name=f"{a['op_type']}_{len(self.nodes)}"))
         if a["domain"] not in ("", "ai.onnx"):
             self.domains[a["domain"]] = max(self.domains.get(a["domain"], 1), a["version"] or 1)
+
+
+def opaque_node(attrs: Mapping[str, Any], inputs: Sequence[str], outputs: Sequence[str], *,
+                name: str = "") -> onnx.NodeProto:
+    """The ONNX node an ``opaque`` IR node with attributes ``attrs`` stands for: its op type, domain
+    and serialized attributes, with ``inputs``/``outputs`` (one value name per IR input/output) at
+    their ONNX positions; absent optional positions are empty, trailing empty outputs dropped."""
+    ins = [""] * max(attrs["num_onnx_inputs"], len(inputs))
+    for value, slot in zip(inputs, attrs["input_slots"], strict=True):
+        ins[slot] = value
+    outs = [""] * max(attrs["num_onnx_outputs"], len(outputs))
+    for value, slot in zip(outputs, attrs["output_slots"] or range(len(outputs)), strict=True):
+        outs[slot] = value
+    while outs and outs[-1] == "":
+        outs.pop()
+    node = onnx.NodeProto()
+    if attrs["onnx_attrs"]:
+        node.ParseFromString(attrs["onnx_attrs"])
+    node.op_type = attrs["op_type"]
+    node.domain = attrs["domain"]
+    if name:
+        node.name = name
+    node.input.extend(ins)
+    node.output.extend(outs)
+    return node
+
+
+def make_model(graph: onnx.GraphProto, opsets: Sequence[onnx.OperatorSetIdProto], **kw: Any) -> onnx.ModelProto:
+    """``onnx.helper.make_model`` with the IR version capped at :data:`MAX_IR_VERSION`."""
+    model = helper.make_model(graph, opset_imports=list(opsets), **kw)
+    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    return model
 
 
 def export_graph(
@@ -131,70 +147,20 @@ def export_graph(
     if params:
         data.update(params)
     if opset is None:
-        opset = DEFAULT_OPSET
-        for nid in graph.ops_of("opaque"):
-            a = graph.nodes[nid].sig.attr
-            if a["domain"] in ("", "ai.onnx"):
-                opset = max(opset, a["version"])
-    order = graph.topo_order()
+        opset = _default_opset(graph)
     taken = {graph.nodes[n].sig.attr["name"] for n in graph.leaves.values()} | set(graph.output_names)
     ctx = ExportCtx(opset, taken)
     names: dict[Ref, str] = {}
-    # graph outputs fed directly by an op output take the output name
-    out_first: dict[Ref, str] = {}
-    for ref, oname in zip(graph.outputs, graph.output_names, strict=True):
-        if graph.nodes[ref.node].sig.op not in ("input", "weight") and ref not in out_first:
-            out_first[ref] = oname
-    inputs: list[onnx.ValueInfoProto] = []
-    extra_inputs: list[onnx.ValueInfoProto] = []
-    missing: list[str] = []
-    for nid in order:
-        node = graph.nodes[nid]
-        sig = node.sig
+    out_first = _op_output_names(graph)
+    leaves = _Leaves(data, allow_missing_weights)
+    for nid in graph.topo_order():
+        sig = graph.nodes[nid].sig
         if sig.op in ("input", "weight"):
-            name = sig.attr["name"]
-            names[Ref(nid, 0)] = name
-            t = sig.out_types[0]
-            if sig.op == "input":
-                inputs.append(value_info(name, t))
-            elif name in data:
-                arr = np.asarray(data[name])
-                if arr.shape != t.shape:
-                    raise ExportError(f"weight {name!r}: data shape {arr.shape} != declared {t.shape}")
-                ctx.initializers.append(numpy_helper.from_array(arr, name))
-            elif allow_missing_weights:
-                extra_inputs.append(value_info(name, t))
-            else:
-                missing.append(name)
-            continue
-        outs = []
-        for i in range(len(sig.out_types)):
-            r = Ref(nid, i)
-            nm = out_first.get(r) or ctx.fresh("t")
-            names[r] = nm
-            outs.append(nm)
-        enode = ExportNode(
-            op=sig.op,
-            attrs=sig.attr,
-            inputs=tuple(names[r] for r in node.inputs),
-            outputs=tuple(outs),
-            in_types=sig.in_types,
-            out_types=sig.out_types,
-            name=f"{sig.op}_{nid}",
-        )
-        exporter = sig.opdef.onnx_export
-        if exporter is None:
-            raise ExportError(f"op {sig.op!r} has no ONNX exporter")
-        try:
-            exporter(ctx, enode)
-        except GraphsubError as e:
-            raise ExportError(f"cannot export {sig.op} node: {e}") from e
-    if missing:
-        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise ExportError(
-            f"{len(missing)} weight(s) have no data ({shown}); attach data or use "
-            "graphsub.data.materialize(graph) for random weights"
-        )
+            names[Ref(nid, 0)] = sig.attr["name"]
+            leaves.add(ctx, sig)
+        else:
+            _export_op(ctx, graph, nid, names, out_first)
+    leaves.check()
     outputs: list[onnx.ValueInfoProto] = []
     for ref, oname in zip(graph.outputs, graph.output_names, strict=True):
         src = names[ref]
@@ -202,14 +168,97 @@ def export_graph(
             ctx.emit("Identity", [src], outputs=[oname])
         outputs.append(value_info(oname, graph.type_of(ref)))
     g = helper.make_graph(
-        ctx.nodes, graph.name, inputs + extra_inputs, outputs, initializer=ctx.initializers, doc_string=doc
+        ctx.nodes, graph.name, leaves.inputs + leaves.extra, outputs, initializer=ctx.initializers, doc_string=doc
     )
     opsets = [helper.make_opsetid("", opset)] + [
         helper.make_opsetid(d, v) for d, v in sorted(ctx.domains.items())
     ]
-    model = helper.make_model(g, opset_imports=opsets, producer_name=PRODUCER)
-    model.ir_version = min(model.ir_version, 10)
-    return model
+    return make_model(g, opsets, producer_name=PRODUCER)
 
 
-__all__ = ["DEFAULT_OPSET", "ExportCtx", "export_graph", "value_info"]
+def _default_opset(graph: Graph) -> int:
+    """:data:`DEFAULT_OPSET`, or the highest default-domain opset recorded on an opaque node."""
+    opset = DEFAULT_OPSET
+    for nid in graph.ops_of("opaque"):
+        a = graph.nodes[nid].sig.attr
+        if a["domain"] in ("", "ai.onnx"):
+            opset = max(opset, a["version"])
+    return opset
+
+
+def _op_output_names(graph: Graph) -> dict[Ref, str]:
+    """Graph outputs fed directly by an op output: that output takes the graph output's name
+    (the first one, if it feeds several)."""
+    out_first: dict[Ref, str] = {}
+    for ref, oname in zip(graph.outputs, graph.output_names, strict=True):
+        if graph.nodes[ref.node].sig.op not in ("input", "weight") and ref not in out_first:
+            out_first[ref] = oname
+    return out_first
+
+
+@dataclass
+class _Leaves:
+    """The exported leaves: graph inputs, weights without data exported as inputs (``extra``,
+    with ``allow_missing``) and the names of weights without data (an error otherwise)."""
+
+    data: Mapping[str, np.ndarray]
+    allow_missing: bool
+    inputs: list[onnx.ValueInfoProto] = field(default_factory=list)
+    extra: list[onnx.ValueInfoProto] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def add(self, ctx: ExportCtx, sig: OpSig) -> None:
+        """Export an ``input`` (graph input) or ``weight`` (initializer) leaf."""
+        name = sig.attr["name"]
+        t = sig.out_types[0]
+        if sig.op == "input":
+            self.inputs.append(value_info(name, t))
+        elif name in self.data:
+            arr = np.asarray(self.data[name])
+            if arr.shape != t.shape:
+                raise ExportError(f"weight {name!r}: data shape {arr.shape} != declared {t.shape}")
+            ctx.initializers.append(numpy_helper.from_array(arr, name))
+        elif self.allow_missing:
+            self.extra.append(value_info(name, t))
+        else:
+            self.missing.append(name)
+
+    def check(self) -> None:
+        """Raise :class:`ExportError` if weights have no data."""
+        if self.missing:
+            shown = ", ".join(self.missing[:5]) + (" ..." if len(self.missing) > 5 else "")
+            raise ExportError(
+                f"{len(self.missing)} weight(s) have no data ({shown}); attach data or use "
+                "graphsub.data.materialize(graph) for random weights"
+            )
+
+
+def _export_op(ctx: ExportCtx, graph: Graph, nid: int, names: dict[Ref, str], out_first: Mapping[Ref, str]) -> None:
+    """Export op node ``nid`` through its OpDef's exporter, naming its outputs in ``names``."""
+    node = graph.nodes[nid]
+    sig = node.sig
+    outs = []
+    for i in range(len(sig.out_types)):
+        r = Ref(nid, i)
+        nm = out_first.get(r) or ctx.fresh("t")
+        names[r] = nm
+        outs.append(nm)
+    enode = ExportNode(
+        op=sig.op,
+        attrs=sig.attr,
+        inputs=tuple(names[r] for r in node.inputs),
+        outputs=tuple(outs),
+        in_types=sig.in_types,
+        out_types=sig.out_types,
+        name=f"{sig.op}_{nid}",
+    )
+    exporter = sig.opdef.onnx_export
+    if exporter is None:
+        raise ExportError(f"op {sig.op!r} has no ONNX exporter")
+    try:
+        exporter(ctx, enode)
+    except GraphsubError as e:
+        raise ExportError(f"cannot export {sig.op} node: {e}") from e
+
+
+__all__ = ["DEFAULT_OPSET", "MAX_IR_VERSION", "ExportCtx", "export_graph", "make_model", "opaque_node", "value_info"]

@@ -24,6 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ImportError_, ShapeError
+from graphsub.frontends.onnx_export import make_model
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
 from graphsub.ir.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType, dtype_of
@@ -357,10 +358,9 @@ class _Importer:
                                            list(self.consts[x].shape)) for x in dict.fromkeys(ins)],
             [helper.make_empty_tensor_value_info(o) for o in node.output if o],
         )
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
-        m.ir_version = min(m.ir_version, 10)
         try:
-            outs = run_session(make_session(m), {x: self.consts[x] for x in ins})
+            outs = run_session(make_session(make_model(g, [helper.make_opsetid("", self.opset)])),
+                               {x: self.consts[x] for x in ins})
         except GraphsubError:
             return False
         if sum(o.size for o in outs) > FOLD_LIMIT or any(o.dtype.kind == "f" for o in outs):
@@ -489,7 +489,7 @@ def _infer_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType]) -> di
     return out
 
 
-def import_model(
+def from_onnx(
     model: onnx.ModelProto,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -553,4 +553,4 @@ def import_model(
         raise ImportError_(str(e)) from e
 
 
-__all__ = ["FOLD_LIMIT", "MIN_OPSET", "import_model"]
+__all__ = ["FOLD_LIMIT", "MIN_OPSET", "from_onnx"]

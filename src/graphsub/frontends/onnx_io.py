@@ -1,4 +1,6 @@
-"""ONNX frontend facade: load/save files, convert models, run opaque nodes.
+"""ONNX frontend facade: load/save files, convert models (:func:`from_onnx` is
+:mod:`graphsub.frontends.onnx_import`'s), run opaque nodes (:func:`run_opaque`, used by the
+reference executor :mod:`graphsub.execute`; ``graphsub.ops`` never imports a frontend).
 
 >>> from graphsub.ir import Builder
 >>> b = Builder("tiny")
@@ -23,12 +25,11 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from graphsub.errors import ExecutionError, ExportError, ImportError_
-from graphsub.frontends.onnx_export import export_graph, value_info
-from graphsub.frontends.onnx_import import import_model
+from graphsub.frontends.onnx_export import DEFAULT_OPSET, export_graph, make_model, opaque_node, value_info
+from graphsub.frontends.onnx_import import from_onnx
 from graphsub.frontends.ort import make_session, run_session
 from graphsub.ir.graph import Graph
 from graphsub.ir.types import ONNX_DTYPE_CODES, TensorType
-from graphsub.ops.leaf import set_opaque_runner
 
 #: models whose serialized size would exceed this are saved with external data
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
@@ -49,17 +50,6 @@ def read_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise ImportError_(f"{p}: external data file missing: {e}") from e
     except Exception as e:  # onnx raises ValueError/OSError variants for broken files
         raise ImportError_(f"{p}: cannot read ONNX model: {e}") from e
-
-
-def from_onnx(
-    model: onnx.ModelProto,
-    *,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    default_dim: int | None = 1,
-    name: str | None = None,
-) -> Graph:
-    """Import an in-memory ONNX model (see :mod:`graphsub.frontends.onnx_import`)."""
-    return import_model(model, input_shapes=input_shapes, default_dim=default_dim, name=name)
 
 
 def load(
@@ -128,53 +118,40 @@ def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None
     return write_model(to_onnx(graph, opset=opset), path)
 
 
-# ----------------------------------------------------------------------------- opaque runner
+# ----------------------------------------------------------------------------- opaque nodes
+
+#: the attributes of an opaque node that define the one-node model running it
+_MODEL_ATTRS = ("op_type", "domain", "version", "onnx_attrs", "out_types", "input_slots", "num_onnx_inputs",
+                "output_slots", "num_onnx_outputs")
+
+
+def run_opaque(inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    """Execute an ``opaque`` node (attributes ``attrs``) on ``inputs`` in onnxruntime: the reference
+    executor's implementation of opaque ops (:func:`graphsub.execute.run`).  Sessions of one-node
+    models are cached per node attributes and input types."""
+    in_types = tuple(TensorType(tuple(x.shape), str(x.dtype)) for x in inputs)
+    for t in in_types:
+        if t.dtype not in ONNX_DTYPE_CODES:
+            raise ExecutionError(f"opaque {attrs['op_type']}: unsupported input dtype {t.dtype}")
+    sess = _opaque_session(tuple((k, attrs[k]) for k in _MODEL_ATTRS), in_types)
+    return run_session(sess, {f"in{k}": x for k, x in enumerate(inputs)})
 
 
 @functools.lru_cache(maxsize=256)
-def _opaque_session(key: tuple[Any, ...]) -> Any:
-    op_type, domain, version, onnx_attrs, in_types, out_types, slots, n_in, out_slots, n_out = key
-    node = onnx.NodeProto()
-    if onnx_attrs:
-        node.ParseFromString(onnx_attrs)
-    node.op_type = op_type
-    node.domain = domain
-    ins = [""] * max(n_in, len(slots))
-    for k, s in enumerate(slots):
-        ins[s] = f"in{k}"
-    outs = [""] * max(n_out, len(out_types))
-    for k, s in enumerate(out_slots or range(len(out_types))):
-        outs[s] = f"out{k}"
-    while outs and outs[-1] == "":
-        outs.pop()
-    node.input.extend(ins)
-    node.output.extend(outs)
+def _opaque_session(key: tuple[tuple[str, Any], ...], in_types: tuple[TensorType, ...]) -> Any:
+    attrs = dict(key)
+    domain, version = attrs["domain"], attrs["version"]
+    out_types = [TensorType(tuple(s), d) for s, d in attrs["out_types"]]
+    node = opaque_node(attrs, [f"in{k}" for k in range(len(in_types))], [f"out{k}" for k in range(len(out_types))])
     g = onnx.helper.make_graph(
         [node], "opaque",
         [value_info(f"in{k}", t) for k, t in enumerate(in_types)],
         [value_info(f"out{k}", t) for k, t in enumerate(out_types)],
     )
-    opsets = [onnx.helper.make_opsetid("", version if domain in ("", "ai.onnx") else 17)]
+    opsets = [onnx.helper.make_opsetid("", version if domain in ("", "ai.onnx") else DEFAULT_OPSET)]
     if domain not in ("", "ai.onnx"):
         opsets.append(onnx.helper.make_opsetid(domain, version or 1))
-    model = onnx.helper.make_model(g, opset_imports=opsets)
-    model.ir_version = min(model.ir_version, 10)
-    return make_session(model)
+    return make_session(make_model(g, opsets))
 
 
-def _run_opaque(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    in_types = tuple(TensorType(tuple(x.shape), str(x.dtype)) for x in inputs)
-    for t in in_types:
-        if t.dtype not in ONNX_DTYPE_CODES:
-            raise ExecutionError(f"opaque {attrs['op_type']}: unsupported input dtype {t.dtype}")
-    out_types = tuple(TensorType(tuple(s), d) for s, d in attrs["out_types"])
-    key = (attrs["op_type"], attrs["domain"], attrs["version"], attrs["onnx_attrs"], in_types, out_types,
-           tuple(attrs["input_slots"]), attrs["num_onnx_inputs"], tuple(attrs["output_slots"]),
-           attrs["num_onnx_outputs"])
-    sess = _opaque_session(key)
-    return run_session(sess, {f"in{k}": x for k, x in enumerate(inputs)})
-
-
-set_opaque_runner(_run_opaque)
-
-__all__ = ["from_onnx", "has_external_data", "load", "read_model", "save", "to_onnx", "write_model"]
+__all__ = ["from_onnx", "has_external_data", "load", "read_model", "run_opaque", "save", "to_onnx", "write_model"]

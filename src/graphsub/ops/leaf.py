@@ -3,18 +3,17 @@
 * ``input``/``weight`` have no inputs; their type is in their attributes (``name``, ``shape``,
   ``dtype``).  Weight data, when present, lives in ``Graph.params`` under the same name.
 * ``opaque`` stands for an ONNX node graphsub does not model.  It keeps the node's op type,
-  domain, serialized attributes and inferred output types, so it round-trips untouched; the
-  reference executor runs it through a hook installed by the ONNX frontend (onnxruntime).
+  domain, serialized attributes and inferred output types, so it round-trips untouched.  It has
+  no numpy reference: the reference executor (:mod:`graphsub.execute`) runs it in onnxruntime
+  through the ONNX frontend.  ``graphsub.ops`` never imports a frontend (frontends import ops).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from graphsub.errors import ExecutionError, ShapeError
+from graphsub.errors import ShapeError
 from graphsub.ir.types import TensorType
 from graphsub.ops.registry import (
     AttrSpec,
@@ -52,14 +51,6 @@ register(OpDef(
 
 # ----------------------------------------------------------------------------- opaque
 
-OpaqueRunner = Callable[[Mapping[str, Any], Sequence[np.ndarray]], list[np.ndarray]]
-_OPAQUE_RUNNER: list[OpaqueRunner] = []
-
-
-def set_opaque_runner(fn: OpaqueRunner) -> None:
-    """Install the function that executes opaque nodes (the ONNX frontend does this)."""
-    _OPAQUE_RUNNER[:] = [fn]
-
 
 def _opaque_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
     if len(ins) != len(a["input_slots"]):
@@ -67,14 +58,6 @@ def _opaque_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[Tens
             f"opaque {a['op_type']}: {len(ins)} inputs but {len(a['input_slots'])} input slots"
         )
     return tuple(TensorType(tuple(s), d) for s, d in a["out_types"])
-
-
-def _opaque_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> list[np.ndarray]:
-    if not _OPAQUE_RUNNER:
-        import graphsub.frontends.onnx_io  # noqa: F401  (installs the runner)
-    if not _OPAQUE_RUNNER:
-        raise ExecutionError(f"no executor for opaque op {a['op_type']!r}")
-    return _OPAQUE_RUNNER[0](a, xs)
 
 
 def _opaque_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
@@ -100,9 +83,9 @@ register(OpDef(
         AttrSpec("num_onnx_outputs", "int", 0),
         AttrSpec("reason", "str", "", doc="why the node is opaque"),
     ),
-    infer=_opaque_infer, reference=_opaque_ref, flops=zero_cost,
+    infer=_opaque_infer, reference=None, flops=zero_cost,
     onnx_export=_opaque_export,
     onnx_import_note="any node without an importer becomes opaque",
 ))
 
-__all__ = ["set_opaque_runner"]
+__all__: list[str] = []

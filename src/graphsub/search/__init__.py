@@ -32,7 +32,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
 from graphsub.search.backtrack import backtrack
-from graphsub.search.base import Budget, SearchFn, SearchResult, Step
+from graphsub.search.base import Budget, ProgressFn, SearchFn, SearchResult, Step
 from graphsub.search.enumerate import enumerate_all
 from graphsub.search.eqsat.runner import eqsat as eqsat_search
 from graphsub.search.greedy import greedy
@@ -54,12 +54,17 @@ ALGORITHMS: dict[str, SearchFn] = {
 
 
 def search(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget | None = None, seed: int = 0,
-           *, algo: str = "taso", **params: Any) -> SearchResult:
-    """Run search algorithm ``algo`` (see :data:`ALGORITHMS`); ``params`` go to the algorithm."""
+           *, algo: str = "taso", progress: ProgressFn | None = None, **params: Any) -> SearchResult:
+    """Run search algorithm ``algo`` (see :data:`ALGORITHMS`); ``params`` go to the algorithm.
+
+    ``progress(elapsed_s, best_cost)`` is called at the start with the initial cost, on every
+    improvement of the best cost, and otherwise at most about 5 times a second (a heartbeat; see
+    :class:`~graphsub.search.base.Progress`); it does not change the result."""
     fn = ALGORITHMS.get(algo)
     if fn is None:
         raise GraphsubError(f"unknown search algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
-    return fn(graph, list(rules), cost, budget or Budget(), seed, **params)
+    return fn(graph, list(rules), cost, budget or Budget(), seed, progress=progress, **params)
 
 
-__all__ = ["ALGORITHMS", "Budget", "SearchResult", "Step", "is_ordered", "labels_of", "search", "split_graph"]
+__all__ = ["ALGORITHMS", "Budget", "ProgressFn", "SearchResult", "Step", "is_ordered", "labels_of", "search",
+           "split_graph"]

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from graphsub.cost.base import SumCostModel
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Search, SearchResult, State
+from graphsub.search.base import Budget, ProgressFn, Search, SearchResult, State
 
 
 def backtrack(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
-              alpha: float = 1.05, size_cap: float = 2.0, name: str = "taso") -> SearchResult:
+              alpha: float = 1.05, size_cap: float = 2.0, name: str = "taso",
+              progress: ProgressFn | None = None) -> SearchResult:
     """TASO backtracking (deterministic: ties broken by insertion order; ``seed`` unused)."""
-    s = Search(name, graph, rules, cost, budget)
+    s = Search(name, graph, rules, cost, budget, progress=progress)
     cap = size_cap * max(graph.num_ops, 1)
     counter = itertools.count()
     queue: list[tuple[float, int, State, State | None]] = [(s.root.value, next(counter), s.root, None)]

@@ -9,6 +9,11 @@ structural hash was seen before.
 
 :class:`Budget` bounds wall time, graphs expanded, the sequence length K and memory; when any runs
 out an algorithm stops and returns the best graph found so far (the seeds' 1-hour cut-off).
+
+A search given ``progress`` (a :data:`ProgressFn`) reports ``progress(elapsed_s, best_cost)``
+through :class:`Progress`: once at the start with the initial cost, on every improvement of the
+best cost, and otherwise at most every :data:`HEARTBEAT_S` seconds from its budget checks.  The
+reports only observe: a search returns the same result with and without them.
 """
 
 from __future__ import annotations
@@ -41,6 +46,56 @@ class Budget:
     expansions: int | None = None
     k: int | None = None
     memory_mb: float | None = None
+
+
+#: ``progress(elapsed_s, best_cost)``: the search's elapsed time and the best cost found so far
+ProgressFn = Callable[[float, float], None]
+
+#: seconds between heartbeat reports of a search that finds nothing better
+HEARTBEAT_S = 0.2
+
+
+def improves(value: float, best: float) -> bool:
+    """Whether cost ``value`` beats ``best`` by more than rounding (a new best for every search)."""
+    return value < best - 1e-12 * abs(best)
+
+
+class Progress:
+    """One search's reports to a :data:`ProgressFn` (see the module docstring).
+
+    Invariants: the first report is ``(0.0, initial)``; reported costs never increase (a report
+    is an improvement only if strictly below every earlier one); between two heartbeats at least
+    :data:`HEARTBEAT_S` seconds pass.  Times are ``time.perf_counter()`` readings the search takes
+    anyway (``now``); this class never reads the clock itself.
+
+    >>> seen = []
+    >>> p = Progress(lambda t, c: seen.append((t, c)), t0=0.0, initial=5.0)
+    >>> p.improved(0.01, 4.0); p.tick(0.05); p.tick(0.3); p.improved(0.31, 4.5)
+    >>> seen
+    [(0.0, 5.0), (0.01, 4.0), (0.3, 4.0)]
+    """
+
+    def __init__(self, fn: ProgressFn, t0: float, initial: float):
+        self.fn = fn
+        self.t0 = t0
+        self.best = initial
+        self.last = t0
+        fn(0.0, initial)
+
+    def improved(self, now: float, value: float) -> None:
+        """Report ``value`` found at ``now`` if it is a new best."""
+        if value < self.best:
+            self.best = value
+            self._emit(now)
+
+    def tick(self, now: float) -> None:
+        """Heartbeat: report the best so far if the last report is :data:`HEARTBEAT_S` old."""
+        if now - self.last >= HEARTBEAT_S:
+            self._emit(now)
+
+    def _emit(self, now: float) -> None:
+        self.last = now
+        self.fn(now - self.t0, self.best)
 
 
 @dataclass(frozen=True)
@@ -182,10 +237,10 @@ class State:
 
 
 class Search:
-    """Shared machinery: costing, expansion with incremental matching, dedup, budget, trace."""
+    """Shared machinery: costing, expansion with incremental matching, dedup, budget, trace, progress."""
 
     def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
-                 *, dedup: bool = True, fingerprints: bool = False):
+                 *, dedup: bool = True, fingerprints: bool = False, progress: ProgressFn | None = None):
         self.name = name
         self.rules = list(rules)
         self.cost = cost
@@ -210,14 +265,21 @@ class Search:
             self.seen[self.root.fp] = [graph.structural_hash()]
         self.trace: list[tuple[float, float]] = [(0.0, self.root.value)]
         self.stopped_by = ""
+        self.reporter = None if progress is None else Progress(progress, self.t0, self.root.value)
 
     # -- budget -----------------------------------------------------------------------
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
 
     def out_of_budget(self) -> bool:
+        """Whether a limit ran out (recorded in ``stopped_by``); also the progress heartbeat."""
         b = self.budget
-        if b.time_s is not None and self.elapsed() > b.time_s:
+        now = 0.0
+        if b.time_s is not None or self.reporter is not None:
+            now = time.perf_counter()
+            if self.reporter is not None:
+                self.reporter.tick(now)
+        if b.time_s is not None and now - self.t0 > b.time_s:
             self.stopped_by = "time"
         elif b.expansions is not None and self.stats.expanded >= b.expansions:
             self.stopped_by = "expansions"
@@ -306,10 +368,13 @@ class Search:
                 yield ch
 
     def offer(self, state: State) -> bool:
-        """Record ``state`` if it is the best so far."""
-        if state.value < self.best.value - 1e-12 * abs(self.best.value):  # ignore rounding-level "gains"
+        """Record ``state`` if it is the best so far (and report it)."""
+        if improves(state.value, self.best.value):  # ignore rounding-level "gains"
             self.best = state
-            self.trace.append((self.elapsed(), state.value))
+            now = time.perf_counter()
+            self.trace.append((now - self.t0, state.value))
+            if self.reporter is not None:
+                self.reporter.improved(now, state.value)
             return True
         return False
 
@@ -343,5 +408,5 @@ class Search:
 
 SearchFn = Callable[..., SearchResult]
 
-__all__ = ["Budget", "BudgetExceeded", "Search", "SearchFn", "SearchResult", "State", "Stats", "Step", "peak_rss_mb",
-           "rss_mb"]
+__all__ = ["HEARTBEAT_S", "Budget", "BudgetExceeded", "Progress", "ProgressFn", "Search", "SearchFn", "SearchResult",
+           "State", "Stats", "Step", "improves", "peak_rss_mb", "rss_mb"]

@@ -10,15 +10,15 @@ from graphsub.cost.base import SumCostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Search, SearchResult
+from graphsub.search.base import Budget, ProgressFn, Search, SearchResult
 
 
 def enumerate_all(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
-                  seed: int = 0) -> SearchResult:
+                  seed: int = 0, *, progress: ProgressFn | None = None) -> SearchResult:
     """Exhaustive search up to ``budget.k`` (required) substitutions."""
     if budget.k is None:
         raise GraphsubError("ENU needs a maximum sequence length: Budget(k=...)")
-    return Search("enum", graph, rules, cost, budget, dedup=False).depth_first()
+    return Search("enum", graph, rules, cost, budget, dedup=False, progress=progress).depth_first()
 
 
 __all__ = ["enumerate_all"]

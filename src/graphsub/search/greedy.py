@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from graphsub.cost.base import SumCostModel
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Search, SearchResult
+from graphsub.search.base import Budget, ProgressFn, Search, SearchResult
 
 
-def greedy(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0) -> SearchResult:
+def greedy(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
+           progress: ProgressFn | None = None) -> SearchResult:
     """Steepest descent; ``seed`` is unused (deterministic: ties go to the first match)."""
-    s = Search("greedy", graph, rules, cost, budget, dedup=False)
+    s = Search("greedy", graph, rules, cost, budget, dedup=False, progress=progress)
     state, parent = s.root, None
     while s.can_extend(state) and not s.out_of_budget():
         best = None

@@ -12,12 +12,17 @@ the part (nodes created by the part's own substitutions belong to it); because n
 stable across copy-on-write edits, each part's best sequence is applied to the whole current
 graph, which is the stitching.  Finally a backtracking search over the matches that span parts
 (the ones the split excluded) improves the stitched graph around the split points.
+
+Progress reports (``progress``) cover the whole search: the part searches report through the
+outer search's :class:`~graphsub.search.base.Progress`, a part's improvement only when the outer
+search will take it as its new best.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from collections.abc import Sequence
 
 import networkx as nx
@@ -26,7 +31,7 @@ from graphsub.cost.base import SumCostModel
 from graphsub.ir.graph import Graph
 from graphsub.rules.match import Match, find_matches
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Search, SearchResult, State
+from graphsub.search.base import Budget, ProgressFn, Search, SearchResult, State, improves
 
 
 def split_graph(graph: Graph, matches: Sequence[Match], threshold: int = 30) -> list[set[int]]:
@@ -82,10 +87,13 @@ def _cut(graph: Graph, nodes: list[int], span: dict[int, int]) -> tuple[list[int
 
 class _PartSearch(Search):
     """Backtracking restricted by node ownership: ``part`` >= 0 = inside that part (plus new
-    nodes), ``part`` == -1 = matches spanning several parts (or touching new nodes)."""
+    nodes), ``part`` == -1 = matches spanning several parts (or touching new nodes).  A state that
+    :func:`~graphsub.search.base.improves` on ``whole_best`` is a new best of the whole search
+    (reported as progress)."""
 
     owner: dict[int, int]
     part: int
+    whole_best: float
 
     def allowed(self, state: State, match: Match) -> bool:
         parts = {self.owner.get(n, -1) for n in match.node_ids}
@@ -94,7 +102,7 @@ class _PartSearch(Search):
         return len(parts) > 1 or -1 in parts  # across split points, or on nodes created here
 
 
-def _backtrack_from(s: Search, start: State, alpha: float, cap: float) -> State:
+def _backtrack_from(s: _PartSearch, start: State, alpha: float, cap: float) -> State:
     """Backtracking search from ``start`` within ``s``'s budget; returns the best state."""
     best = start
     counter = itertools.count()
@@ -106,6 +114,8 @@ def _backtrack_from(s: Search, start: State, alpha: float, cap: float) -> State:
         for ch in s.children(state, parent):
             if ch.value < best.value:
                 best = ch
+                if s.reporter is not None and improves(ch.value, s.whole_best):
+                    s.reporter.improved(time.perf_counter(), ch.value)
             if ch.value < alpha * best.value and ch.graph.num_ops < cap:
                 heapq.heappush(queue, (ch.value, next(counter), ch, state))
             else:
@@ -117,7 +127,7 @@ def _backtrack_from(s: Search, start: State, alpha: float, cap: float) -> State:
 
 def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
              alpha: float = 1.05, threshold: int = 30, size_cap: float = 2.0,
-             local_share: float = 0.25) -> SearchResult:
+             local_share: float = 0.25, progress: ProgressFn | None = None) -> SearchResult:
     """MetaFlow search (see module docstring).  ``local_share`` of the time/expansion budget is
     kept for the search across split points; the rest is divided evenly among the parts."""
     matches = [m for r in rules for m in find_matches(graph, r)]
@@ -131,7 +141,7 @@ def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
             expansions=None if budget.expansions is None else max(1, int(budget.expansions * frac)),
             k=budget.k, memory_mb=budget.memory_mb)
 
-    outer = Search("metaflow", graph, rules, cost, budget)
+    outer = Search("metaflow", graph, rules, cost, budget, progress=progress)
     outer.root.matches = matches
     current = outer.root
     part_frac = (1 - local_share) / max(len(parts), 1)
@@ -139,7 +149,7 @@ def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
         if outer.out_of_budget():
             break
         s = _PartSearch("metaflow", current.graph, rules, cost, share(part_frac if i >= 0 else local_share))
-        s.owner, s.part = owner, i
+        s.owner, s.part, s.reporter, s.whole_best = owner, i, outer.reporter, outer.best.value
         s.root = State(current.graph, current.cost, current.value, (), current.matches, fp=s.root.fp)
         s.best = s.root
         remaining_k = None if budget.k is None else budget.k - len(current.seq)

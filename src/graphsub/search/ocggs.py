@@ -27,7 +27,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.match import Match
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Search, SearchResult, State
+from graphsub.search.base import Budget, ProgressFn, Search, SearchResult, State
 from graphsub.search.order import ROOT, Labels
 
 
@@ -42,8 +42,8 @@ class LabelledSearch(Search):
 
     def __init__(self, name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, *,
                  incremental: bool, dedup: bool = False, mode: str = "ordered", symmetric: bool = False,
-                 fingerprints: bool = False):
-        super().__init__(name, graph, rules, cost, budget, dedup=dedup, fingerprints=fingerprints)
+                 fingerprints: bool = False, progress: ProgressFn | None = None):
+        super().__init__(name, graph, rules, cost, budget, dedup=dedup, fingerprints=fingerprints, progress=progress)
         self.incremental = incremental
         self.mode = mode
         self.symmetric = symmetric
@@ -96,24 +96,26 @@ def drop_symmetric(matches: Sequence[Match]) -> list[Match]:
 
 
 def _exact(name: str, graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget,
-           incremental: bool) -> SearchResult:
+           incremental: bool, progress: ProgressFn | None) -> SearchResult:
     if budget.k is None:
         raise GraphsubError(f"{name} needs a maximum sequence length: Budget(k=...)")
     # Pruning keeps no match sets (nothing to reuse); DPP keeps them for its children
-    return LabelledSearch(name, graph, rules, cost, budget, incremental=incremental, symmetric=True).depth_first(
-        keep_matches=incremental)
+    return LabelledSearch(name, graph, rules, cost, budget, incremental=incremental, symmetric=True,
+                          progress=progress).depth_first(keep_matches=incremental)
 
 
-def pruning(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0) -> SearchResult:
+def pruning(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
+            progress: ProgressFn | None = None) -> SearchResult:
     """Algorithm 1 (Pruning): exact search over ordered sequences up to ``budget.k`` (required);
     every state is matched from scratch.  ``seed`` is unused (deterministic)."""
-    return _exact("pruning", graph, rules, cost, budget, incremental=False)
+    return _exact("pruning", graph, rules, cost, budget, incremental=False, progress=progress)
 
 
-def dpp(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0) -> SearchResult:
+def dpp(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
+        progress: ProgressFn | None = None) -> SearchResult:
     """Algorithm 2 (DP with pruning): Pruning with the child substitution set reused from the
     parent (Theorems 5-6).  ``budget.k`` is required; ``seed`` is unused (deterministic)."""
-    return _exact("dpp", graph, rules, cost, budget, incremental=True)
+    return _exact("dpp", graph, rules, cost, budget, incremental=True, progress=progress)
 
 
 __all__ = ["LabelledSearch", "dpp", "drop_symmetric", "pruning"]

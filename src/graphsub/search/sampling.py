@@ -33,7 +33,7 @@ from graphsub.cost.base import SumCostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, SearchResult, State
+from graphsub.search.base import Budget, ProgressFn, SearchResult, State
 from graphsub.search.ocggs import LabelledSearch
 
 
@@ -130,13 +130,13 @@ def _unique(seqs: list[_Seq]) -> list[_Seq]:
 
 
 def sampling(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budget, seed: int = 0, *,
-             q: int = 20, eta: int = 1) -> SearchResult:
+             q: int = 20, eta: int = 1, progress: ProgressFn | None = None) -> SearchResult:
     """Algorithm 3 with sample size ``q`` (default 20) and at most ``eta`` (default 1) successive
     cost-increasing substitutions; sequences are at most ``budget.k`` long when K is set."""
     if q < 1 or eta < 0:
         raise GraphsubError(f"sampling needs q >= 1 and eta >= 0 (got q={q}, eta={eta})")
     s = LabelledSearch("sampling", graph, rules, cost, budget, incremental=True, dedup=False, mode="all",
-                       fingerprints=True)
+                       fingerprints=True, progress=progress)
     sampler = _Sampler(s, q, eta, random.Random(seed))
     sample = [_Seq(s.root, None)]
     while sample and not s.out_of_budget():  # line 3

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -211,20 +211,50 @@ class IlpResult:
 
 
 def ilp(eg: EGraph, roots: Sequence[int], costs: NodeCosts, *, warm: Choice | Sequence[Choice | None] | None = None,
-        time_limit_s: float = 30.0, max_rounds: int = 50) -> IlpResult:
+        time_limit_s: float = 30.0, max_rounds: int = 50, tick: Callable[[float], None] | None = None) -> IlpResult:
     """Exact DAG extraction with HiGHS (see the module docstring).  ``warm``: starting choices (the
-    cheapest acyclic one is the incumbent; the greedy choice is always a candidate)."""
-    import highspy
-
+    cheapest acyclic one is the incumbent; the greedy choice is always a candidate).  ``tick(now)``
+    is called with ``time.perf_counter()`` between rounds and at HiGHS's interrupt checks (a
+    progress heartbeat; it does not change the result)."""
     t0 = time.perf_counter()
     roots = [eg.find(r) for r in roots]
-    # classes reachable from the roots through e-nodes whose children all have a derivation
     greedy_choice, best = greedy_tree(eg, costs)
     starts: list[Choice] = [greedy_choice]
     if isinstance(warm, dict):
         starts.append(warm)
     elif warm is not None:
         starts.extend(w for w in warm if w is not None)
+    prog = _Program(eg, roots, costs, _needed(eg, roots, costs, best, starts))
+    first = min(range(len(starts)), key=lambda i: (dag_cost(eg, starts[i], roots, costs), i))
+    incumbent = dict(starts[first])
+    res = IlpResult(incumbent, dag_cost(eg, incumbent, roots, costs), "greedy", variables=prog.ncol,
+                    constraints=prog.nrows)
+    if tick is not None:
+        prog.h.cbMipInterrupt.subscribe(lambda _event: tick(time.perf_counter()))
+    start = prog.indicator(res.choice)
+    for rnd in range(max_rounds):
+        now = time.perf_counter()
+        if tick is not None:
+            tick(now)
+        left = time_limit_s - (now - t0)
+        if left <= 0.05:
+            res.status = "time"
+            break
+        res.rounds = rnd + 1
+        cut = _round(prog, res, start, left, rnd)
+        if cut is None:  # done (solved, or the solver gave up)
+            break
+        start = cut
+    else:
+        res.status = "max rounds"
+    res.time_s = time.perf_counter() - t0
+    return res
+
+
+def _needed(eg: EGraph, roots: Sequence[int], costs: NodeCosts, best: Mapping[int, float],
+            starts: Sequence[Choice]) -> dict[int, list[ENode]]:
+    """The candidate e-nodes of every class reachable from ``roots`` through e-nodes whose children
+    all have a derivation (a class in ``best``), undominated ones only (warm-start nodes stay)."""
     cls_nodes: dict[int, list[ENode]] = {}
     stack = list(dict.fromkeys(roots))
     while stack:
@@ -239,91 +269,105 @@ def ilp(eg: EGraph, roots: Sequence[int], costs: NodeCosts, *, warm: Choice | Se
                 c = eg.find(c)
                 if c not in cls_nodes:
                     stack.append(c)
-    col: dict[ENode, int] = {}
-    col_nodes: list[tuple[int, ENode]] = []
-    for cid, nodes in cls_nodes.items():
-        for n in nodes:
-            col[n] = len(col_nodes)
-            col_nodes.append((cid, n))
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("mip_heuristic_effort", MIP_HEURISTIC_EFFORT)
-    inf = highspy.kHighsInf
-    ncol = len(col_nodes)
-    obj = [costs(n) for _, n in col_nodes]
-    pos = [c for c in obj if c > 0]
-    eps = 1e-7 * (sum(pos) / len(pos) if pos else 1.0)  # discourages picking free nodes nobody needs
-    obj = [c + eps for c in obj]
-    h.addVars(ncol, [0.0] * ncol, [1.0] * ncol)
-    h.changeColsCost(ncol, list(range(ncol)), obj)
-    h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
-                            np.full(ncol, highspy.HighsVarType.kInteger.value, dtype=np.uint8))
-    nrows = 0
-    for r in dict.fromkeys(roots):
-        idx = [col[n] for n in cls_nodes[r]]
-        h.addRow(1.0, inf, len(idx), idx, [1.0] * len(idx))
-        nrows += 1
-    for j, (_, n) in enumerate(col_nodes):
-        for c in dict.fromkeys(eg.find(c) for c in n[1]):
-            idx = [col[m] for m in cls_nodes[c]]
-            # sum_{m in child class} x_m - x_n >= 0
-            h.addRow(0.0, inf, len(idx) + 1, [*idx, j], [1.0] * len(idx) + [-1.0])
-            nrows += 1
-    first = min(range(len(starts)), key=lambda i: (dag_cost(eg, starts[i], roots, costs), i))
-    best_choice: Choice = dict(starts[first])
-    best_cost = dag_cost(eg, best_choice, roots, costs)
-    res = IlpResult(best_choice, best_cost, "greedy", variables=ncol, constraints=nrows)
-    used = reachable(eg, best_choice, roots) or []
-    start = [0.0] * ncol
-    for cu in used:
-        ju = col.get(best_choice[cu])
-        if ju is not None:
-            start[ju] = 1.0
-    for rnd in range(max_rounds):
-        left = time_limit_s - (time.perf_counter() - t0)
-        if left <= 0.05:
-            res.status = "time"
-            break
-        h.setOptionValue("time_limit", float(left))
-        sol = highspy.HighsSolution()
-        sol.col_value = start
-        sol.value_valid = True
-        h.setSolution(sol)
-        h.run()
-        status = h.getModelStatus()
-        res.rounds = rnd + 1
-        values = list(h.getSolution().col_value)
-        if len(values) != ncol:
-            res.status = f"solver: {h.modelStatusToString(status)}"
-            break
-        picked: dict[int, ENode] = {}
+    return cls_nodes
+
+
+class _Program:
+    """The 0/1 program over ``cls_nodes`` in HiGHS: a binary column per e-node (cost + a tiny
+    epsilon), a row per root class (pick a node) and per (node, child class) (a picked node needs
+    a picked node in each child class); cycle cuts are added by :func:`_round`."""
+
+    def __init__(self, eg: EGraph, roots: Sequence[int], costs: NodeCosts, cls_nodes: dict[int, list[ENode]]):
+        import highspy
+
+        self.eg, self.roots, self.costs = eg, roots, costs
+        self.col: dict[ENode, int] = {}
+        self.col_nodes: list[tuple[int, ENode]] = []
+        for cid, nodes in cls_nodes.items():
+            for n in nodes:
+                self.col[n] = len(self.col_nodes)
+                self.col_nodes.append((cid, n))
+        h = self.h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("mip_heuristic_effort", MIP_HEURISTIC_EFFORT)
+        inf = highspy.kHighsInf
+        ncol = self.ncol = len(self.col_nodes)
+        obj = [costs(n) for _, n in self.col_nodes]
+        pos = [c for c in obj if c > 0]
+        eps = 1e-7 * (sum(pos) / len(pos) if pos else 1.0)  # discourages picking free nodes nobody needs
+        self.obj = [c + eps for c in obj]
+        h.addVars(ncol, [0.0] * ncol, [1.0] * ncol)
+        h.changeColsCost(ncol, list(range(ncol)), self.obj)
+        h.changeColsIntegrality(ncol, np.arange(ncol, dtype=np.int32),
+                                np.full(ncol, highspy.HighsVarType.kInteger.value, dtype=np.uint8))
+        self.nrows = 0
+        for r in dict.fromkeys(roots):
+            idx = [self.col[n] for n in cls_nodes[r]]
+            h.addRow(1.0, inf, len(idx), idx, [1.0] * len(idx))
+            self.nrows += 1
+        for j, (_, n) in enumerate(self.col_nodes):
+            for c in dict.fromkeys(eg.find(c) for c in n[1]):
+                idx = [self.col[m] for m in cls_nodes[c]]
+                # sum_{m in child class} x_m - x_n >= 0
+                h.addRow(0.0, inf, len(idx) + 1, [*idx, j], [1.0] * len(idx) + [-1.0])
+                self.nrows += 1
+
+    def indicator(self, choice: Choice) -> list[float]:
+        """The column values of ``choice`` (1 for the e-nodes it uses)."""
+        start = [0.0] * self.ncol
+        for cu in reachable(self.eg, choice, self.roots) or []:
+            ju = self.col.get(choice[cu])
+            if ju is not None:
+                start[ju] = 1.0
+        return start
+
+    def picked(self, values: Sequence[float]) -> Choice:
+        """The choice a solution describes (the cheapest picked e-node of each class)."""
+        picked: Choice = {}
         for j, v in enumerate(values):
             if v > 0.5:
-                cid, n = col_nodes[j]
-                if cid not in picked or obj[j] < costs(picked[cid]):
+                cid, n = self.col_nodes[j]
+                if cid not in picked or self.obj[j] < self.costs(picked[cid]):
                     picked[cid] = n
-        res.gap = h.getInfo().mip_gap
-        cyc = _find_cycle(eg, picked, roots) if all(r in picked for r in roots) else None
-        if cyc is None and reachable(eg, picked, roots) is not None:
-            pc = dag_cost(eg, picked, roots, costs)
-            if pc < res.cost - 1e-12 * max(1.0, abs(res.cost)):
-                res.choice, res.cost = picked, pc
-            optimal = status == highspy.HighsModelStatus.kOptimal
-            res.status = "optimal" if optimal else f"solver: {h.modelStatusToString(status)}"
-            break
-        if cyc is None:
-            res.status = "incomplete solution"
-            break
-        idx = sorted({col[n] for n in cyc})
-        h.addRow(-inf, len(idx) - 1.0, len(idx), idx, [1.0] * len(idx))
-        res.cuts += 1
-        res.log.append(f"round {rnd}: cycle of {len(idx)} e-nodes cut")
-        start = values
-    else:
-        res.status = "max rounds"
-    res.time_s = time.perf_counter() - t0
-    return res
+        return picked
+
+
+def _round(prog: _Program, res: IlpResult, start: list[float], left: float, rnd: int) -> list[float] | None:
+    """One solve from ``start`` within ``left`` seconds, recorded in ``res``; the next start if it
+    found a cycle (cut off by a new row), None when done."""
+    import highspy
+
+    h, eg, roots, costs = prog.h, prog.eg, prog.roots, prog.costs
+    h.setOptionValue("time_limit", float(left))
+    sol = highspy.HighsSolution()
+    sol.col_value = start
+    sol.value_valid = True
+    h.setSolution(sol)
+    h.run()
+    status = h.getModelStatus()
+    values = list(h.getSolution().col_value)
+    if len(values) != prog.ncol:
+        res.status = f"solver: {h.modelStatusToString(status)}"
+        return None
+    picked = prog.picked(values)
+    res.gap = h.getInfo().mip_gap
+    cyc = _find_cycle(eg, picked, roots) if all(r in picked for r in roots) else None
+    if cyc is None and reachable(eg, picked, roots) is not None:
+        pc = dag_cost(eg, picked, roots, costs)
+        if pc < res.cost - 1e-12 * max(1.0, abs(res.cost)):
+            res.choice, res.cost = picked, pc
+        optimal = status == highspy.HighsModelStatus.kOptimal
+        res.status = "optimal" if optimal else f"solver: {h.modelStatusToString(status)}"
+        return None
+    if cyc is None:
+        res.status = "incomplete solution"
+        return None
+    idx = sorted({prog.col[n] for n in cyc})
+    h.addRow(-highspy.kHighsInf, len(idx) - 1.0, len(idx), idx, [1.0] * len(idx))
+    res.cuts += 1
+    res.log.append(f"round {rnd}: cycle of {len(idx)} e-nodes cut")
+    return values
 
 
 def choice_of_graph(eg: EGraph, graph: Graph) -> Choice | None:
