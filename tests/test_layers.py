@@ -1,5 +1,6 @@
 """The package's import layers (DESIGN.md): no import cycles between modules or packages, and the library never
-imports the command line.  Every import statement counts, including those inside functions."""
+imports the command line.  Every import statement that runs counts, including those inside functions; imports
+under ``if TYPE_CHECKING:`` are for annotations only and do not."""
 
 from __future__ import annotations
 
@@ -30,13 +31,26 @@ def _resolve(name: str, mods: dict[str, Path]) -> str:
     return name
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` blocks."""
+    nodes, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def import_graph() -> nx.DiGraph:
     """Module -> module edges for every ``import graphsub...`` / ``from graphsub... import ...``."""
     mods = _modules()
     g = nx.DiGraph()
     for mod, path in mods.items():
         g.add_node(mod)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
