@@ -19,13 +19,13 @@ from graphsub.data import materialize
 from graphsub.frontends.onnx_io import from_onnx, to_onnx
 from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, find_matches, get_set
-from graphsub.rules.library import ort_fused
+from graphsub.rules.library import ort
 from graphsub.rules.rule import Rule
 from graphsub.rules.verify.numeric import instantiate, verify_rule
 from graphsub.verify import equivalent
 from graphsub.zoo.bert import bert
 
-RULES = {r.name: r for r in ort_fused.rules()}
+RULES = {r.name: r for r in ort.rules()}
 
 
 def ops(g: Graph) -> Counter[str]:

@@ -92,9 +92,9 @@ def _generated() -> list[Rule]:
 
 
 def _ort() -> list[Rule]:
-    from graphsub.rules.library import ort_fused
+    from graphsub.rules.library import ort
 
-    return ort_fused.rules()
+    return ort.rules()
 
 
 SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
