@@ -23,7 +23,7 @@ from graphsub.rules import (
 )
 from graphsub.rules.apply import weight_only_nodes
 from graphsub.rules.match import is_weight_only, max_radius
-from graphsub.rules.verify.numeric import verify_rule
+from graphsub.rules.soundness.numeric import verify_rule
 from graphsub.verify import equivalent
 
 

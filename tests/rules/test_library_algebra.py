@@ -11,7 +11,7 @@ from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, explain, find_matches
 from graphsub.rules.library import algebra, get_set
 from graphsub.rules.rule import Rule
-from graphsub.rules.verify.numeric import MIN_EXAMPLES, verify_rule
+from graphsub.rules.soundness.numeric import MIN_EXAMPLES, verify_rule
 from graphsub.verify import equivalent
 
 RULES = algebra.rules()

@@ -10,7 +10,7 @@ from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, explain, find_matches, get_set
 from graphsub.rules.library import metaflow
 from graphsub.rules.rule import Rule
-from graphsub.rules.verify.numeric import MIN_EXAMPLES, verify_rule
+from graphsub.rules.soundness.numeric import MIN_EXAMPLES, verify_rule
 from graphsub.verify import equivalent
 
 

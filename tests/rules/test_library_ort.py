@@ -21,7 +21,7 @@ from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, find_matches, get_set
 from graphsub.rules.library import ort
 from graphsub.rules.rule import Rule
-from graphsub.rules.verify.numeric import instantiate, verify_rule
+from graphsub.rules.soundness.numeric import instantiate, verify_rule
 from graphsub.verify import equivalent
 from graphsub.zoo.bert import bert
 

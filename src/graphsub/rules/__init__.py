@@ -1,4 +1,4 @@
-"""Substitution rules: patterns, matching, application, the rule library, TASO import, verification.
+"""Substitution rules: patterns, matching, application, the rule library, TASO import, soundness checks.
 
 >>> from graphsub.rules import find_matches, apply, get_set
 """

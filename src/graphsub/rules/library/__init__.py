@@ -56,9 +56,9 @@ def _ocggs_builtin() -> list[Rule]:
 
 
 def _pb(path: str | Path | None = None) -> list[Rule]:
-    from graphsub.rules import taso_pb
+    from graphsub.rules.taso_pb_convert import load_taso_pb
 
-    return taso_pb.load_rules(path).rules
+    return load_taso_pb(path).rules
 
 
 def _ocggs_faithful(path: str | Path | None = None) -> list[Rule]:
@@ -86,9 +86,9 @@ def _cpu() -> list[Rule]:
 
 
 def _generated() -> list[Rule]:
-    from graphsub.rules.generate.emit import load_rules
+    from graphsub.rules.generate.emit import load_generated_json
 
-    return load_rules(GENERATED_JSON)
+    return load_generated_json(GENERATED_JSON)
 
 
 def _ort() -> list[Rule]:
