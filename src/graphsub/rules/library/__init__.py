@@ -25,12 +25,14 @@ set            contents
 
 >>> sorted(SETS)[:3]
 ['algebra', 'builtin', 'cpu']
+
+Every command resolves rule-set specs with :func:`resolve_rules`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from graphsub.errors import RuleError
@@ -148,6 +150,31 @@ def set_names() -> list[str]:
     return [*SETS, "default"]
 
 
+def resolve_rules(spec: str | Sequence[Rule], path: str | Path | None = None) -> list[Rule]:
+    """The rules of a rule-set spec: set names joined by ``,`` (whitespace stripped, empty pieces
+    ignored; a rule in several sets is kept once, where its name first occurs), or a sequence of
+    rules (returned as a list).  An unknown set raises :class:`~graphsub.errors.RuleError`.
+    ``path``: TASO's graph_subst.pb for the sets that use it.
+
+    >>> names = [r.name for r in resolve_rules(" metaflow, ,cpu ")]
+    >>> len(names) == len(set(names)), names.index("mf_merge_matmuls") < names.index("cpu_merge_qkv")
+    (True, True)
+    >>> resolve_rules("cpu,nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    graphsub.errors.RuleError: unknown rule set 'nope'; known: builtin, taso-pb, ..., default
+    """
+    if not isinstance(spec, str):
+        return list(spec)
+    seen: dict[str, Rule] = {}
+    for piece in spec.split(","):
+        name = piece.strip()
+        if name:
+            for r in get_set(name, path):
+                seen.setdefault(r.name, r)
+    return list(seen.values())
+
+
 def find_rule(name: str, path: str | Path | None = None) -> Rule:
     """A rule by name, searched in every set."""
     for s in set_names():
@@ -157,4 +184,4 @@ def find_rule(name: str, path: str | Path | None = None) -> Rule:
     raise RuleError(f"no rule named {name!r}")
 
 
-__all__ = ["GENERATED_JSON", "SETS", "find_rule", "get_set", "set_names"]
+__all__ = ["GENERATED_JSON", "SETS", "find_rule", "get_set", "resolve_rules", "set_names"]
