@@ -10,6 +10,17 @@ builds are :class:`TValue` -- :class:`~graphsub.ir.node.Ref` s that know their b
 ``m.x * m.z + m.y`` builds ``add(mul(x, z), y)`` as ``t.add(t.mul(m.x, m.z), m.y)`` would
 (:func:`~graphsub.rules.rule.make_rule` hands targets a :class:`TargetView`).
 
+>>> from graphsub.ir import Builder
+>>> from graphsub.rules.match import find_matches
+>>> from graphsub.rules.rule import make_rule
+>>> factor = make_rule("factor", lambda p: {"y": p.var("x") * (z := p.var("z")) + p.var("y") * z},
+...                    lambda t, m: {"y": (m.x + m.y) * m.z})
+>>> b = Builder("g")
+>>> x, y, z = b.input("x", (2, 3)), b.input("y", (2, 3)), b.input("z", (2, 3))
+>>> g = b.build(b.add(b.mul(x, z), b.mul(y, z)))
+>>> sorted(apply(g, find_matches(g, factor)[0]).graph.op_histogram().items())
+[('add', 1), ('mul', 1)]
+
 Weights: targets compute new weights with ordinary ops on weight values (``concat`` of two
 kernels, ``enlarge``, ...), so a rule stays exact even when weights have no data.  Such
 weight-only subgraphs are free at run time: :func:`fold_weights` evaluates those whose leaves
