@@ -56,9 +56,12 @@ class TValue(Ref):
     builder: TargetBuilder
 
     def __new__(cls, builder: TargetBuilder, ref: Ref) -> TValue:
-        self = super().__new__(cls, ref[0], ref[1])
+        self = tuple.__new__(cls, (ref[0], ref[1]))
         self.builder = builder
         return self
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles are plain Refs
+        return Ref, (self.node, self.index)
 
     def __add__(self, other: Ref) -> TValue:  # type: ignore[override]
         return self.builder.op1("add", self, other)
