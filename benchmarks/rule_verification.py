@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from graphsub.rules.library import get_set, set_names
-from graphsub.rules.verify.numeric import verify_rule
+from graphsub.rules.soundness.numeric import verify_rule
 
 OUT = Path(__file__).parent / "results"
 

@@ -26,8 +26,8 @@ from graphsub.rules.generate.enumerate import EnumConfig
 from graphsub.rules.generate.pipeline import generate
 from graphsub.rules.generate.rediscover import rediscover
 from graphsub.rules.library import GENERATED_JSON, get_set
-from graphsub.rules.verify.axioms import check_axioms
-from graphsub.rules.verify.smt import prove_rules, summarize
+from graphsub.rules.soundness.axioms import check_axioms
+from graphsub.rules.soundness.smt import prove_rules, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

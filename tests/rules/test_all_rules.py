@@ -7,7 +7,7 @@ import pytest
 
 from graphsub.rules.library import get_set, set_names
 from graphsub.rules.rule import Rule
-from graphsub.rules.verify.numeric import verify_rule
+from graphsub.rules.soundness.numeric import verify_rule
 
 ALL: dict[str, Rule] = {}
 for _s in set_names():

@@ -25,7 +25,7 @@ from graphsub.rules import (
 )
 from graphsub.rules.apply import weight_only_nodes
 from graphsub.rules.match import max_radius
-from graphsub.rules.verify.numeric import verify_rule
+from graphsub.rules.soundness.numeric import verify_rule
 
 
 def relu_fuse():  # type: ignore[no-untyped-def]

@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from graphsub.cli import app
-from graphsub.rules.generate.emit import load_rules, load_substitutions
+from graphsub.rules.generate.emit import load_generated_json, load_substitutions
 from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, decode, enumerate_shard, first_choices
 from graphsub.rules.generate.parallel import merge, run_shards
 from graphsub.rules.generate.pipeline import doc_header, generate
 from graphsub.rules.generate.prune import Pair, canonical_key, pair_text
 from graphsub.rules.generate.templates import TEMPLATES, conv_mod, pool_mod, relu_poly, resolve_ops
-from graphsub.rules.verify.numeric import verify_rule
+from graphsub.rules.soundness.numeric import verify_rule
 
 runner = CliRunner()
 SMALL = EnumConfig(templates=("matmul", "add", "transpose", "concat0_2d", "concat1_2d", "split0", "split1"),
@@ -164,7 +164,7 @@ def test_malformed_rules_files_are_rejected(tmp_path: Path) -> None:
     f = tmp_path / "bad.json"
     f.write_text("{not json")
     with pytest.raises(RuleError, match="not valid JSON"):
-        load_rules(f)
+        load_generated_json(f)
 
 
 def test_cli_generate_and_errors(tmp_path: Path) -> None:
@@ -174,7 +174,7 @@ def test_cli_generate_and_errors(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.stdout
     summary = json.loads(r.stdout)
     assert summary["counts"]["emitted"] == len(json.loads(out.read_text())["substitutions"]) > 0
-    assert load_rules(out)
+    assert load_generated_json(out)
     r = runner.invoke(app, ["rules", "generate", "--ops", "matmul,frobnicate", "-o", str(out), "--json"])
     assert r.exit_code == 2 and "frobnicate" in json.loads(r.stdout)["error"]
     r = runner.invoke(app, ["rules", "generate", "--max-ops", "9", "-o", str(out), "--json"])

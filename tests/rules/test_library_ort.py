@@ -20,12 +20,12 @@ from graphsub.equivalence import equivalent
 from graphsub.frontends.onnx_io import from_onnx, to_onnx
 from graphsub.ir import Builder, Graph
 from graphsub.rules import apply, find_matches, get_set
-from graphsub.rules.library import ort_fused
+from graphsub.rules.library import ort
 from graphsub.rules.rule import Rule
-from graphsub.rules.verify.numeric import instantiate, verify_rule
+from graphsub.rules.soundness.numeric import instantiate, verify_rule
 from graphsub.zoo.bert import bert
 
-RULES = {r.name: r for r in ort_fused.rules()}
+RULES = {r.name: r for r in ort.rules()}
 
 
 def ops(g: Graph) -> Counter[str]:

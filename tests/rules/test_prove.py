@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from graphsub.cli import app
 from graphsub.rules.library import get_set
 from graphsub.rules.rule import Example, make_rule
-from graphsub.rules.verify.axioms import AXIOMS, Axiom, check_axiom, check_axioms
-from graphsub.rules.verify.smt import prove_rule
+from graphsub.rules.soundness.axioms import AXIOMS, Axiom, check_axiom, check_axioms
+from graphsub.rules.soundness.smt import prove_rule
 
 runner = CliRunner()
 

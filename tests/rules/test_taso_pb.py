@@ -15,6 +15,7 @@ from graphsub.ir.validate import validate
 from graphsub.rules.apply import apply
 from graphsub.rules.match import explain, find_all, find_matches
 from graphsub.rules.rule import Example
+from graphsub.rules.soundness.numeric import check_example, instantiate, verify_rule
 from graphsub.rules.taso_pb import (
     ENV_VAR,
     Operator,
@@ -23,17 +24,16 @@ from graphsub.rules.taso_pb import (
     collection_summary,
     decode_collection,
     default_pb_path,
-    load_rules,
     read_collection,
 )
-from graphsub.rules.verify.numeric import check_example, instantiate, verify_rule
+from graphsub.rules.taso_pb_convert import load_taso_pb
 
 try:
     PB: Path | None = default_pb_path()
 except RuleError:  # the data folder is not next to this checkout
     PB = None
 needs_pb = pytest.mark.skipif(PB is None, reason="../shared/data/taso/graph_subst.pb not found")
-RESULT = load_rules(PB) if PB is not None else None
+RESULT = load_taso_pb(PB) if PB is not None else None
 RULES = RESULT.rules if RESULT is not None else []
 BY_NAME = {r.name: r for r in RULES}
 
@@ -155,7 +155,7 @@ def test_truncated_or_garbled_file_never_crashes(tmp_path: Path) -> None:
             path.write_bytes(blob)
             try:
                 if seed < 3:
-                    load_rules(path)  # rules that no longer make sense are rejected, never raised
+                    load_taso_pb(path)  # rules that no longer make sense are rejected, never raised
                 else:
                     read_collection(path, lenient=True)
             except RuleError:
@@ -183,7 +183,7 @@ def test_bad_rules_are_rejected_with_reasons(tmp_path: Path) -> None:
     ]
     path = tmp_path / "bad.pb"
     path.write_bytes(_collection(rules))
-    res = load_rules(path)
+    res = load_taso_pb(path)
     assert [r.name for r in res.rules] == ["taso_pb_000", "taso_pb_007"]
     reasons = dict(res.rejected)
     assert sorted(reasons) == [1, 2, 3, 4, 5, 6, 8, 9, 10]
@@ -193,7 +193,7 @@ def test_bad_rules_are_rejected_with_reasons(tmp_path: Path) -> None:
         assert any(t in reasons[i] for t in text.split("|")), (i, reasons[i])
     assert "dropped" in res.rules[1].doc and len(res.rules[1].source.nodes) == 1
     assert all(verify_rule(r).passed for r in res.rules)
-    assert load_rules(path) is res  # cached per path
+    assert load_taso_pb(path) is res  # cached per path
     assert res.summary()["converted"] == 2
 
 
@@ -202,7 +202,7 @@ def test_default_pb_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     pb.write_bytes(_collection([COMMUTE]))
     monkeypatch.setenv(ENV_VAR, str(pb))
     assert default_pb_path() == pb
-    assert [r.name for r in load_rules().rules] == ["taso_pb_000"]
+    assert [r.name for r in load_taso_pb().rules] == ["taso_pb_000"]
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "nope.pb"))
     with pytest.raises(RuleError, match=ENV_VAR):
         default_pb_path()
@@ -228,7 +228,7 @@ def test_all_133_rules_convert() -> None:
         assert r.doc.startswith(f"TASO graph_subst.pb rule {i}: ") and " -> " in r.doc
         assert len(r.examples) >= 3 and len({tuple(sorted(e.types.items())) for e in r.examples}) == len(r.examples)
         assert all(not v.weight for v in r.source.vars)
-    assert load_rules(PB) is load_rules(PB)
+    assert load_taso_pb(PB) is load_taso_pb(PB)
     assert RESULT.summary()["converted"] == 133
     disconnected = [r.name for r in RULES if "disconnected" in r.tags]
     assert disconnected == [f"taso_pb_{i:03d}" for i in (63, 65, 70, 81, 95, 120)]

@@ -56,7 +56,7 @@ def rules_show(name: Annotated[str, typer.Argument(help="Rule name.")], path: Pa
     from graphsub.rules.apply import apply
     from graphsub.rules.library import find_rule
     from graphsub.rules.match import find_matches
-    from graphsub.rules.verify.numeric import instantiate
+    from graphsub.rules.soundness.numeric import instantiate
 
     try:
         rule = find_rule(name, path)
@@ -96,7 +96,7 @@ def rules_show(name: Annotated[str, typer.Argument(help="Rule name.")], path: Pa
 def rules_verify(set_name: SetArg = "default", path: PathOpt = None, seed: SeedOpt = 0,
                  as_json: JsonOpt = False) -> None:
     """Check every rule numerically on its examples (exit 1 if an exact rule fails)."""
-    from graphsub.rules.verify.numeric import verify_rule
+    from graphsub.rules.soundness.numeric import verify_rule
 
     rules = _rules(set_name, path, as_json)
     reports = []
@@ -248,14 +248,14 @@ def rules_prove(
     Exit codes: 0 no rule refuted and all axioms hold; 1 a rule was refuted or an axiom failed
     its concrete check; 3 unknown set or malformed rules file.
     """
-    from graphsub.rules.verify.axioms import check_axioms
-    from graphsub.rules.verify.smt import prove_rule, summarize
+    from graphsub.rules.soundness.axioms import check_axioms
+    from graphsub.rules.soundness.smt import prove_rule, summarize
 
     if file is not None:
-        from graphsub.rules.generate.emit import load_rules
+        from graphsub.rules.generate.emit import load_generated_json
 
         try:
-            rules = load_rules(file)
+            rules = load_generated_json(file)
         except GraphsubError as e:
             fail(Exit.BAD_INPUT, str(e), as_json)
             return

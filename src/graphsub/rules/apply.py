@@ -5,6 +5,22 @@ with the old one), the ids of the nodes it added and removed -- which is all a c
 needs for the incremental delta ``cost(new) = cost(old) - cost(removed) + cost(added)``
 (:meth:`Substitution.cost_delta`).
 
+Targets read like sources: the values a target sees (``m.x``, ``m["conv"]``) and the values it
+builds are :class:`TValue` -- :class:`~graphsub.ir.node.Ref` s that know their builder -- so
+``m.x * m.z + m.y`` builds ``add(mul(x, z), y)`` as ``t.add(t.mul(m.x, m.z), m.y)`` would
+(:func:`~graphsub.rules.rule.make_rule` hands targets a :class:`TargetView`).
+
+>>> from graphsub.ir import Builder
+>>> from graphsub.rules.match import find_matches
+>>> from graphsub.rules.rule import make_rule
+>>> factor = make_rule("factor", lambda p: {"y": p.var("x") * (z := p.var("z")) + p.var("y") * z},
+...                    lambda t, m: {"y": (m.x + m.y) * m.z})
+>>> b = Builder("g")
+>>> x, y, z = b.input("x", (2, 3)), b.input("y", (2, 3)), b.input("z", (2, 3))
+>>> g = b.build(b.add(b.mul(x, z), b.mul(y, z)))
+>>> sorted(apply(g, find_matches(g, factor)[0]).graph.op_histogram().items())
+[('add', 1), ('mul', 1)]
+
 Weights: targets compute new weights with ordinary ops on weight values (``concat`` of two
 kernels, ``enlarge``, ...), so a rule stays exact even when weights have no data.  Such
 weight-only subgraphs are free at run time: :func:`fold_weights` evaluates those whose leaves
@@ -29,13 +45,68 @@ from graphsub.ops.registry import REGISTRY
 from graphsub.rules.match import Match, MatchView
 
 
+class TValue(Ref):
+    """A value built or bound in a target: a :class:`~graphsub.ir.node.Ref` (it compares, hashes and
+    unpacks as one) that knows its :class:`TargetBuilder`, so ``a + b``, ``a - b``, ``a * b``,
+    ``a / b`` and ``a @ b`` build ``add`` / ``sub`` / ``mul`` / ``div`` / ``matmul`` nodes (default
+    attributes), as :class:`~graphsub.rules.pattern.PValue` does in sources.
+
+    Invariant: a TValue never reaches a graph -- :class:`~graphsub.ir.edit.GraphEdit` stores plain
+    Refs (``Ref(*value)``)."""
+
+    builder: TargetBuilder
+
+    def __new__(cls, builder: TargetBuilder, ref: Ref) -> TValue:
+        self = tuple.__new__(cls, (ref[0], ref[1]))
+        self.builder = builder
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles are plain Refs
+        return Ref, (self.node, self.index)
+
+    def __add__(self, other: Ref) -> TValue:  # type: ignore[override]
+        return self.builder.op1("add", self, other)
+
+    def __radd__(self, other: Ref) -> TValue:
+        return self.builder.op1("add", other, self)
+
+    def __sub__(self, other: Ref) -> TValue:
+        return self.builder.op1("sub", self, other)
+
+    def __rsub__(self, other: Ref) -> TValue:
+        return self.builder.op1("sub", other, self)
+
+    def __mul__(self, other: Ref) -> TValue:  # type: ignore[override]
+        return self.builder.op1("mul", self, other)
+
+    def __rmul__(self, other: Ref) -> TValue:  # type: ignore[override]
+        return self.builder.op1("mul", other, self)
+
+    def __truediv__(self, other: Ref) -> TValue:
+        return self.builder.op1("div", self, other)
+
+    def __rtruediv__(self, other: Ref) -> TValue:
+        return self.builder.op1("div", other, self)
+
+    def __matmul__(self, other: Ref) -> TValue:
+        return self.builder.op1("matmul", self, other)
+
+    def __rmatmul__(self, other: Ref) -> TValue:
+        return self.builder.op1("matmul", other, self)
+
+
 class TargetBuilder:
-    """Builds target nodes into a :class:`~graphsub.ir.edit.GraphEdit`; op methods like the builder."""
+    """Builds target nodes into a :class:`~graphsub.ir.edit.GraphEdit`; op methods like the builder.
+
+    Every op method returns :class:`TValue` s (a tuple of them for multi-output ops)."""
 
     def __init__(self, edit: GraphEdit, rule_name: str):
         self.edit = edit
         self.rule_name = rule_name
-        self._consts = 0
+
+    def view(self, m: MatchView) -> TargetView:
+        """``m`` as targets see it: bound values are :class:`TValue` s of this builder."""
+        return m if isinstance(m, TargetView) and m.builder is self else TargetView(m, self)
 
     def type(self, ref: Ref) -> TensorType:
         return self.edit.type_of(ref)
@@ -43,15 +114,22 @@ class TargetBuilder:
     def shape(self, ref: Ref) -> tuple[int, ...]:
         return self.edit.type_of(ref).shape
 
-    def op_multi(self, op: str, *inputs: Ref, **attrs: Any) -> tuple[Ref, ...]:
-        return self.edit.op_multi(op, inputs, attrs)
+    def op_multi(self, op: str, *inputs: Ref, **attrs: Any) -> tuple[TValue, ...]:
+        return tuple(TValue(self, r) for r in self.edit.op_multi(op, inputs, attrs))
+
+    def op1(self, op: str, *inputs: Ref, **attrs: Any) -> TValue:
+        """A single-output op."""
+        return self.op_multi(op, *inputs, **attrs)[0]
 
     def op(self, op: str, *inputs: Ref, **attrs: Any) -> Any:
-        outs = self.edit.op_multi(op, inputs, attrs)
+        outs = self.op_multi(op, *inputs, **attrs)
         return outs[0] if len(outs) == 1 else outs
 
-    def const(self, value: Any, dtype: str = "float32") -> Ref:
+    def const(self, value: Any, dtype: str = "float32") -> TValue:
         """A new constant weight holding ``value`` (named from its content)."""
+        return TValue(self, self._const_ref(value, dtype))
+
+    def _const_ref(self, value: Any, dtype: str) -> Ref:
         arr = np.asarray(value, dtype=dtype)
         name = f"c{array_digest(arr) & 0xFFFFFFFFFFFF:012x}"
         existing = self.edit.find_leaf(name)  # in the graph, or the same constant twice in one target
@@ -68,6 +146,21 @@ class TargetBuilder:
 
             return call
         raise AttributeError(f"TargetBuilder has no attribute or op {name!r}")
+
+
+class TargetView(MatchView):
+    """A :class:`~graphsub.rules.match.MatchView` whose bound values are :class:`TValue` s of
+    ``builder`` (what targets made with :func:`~graphsub.rules.rule.make_rule` receive)."""
+
+    def __init__(self, view: MatchView, builder: TargetBuilder):
+        super().__init__(view.graph, view.pattern, view._nodes, view._vars)
+        self.builder = builder
+
+    def __getitem__(self, name: str) -> TValue:
+        return TValue(self.builder, super().__getitem__(name))
+
+    def __getattr__(self, name: str) -> TValue:
+        return TValue(self.builder, super().__getattr__(name))
 
 
 @dataclass(frozen=True)
@@ -165,4 +258,4 @@ def _evaluate(graph: Graph, refs: list[Ref], only_with_data: bool, run: Any) -> 
     return out
 
 
-__all__ = ["Substitution", "TargetBuilder", "apply", "fold_weights", "weight_only_nodes"]
+__all__ = ["Substitution", "TValue", "TargetBuilder", "TargetView", "apply", "fold_weights", "weight_only_nodes"]

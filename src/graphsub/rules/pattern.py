@@ -9,6 +9,7 @@ A :class:`Pattern` is a small DAG of *pattern nodes* over *variables*:
   :func:`same_pads` -- and attributes not given are free (readable by ``where`` and the target);
 * ``p.any(x, name="f")`` is a MetaFlow wildcard: any single non-leaf op with those inputs;
 * multi-output ops take ``outputs=n`` and return a tuple (``a, b = p.split(t, outputs=2)``);
+* values support ``+ - * / @`` (``add``, ``sub``, ``mul``, ``div``, ``matmul``);
 * ``p.build({"out": value, ...})`` names the source outputs -- the domain of the output
   mapping *f*; every matched value read outside the match must be one of them.
 
@@ -24,7 +25,8 @@ Node names default to ``<op><k>``; give ``name=`` to refer to a node from ``wher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,8 @@ from graphsub.ops.common import resolve_pads
 from graphsub.ops.registry import REGISTRY
 
 WILDCARD = "*"
+#: binary ops whose two operands may be swapped (see :meth:`Pattern.commuted`)
+COMMUTATIVE = frozenset({"add", "mul"})
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,20 @@ class Pattern:
             best = max(best, *(d for k, d in dist.items() if not k.startswith("$")))
         return best
 
+    def commuted(self, nodes: Iterable[str] | None = None) -> Pattern:
+        """This pattern with the two operands of ``nodes`` swapped (default: every node of a
+        :data:`COMMUTATIVE` op); names, variables and outputs are unchanged."""
+        names = [n.name for n in self.nodes if n.op in COMMUTATIVE] if nodes is None else list(nodes)
+        if not names:
+            raise RuleError("pattern has no commutative node to swap")
+        swap = set(names)
+        for name in names:
+            n = self.node(name)
+            if n.op not in COMMUTATIVE or len(n.inputs) != 2:
+                raise RuleError(f"pattern node {name!r} ({n.op}) is not a commutative binary op")
+        new = tuple(dataclasses.replace(n, inputs=n.inputs[::-1]) if n.name in swap else n for n in self.nodes)
+        return Pattern(self.vars, new, self.outputs)
+
     def __str__(self) -> str:
         lines = [f"vars: {', '.join(('weight ' if v.weight else '') + v.name for v in self.vars)}"]
         for n in self.nodes:
@@ -330,6 +348,6 @@ class PatternBuilder:
 
 
 __all__ = [
-    "WILDCARD", "PNode", "PRef", "PValue", "PVar", "Pattern", "PatternBuilder", "Pred",
+    "COMMUTATIVE", "WILDCARD", "PNode", "PRef", "PValue", "PVar", "Pattern", "PatternBuilder", "Pred",
     "one_of", "same_pads", "valid_pads",
 ]

@@ -9,7 +9,12 @@ The target is a function ``target(t, m) -> {output name: value}`` where ``t`` is
 :class:`~graphsub.rules.apply.TargetBuilder` (same op methods as the graph builder) and ``m`` a
 :class:`~graphsub.rules.match.MatchView` (bound values, attributes, shapes, weight data).  The
 returned mapping is the output mapping *f*: each source output is replaced by the target value
-of the same name.  There is no state between match and apply.
+of the same name.  There is no state between match and apply.  Targets of :func:`make_rule`
+receive a :class:`~graphsub.rules.apply.TargetView`, so they read like sources: ``m.x * m.z +
+m.y`` builds ``add(mul(x, z), y)``.
+
+:func:`mirrored` is a rule's twin with the operands of commutative source nodes swapped
+(``a + b`` / ``b + a``): a separate, separately checked rule.
 
 Rules are usually written with :func:`make_rule`::
 
@@ -30,6 +35,7 @@ must bind the loop variable explicitly (``lambda t, m, k=k: ...``) or it sees th
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,12 +46,14 @@ from graphsub.rules.pattern import Pattern, PatternBuilder
 
 if TYPE_CHECKING:
     from graphsub.ir.node import Ref
-    from graphsub.rules.apply import TargetBuilder
+    from graphsub.rules.apply import TargetBuilder, TargetView
     from graphsub.rules.match import MatchView
 
 ORIGINS = ("hand-written", "taso-pb", "generated")
 
 TargetFn = Callable[["TargetBuilder", "MatchView"], Mapping[str, "Ref"]]
+#: a target as written for :func:`make_rule`: it receives a :class:`~graphsub.rules.apply.TargetView`
+ViewTargetFn = Callable[["TargetBuilder", "TargetView"], Mapping[str, "Ref"]]
 WhereFn = Callable[["MatchView"], "bool | str | None"]
 
 
@@ -115,16 +123,25 @@ class Rule:
         return isinstance(other, Rule) and (self.name, self.origin) == (other.name, other.origin)
 
 
-def _caller_location(depth: int = 2) -> str:
-    frame = sys._getframe(depth)
+def caller_location(depth: int = 1) -> str:
+    """``file:line`` (path from the package root) of the caller ``depth`` frames above the function
+    calling this one: ``caller_location()`` in ``f`` is where ``f`` was called from."""
+    frame = sys._getframe(depth + 1)
     return f"{frame.f_code.co_filename.rsplit('/src/', 1)[-1]}:{frame.f_lineno}"
+
+
+def _viewing(target: ViewTargetFn) -> TargetFn:
+    """``target`` called with the match as a :class:`~graphsub.rules.apply.TargetView`."""
+    def run(t: TargetBuilder, m: MatchView) -> Mapping[str, Ref]:
+        return target(t, t.view(m))
+
+    return run
 
 
 def make_rule(
     name: str,
-    source: Callable[[PatternBuilder], tuple[Mapping[str, Any], TargetFn]]
-    | Callable[[PatternBuilder], Mapping[str, Any]],
-    target: TargetFn | None = None,
+    source: Callable[[PatternBuilder], Mapping[str, Any]],
+    target: ViewTargetFn | None = None,
     *,
     where: Sequence[tuple[WhereFn, str] | Where] = (),
     origin: str = "hand-written",
@@ -135,18 +152,39 @@ def make_rule(
     tags: Sequence[str] = (),
     location: str | None = None,
 ) -> Rule:
-    """Build a Rule from a pattern-building function ``source(p) -> {outputs}``."""
+    """Build a Rule from a pattern-building function ``source(p) -> {outputs}`` and a target
+    ``target(t, m) -> {outputs}`` (``m`` a :class:`~graphsub.rules.apply.TargetView`); ``location``
+    defaults to the caller's line."""
     p = PatternBuilder()
     outputs = source(p)
-    pattern = p.build(outputs)  # type: ignore[arg-type]
+    pattern = p.build(outputs)
     if target is None:
         raise RuleError(f"rule {name}: no target")
     wh = tuple(w if isinstance(w, Where) else Where(w[0], w[1]) for w in where)
     return Rule(
-        name=name, source=pattern, target=target, where=wh, origin=origin,
-        location=location or _caller_location(), exact=exact, reason=reason,
+        name=name, source=pattern, target=_viewing(target), where=wh, origin=origin,
+        location=location or caller_location(), exact=exact, reason=reason,
         doc=doc or (source.__doc__ or "").strip(), examples=tuple(examples), tags=tuple(tags),
     )
 
 
-__all__ = ["ORIGINS", "Example", "Rule", "TargetFn", "Where", "WhereFn", "make_rule"]
+def mirrored(rule: Rule, name: str, nodes: Sequence[str] | None = None, doc: str | None = None) -> Rule:
+    """``rule`` with the two operands of its commutative source nodes swapped (``nodes``: their
+    names, default every ``add``/``mul``; all swapped at once), named ``name``.
+
+    The twin matches ``b + a`` where ``rule`` matches ``a + b``; where-constraints, target and
+    examples are the same (they refer to pattern names, which do not change).
+
+    >>> r = make_rule("r", lambda p: {"y": p.add(p.relu(p.var("x")), p.var("z"))},
+    ...               lambda t, m: {"y": m.x + m.z})
+    >>> str(mirrored(r, "r_rev").source).splitlines()[2]
+    'add0 = add($z, relu0)'
+    """
+    return dataclasses.replace(rule, name=name, source=rule.source.commuted(nodes),
+                               doc=rule.doc if doc is None else doc)
+
+
+__all__ = [
+    "ORIGINS", "Example", "Rule", "TargetFn", "ViewTargetFn", "Where", "WhereFn", "caller_location",
+    "make_rule", "mirrored",
+]

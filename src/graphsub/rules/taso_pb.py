@@ -1,4 +1,4 @@
-"""TASO's ``graph_subst.pb``: a dependency-free reader and the loader of its 133 rules.
+"""TASO's ``graph_subst.pb``: a dependency-free reader of the file (no rules here).
 
 The file (``../shared/data/taso/graph_subst.pb``, Apache-2.0, from jiazhihao/TASO) is a protobuf
 ``RuleCollection`` (proto2, package ``GraphSubst``)::
@@ -9,9 +9,9 @@ The file (``../shared/data/taso/graph_subst.pb``, Apache-2.0, from jiazhihao/TAS
 
 :func:`read_collection` decodes it with a small wire-format reader (varints, including the
 10-byte encoding of negative ``int32``, and length-delimited submessages; unknown fields are
-skipped) into plain dataclasses.  :func:`load_rules` converts every rule into a graphsub
-:class:`~graphsub.rules.rule.Rule` (see :mod:`graphsub.rules.taso_pb_convert` for the semantics)
-and reports the ones it cannot convert instead of failing.
+skipped) into plain dataclasses; :func:`default_pb_path` finds the file.  What a decoded rule
+means is :mod:`graphsub.rules.taso_pb_spec`; turning the file into graphsub rules is
+:func:`graphsub.rules.taso_pb_convert.load_taso_pb`.  Imports go one way: reader <- spec <- convert.
 
 >>> tensor = "08" + "ff" * 9 + "01" + "1000"          # Tensor{opId=-1 (10-byte varint), tsId=0}
 >>> op = "0810" + "120d" + tensor                      # Operator{type=16 (EW_ADD), input=[tensor]}
@@ -22,16 +22,13 @@ and reports the ones it cannot convert instead of failing.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from graphsub.errors import RuleError
-from graphsub.rules.rule import Rule
 
 #: TASO's OpType values that occur in the file (others are reported by name if present)
 OP_TYPES = {3: "CONV2D", 8: "RELU", 12: "CONCAT", 13: "SPLIT", 16: "EW_ADD", 17: "EW_MUL", 18: "MATMUL"}
@@ -251,204 +248,6 @@ def read_collection(path: str | Path, *, lenient: bool = False) -> RuleCollectio
     return coll
 
 
-# ----------------------------------------------------------------------------- normalized form
-
-#: TASO op type -> graphsub op
-KINDS = {3: "conv2d", 8: "relu", 12: "concat", 13: "split", 16: "add", 17: "mul", 18: "matmul"}
-ARITY = {"conv2d": 2, "relu": 1, "split": 1, "add": 2, "mul": 2, "matmul": 2}
-ACTS = {0: "none", 1: "sigmoid", 2: "relu", 3: "tanh"}
-PADS = {0: "SAME", 1: "VALID"}
-
-Val = tuple[int, int]  # (op index, output index) of the same side; op index < 0: variable
-
-
-@dataclass(frozen=True)
-class TOp:
-    """A normalized TASO operator: graphsub op kind, inputs, attributes, number of outputs."""
-
-    kind: str
-    inputs: tuple[Val, ...]
-    attrs: tuple[tuple[str, Any], ...] = ()
-    num_outputs: int = 1
-
-    def attr(self, key: str, default: Any = None) -> Any:
-        return dict(self.attrs).get(key, default)
-
-
-@dataclass(frozen=True)
-class Spec:
-    """A rule in normalized form: both sides, the output mapping and derived facts."""
-
-    index: int
-    src: tuple[TOp, ...]
-    dst: tuple[TOp, ...]
-    outputs: tuple[tuple[Val, Val], ...]  # (source value, target value) per mapped output
-    dst_live: frozenset[int]
-    dropped: tuple[int, ...] = ()
-
-    @property
-    def var_ids(self) -> list[int]:
-        """Variable ids in order of first use on the source side."""
-        seen: dict[int, None] = {}
-        for op in self.src:
-            for i, _ in op.inputs:
-                if i < 0:
-                    seen.setdefault(i, None)
-        return list(seen)
-
-
-def var_name(vid: int) -> str:
-    return f"v{-vid}"
-
-
-# ----------------------------------------------------------------------------- normalizing
-
-
-def _normalize_op(op: Operator, pos: int, side: list[TOp], what: str) -> TOp:
-    kind = KINDS.get(op.type)
-    if kind is None:
-        raise RuleError(f"{what} op {pos}: TASO op type {op.type_name} is not supported")
-    ins: list[Val] = []
-    for t in op.inputs:
-        if t.op_id < 0:
-            if t.ts_id != 0:
-                raise RuleError(f"{what} op {pos}: variable {t.op_id} with output index {t.ts_id}")
-        elif t.op_id >= pos or t.ts_id >= side[t.op_id].num_outputs or t.ts_id < 0:
-            raise RuleError(f"{what} op {pos}: input ({t.op_id}, {t.ts_id}) is not an earlier op's output")
-        ins.append((t.op_id, t.ts_id))
-    want = ARITY.get(kind)
-    if (want is not None and len(ins) != want) or not ins:
-        raise RuleError(f"{what} op {pos}: {op.type_name} with {len(ins)} inputs")
-    attrs: dict[str, Any] = {}
-    nout = 1
-    if kind in ("conv2d", "matmul"):
-        act = op.param(9, 0)
-        if act not in ACTS:
-            raise RuleError(f"{what} op {pos}: unknown activation mode {act}")
-        attrs["act"] = ACTS[act]
-    if kind == "conv2d":
-        pad = op.param(8, 0)
-        if pad not in PADS:
-            raise RuleError(f"{what} op {pos}: unknown padding mode {pad}")
-        strides = (op.param(6, 1), op.param(7, 1))
-        if min(s or 0 for s in strides) < 1:
-            raise RuleError(f"{what} op {pos}: invalid strides {strides}")
-        attrs.update(pads=PADS[pad], strides=strides)
-    if kind in ("concat", "split"):
-        axis = op.param(11)
-        if axis is None or axis < 0:
-            raise RuleError(f"{what} op {pos}: {op.type_name} without a valid AXIS")
-        attrs["axis"] = axis
-        numdim = op.param(10)
-        if numdim is not None:
-            if numdim <= axis:
-                raise RuleError(f"{what} op {pos}: AXIS {axis} out of range for NUMDIM {numdim}")
-            attrs["numdim"] = numdim
-        n_in = op.param(1)
-        if kind == "concat" and n_in is not None and n_in != len(ins):
-            raise RuleError(f"{what} op {pos}: NUM_INPUTS {n_in} but {len(ins)} inputs")
-    if kind == "split":
-        nout = op.param(2, 2) or 0
-        if nout < 1:
-            raise RuleError(f"{what} op {pos}: SPLIT with NUM_OUTPUTS {nout}")
-    return TOp(kind, tuple(ins), tuple(sorted(attrs.items())), nout)
-
-
-def _normalize_side(ops: Sequence[Operator], what: str) -> list[TOp]:
-    side: list[TOp] = []
-    for pos, op in enumerate(ops):
-        side.append(_normalize_op(op, pos, side, what))
-    return side
-
-
-def _live(side: Sequence[TOp], roots: Sequence[int]) -> set[int]:
-    live = {r for r in roots if r >= 0}
-    for i in reversed(range(len(side))):
-        if i in live:
-            live.update(j for j, _ in side[i].inputs if j >= 0)
-    return live
-
-
-def _vars_of(side: Sequence[TOp], ops: set[int] | None = None) -> set[int]:
-    return {j for i, op in enumerate(side) if ops is None or i in ops for j, _ in op.inputs if j < 0}
-
-
-def normalize(index: int, rule: PbRule) -> Spec:
-    """Validate and normalize a decoded rule; RuleError says why it cannot be converted."""
-    src = _normalize_side(rule.src, "source")
-    dst = _normalize_side(rule.dst, "target")
-    if not src or not dst:
-        raise RuleError("empty source or target graph")
-    if not rule.outputs:
-        raise RuleError("no mapped outputs")
-    outs: list[tuple[Val, Val]] = []
-    for mo in rule.outputs:
-        if not 0 <= mo.src_op < len(src) or not 0 <= mo.src_ts < src[mo.src_op].num_outputs:
-            raise RuleError(f"mapped output refers to source op {mo.src_op}#{mo.src_ts}, which does not exist")
-        if mo.dst_op >= len(dst) or (mo.dst_op >= 0 and not 0 <= mo.dst_ts < dst[mo.dst_op].num_outputs):
-            raise RuleError(f"mapped output refers to target op {mo.dst_op}#{mo.dst_ts}, which does not exist")
-        outs.append(((mo.src_op, mo.src_ts), (mo.dst_op, mo.dst_ts if mo.dst_op >= 0 else 0)))
-    if len({s for s, _ in outs}) != len(outs):
-        raise RuleError("a source output is mapped twice")
-    if any(s.kind == "split" for s in src):
-        raise RuleError("SPLIT in the source graph is not supported (its sizes would have to match the split tree)")
-    dst_live = _live(dst, [d for _, (d, _) in outs])
-    need = _vars_of(dst, dst_live) | {d for _, (d, _) in outs if d < 0}
-    src_live = _live(src, [s for (s, _), _ in outs])
-    dropped = tuple(i for i in range(len(src)) if i not in src_live)
-    if dropped:
-        if not need <= _vars_of(src, src_live):
-            raise RuleError(f"source ops {list(dropped)} contribute to no mapped output, and the target needs "
-                            "variables only they read")
-        keep = sorted(src_live)
-        remap = {old: new for new, old in enumerate(keep)}
-        src = [TOp(op.kind, tuple((remap[j], k) if j >= 0 else (j, k) for j, k in op.inputs), op.attrs,
-                   op.num_outputs) for i, op in enumerate(src) if i in src_live]
-        outs = [((remap[s], sk), d) for (s, sk), d in outs]
-    missing = need - _vars_of(src)
-    if missing:
-        raise RuleError(f"target reads variables {sorted(missing)} that the source does not bind")
-    return Spec(index, tuple(src), tuple(dst), tuple(outs), frozenset(dst_live), dropped)
-
-
-# ----------------------------------------------------------------------------- text
-
-
-def _expr(side: Sequence[TOp], v: Val) -> str:
-    j, k = v
-    if j < 0:
-        return var_name(j)
-    op = side[j]
-    extra = [f"{key}={val}" for key, val in op.attrs if key not in ("numdim",)
-             and not (key == "act" and val == "none") and not (key == "strides" and val == (1, 1))]
-    s = f"{op.kind}({', '.join([*(_expr(side, i) for i in op.inputs), *extra])})"
-    return f"{s}[{k}]" if op.num_outputs > 1 else s
-
-
-def describe(spec: Spec) -> str:
-    """The rule as expressions, e.g. ``add(matmul(v1, v4), matmul(v1, v5)) -> matmul(v1, add(v4, v5))``."""
-    parts = [f"{_expr(spec.src, s)} -> {_expr(spec.dst, d)}" for s, d in spec.outputs]
-    return "; ".join(parts)
-
-
-def components(side: Sequence[TOp]) -> int:
-    """Number of connected components of a side (ops linked by edges or shared variables)."""
-    parent = list(range(len(side)))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    first_user: dict[int, int] = {}
-    for i, op in enumerate(side):
-        for j, _ in op.inputs:
-            other = j if j >= 0 else first_user.setdefault(j, i)
-            parent[find(i)] = find(other)
-    return len({find(i) for i in range(len(side))})
-
-
 # ----------------------------------------------------------------------------- locating the file
 
 
@@ -481,26 +280,6 @@ def default_pb_path() -> Path:
                     "or pass path= explicitly")
 
 
-# ----------------------------------------------------------------------------- loading
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    """Converted rules and the rules that could not be converted (file index, reason)."""
-
-    path: Path
-    collection: RuleCollection
-    rules: list[Rule] = field(default_factory=list)
-    rejected: list[tuple[int, str]] = field(default_factory=list)
-
-    def summary(self) -> dict[str, object]:
-        """Counts: rules in the file, converted, rejected, tags of the converted rules (op kinds,
-        ``multi-output``, ``disconnected``), and :func:`collection_summary` of the file."""
-        tags: Counter[str] = Counter(t for r in self.rules for t in r.tags if t != "taso-pb")
-        return {"rules": len(self.collection.rules) + len(self.collection.errors), "converted": len(self.rules),
-                "rejected": len(self.rejected), "tags": dict(sorted(tags.items())),
-                **collection_summary(self.collection)}
-
 
 def collection_summary(coll: RuleCollection) -> dict[str, object]:
     """Op-type counts over both sides, (src, dst) side sizes and mapped-output counts."""
@@ -515,36 +294,8 @@ def collection_summary(coll: RuleCollection) -> dict[str, object]:
             "mapped_outputs": dict(sorted(outs.items()))}
 
 
-def load_rules(path: str | Path | None = None) -> LoadResult:
-    """Convert every rule of TASO's ``graph_subst.pb`` (default: :func:`default_pb_path`).
-
-    Rules are named ``taso_pb_NNN`` by their index in the file; rules that cannot be
-    converted are listed in ``rejected`` with the reason.  Cached per resolved path.
-    """
-    p = default_pb_path() if path is None else Path(path)
-    return _load_cached(str(p.resolve()))
-
-
-@functools.lru_cache(maxsize=8)
-def _load_cached(path: str) -> LoadResult:
-    from graphsub.rules.taso_pb_convert import convert_rule
-
-    coll = read_collection(path, lenient=True)
-    rules: list[Rule] = []
-    rejected: list[tuple[int, str]] = list(coll.errors)
-    for r in coll.rules:
-        try:
-            rules.append(convert_rule(r.index, r))
-        except RuleError as e:
-            rejected.append((r.index, str(e)))
-        except Exception as e:  # never crash on one bad rule
-            rejected.append((r.index, f"conversion failed: {type(e).__name__}: {e}"))
-    rejected.sort()
-    return LoadResult(Path(path), coll, rules, rejected)
-
 
 __all__ = [
-    "ENV_VAR", "KINDS", "OP_TYPES", "PM", "LoadResult", "MapOutput", "Operator", "Parameter", "PbRule",
-    "RuleCollection", "Spec", "TOp", "TensorRef", "Val", "collection_summary", "components", "decode_collection",
-    "default_pb_path", "describe", "load_rules", "normalize", "read_collection", "var_name",
+    "ENV_VAR", "OP_TYPES", "PM", "MapOutput", "Operator", "Parameter", "PbRule", "RuleCollection", "TensorRef",
+    "collection_summary", "decode_collection", "default_pb_path", "read_collection",
 ]

@@ -1,4 +1,8 @@
-"""Converting one decoded TASO rule (:class:`~graphsub.rules.taso_pb.PbRule`) into a graphsub Rule.
+"""TASO's ``graph_subst.pb`` as graphsub rules: :func:`load_taso_pb` converts every rule of the file.
+
+:func:`convert_rule` turns one decoded rule (:class:`~graphsub.rules.taso_pb.PbRule`, normalized by
+:func:`~graphsub.rules.taso_pb_spec.normalize`) into a :class:`~graphsub.rules.rule.Rule`;
+:func:`load_taso_pb` reports the rules it cannot convert instead of failing.
 
 TASO's rule file stores no shapes; its constraints are implicit in how TASO creates operators.
 This module makes them explicit:
@@ -14,7 +18,7 @@ This module makes them explicit:
   mapped output to keep its shape.  A grouped conv (groups = C / w.shape[1], as in TASO) over
   concatenated channels or kernels must have the concatenated pieces line up with its groups
   (otherwise merging/splitting convs along channels would mix groups);
-* examples (for :func:`~graphsub.rules.verify.numeric.verify_rule`) come from a small shape
+* examples (for :func:`~graphsub.rules.soundness.numeric.verify_rule`) come from a small shape
   solver: ranks are inferred from the ops (matmul 2, conv 4, concat NUMDIM, elementwise equal),
   dimensions are unified symbolically, the free ones drawn (TASO's generator sizes first, then
   random ones, a grouped-conv variant where the rule allows it), and each candidate is checked
@@ -23,130 +27,38 @@ This module makes them explicit:
 
 from __future__ import annotations
 
+import functools
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphsub.errors import RuleError
-from graphsub.rules.rule import Example, make_rule
-from graphsub.rules.taso_pb import PbRule, Spec, TOp, Val, components, describe, normalize, var_name
+from graphsub.rules.rule import Example, Rule, make_rule
+from graphsub.rules.taso_pb import PbRule, RuleCollection, collection_summary, default_pb_path, read_collection
+from graphsub.rules.taso_pb_spec import (
+    Mismatch,
+    Spec,
+    TOp,
+    Val,
+    check_shapes,
+    components,
+    describe,
+    eval_side,
+    normalize,
+    var_name,
+)
 
 if TYPE_CHECKING:
     from graphsub.ir.node import Ref
     from graphsub.rules.apply import TargetBuilder
     from graphsub.rules.match import MatchView
     from graphsub.rules.pattern import PatternBuilder, PValue
-    from graphsub.rules.rule import Rule
 
 N_EXAMPLES = 3
 SOLVER_TRIES = 400
-
-
-class Mismatch(Exception):
-    """Shapes violate TASO's operator semantics (the rule does not apply)."""
-
-
-# ----------------------------------------------------------------------------- TASO tensor semantics
-
-
-@dataclass(frozen=True)
-class TT:
-    """A TASO tensor: shape and split tree (top-level piece sizes per axis, or None)."""
-
-    shape: tuple[int, ...]
-    split: tuple[tuple[int, ...] | None, ...]
-
-
-def _tt(shape: Sequence[int]) -> TT:
-    return TT(tuple(shape), (None,) * len(shape))
-
-
-def _eval_op(op: TOp, ins: list[TT]) -> tuple[TT, ...]:
-    k = op.kind
-    if k in ("add", "mul"):
-        a, b = ins
-        if a.shape != b.shape:
-            raise Mismatch(f"{k} of shapes {a.shape} and {b.shape} (TASO needs equal shapes)")
-        return (TT(a.shape, tuple(x if x is not None else y for x, y in zip(a.split, b.split, strict=True))),)
-    if k == "relu":
-        return (ins[0],)
-    if k == "matmul":
-        a, b = ins
-        if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
-            raise Mismatch(f"matmul of {a.shape} and {b.shape} (TASO rules need 2-D operands that multiply)")
-        return (TT((a.shape[0], b.shape[1]), (a.split[0], b.split[1])),)
-    if k == "conv2d":
-        x, w = ins
-        if len(x.shape) != 4 or len(w.shape) != 4:
-            raise Mismatch(f"conv2d of {x.shape} and {w.shape}")
-        (n, c, h, wd), (o, cg, kh, kw) = x.shape, w.shape
-        if cg == 0 or c == 0 or c % cg or o % (c // cg):
-            raise Mismatch(f"conv2d: {c} input channels do not fit weight {w.shape}")
-        g = c // cg
-        xs, ws = x.split[1], w.split[0]
-        if g > 1 and (xs is not None or ws is not None) and (
-                xs is None or ws is None or len(xs) != len(ws)
-                or any(a * g % c or b * g % o or a * g // c != b * g // o for a, b in zip(xs, ws, strict=True))):
-            raise Mismatch(f"conv2d with {g} groups over concatenated channels {xs} / weights {ws} that do not "
-                           "line up with the groups")
-        sh, sw = op.attr("strides")
-        if op.attr("pads") == "SAME":
-            ho, wo = -(-h // sh), -(-wd // sw)
-        else:
-            ho, wo = (h - kh) // sh + 1, (wd - kw) // sw + 1
-            if h < kh or wd < kw:
-                raise Mismatch(f"conv2d VALID: kernel {kh}x{kw} larger than input {h}x{wd}")
-        return (TT((n, o, ho, wo), (x.split[0], w.split[0], None, None)),)
-    if k == "concat":
-        axis, rank = op.attr("axis"), len(ins[0].shape)
-        nd = op.attr("numdim", rank)
-        for t in ins:
-            if len(t.shape) != nd or axis >= nd:
-                raise Mismatch(f"concat axis {axis} (NUMDIM {nd}) of shape {t.shape}")
-            if any(t.shape[i] != ins[0].shape[i] for i in range(nd) if i != axis):
-                raise Mismatch(f"concat axis {axis} of {[t.shape for t in ins]}")
-        shape = tuple(sum(t.shape[i] for t in ins) if i == axis else ins[0].shape[i] for i in range(nd))
-        split = tuple(tuple(t.shape[axis] for t in ins) if i == axis
-                      else (ins[0].split[i] if all(t.split[i] == ins[0].split[i] for t in ins) else None)
-                      for i in range(nd))
-        return (TT(shape, split),)
-    if k == "split":
-        x, axis = ins[0], op.attr("axis")
-        if axis >= len(x.shape) or op.attr("numdim", len(x.shape)) != len(x.shape):
-            raise Mismatch(f"split axis {axis} of shape {x.shape}")
-        sizes = x.split[axis]
-        if sizes is None or len(sizes) != op.num_outputs:
-            raise Mismatch(f"split axis {axis}: no {op.num_outputs}-way split tree recorded on the input")
-        sp = tuple(None if i == axis else s for i, s in enumerate(x.split))
-        return tuple(TT(tuple(s if i == axis else d for i, d in enumerate(x.shape)), sp) for s in sizes)
-    raise Mismatch(f"unsupported op {k}")  # pragma: no cover - normalize() rejects these
-
-
-def eval_side(side: Sequence[TOp], env: Mapping[int, Sequence[int]], *,
-              live: frozenset[int] | None = None) -> dict[int, tuple[TT, ...]]:
-    """Shapes and split trees of a side's ops (those in ``live``) for variable shapes ``env``;
-    :class:`Mismatch` if TASO could not create them."""
-    out: dict[int, tuple[TT, ...]] = {}
-    for i, op in enumerate(side):
-        if live is not None and i not in live:
-            continue
-        ins = [_tt(env[j]) if j < 0 else out[j][k] for j, k in op.inputs]
-        out[i] = _eval_op(op, ins)
-    return out
-
-
-def check_shapes(spec: Spec, env: Mapping[int, Sequence[int]]) -> tuple[dict[int, tuple[TT, ...]],
-                                                                         dict[int, tuple[TT, ...]]]:
-    """Evaluate both sides and compare the mapped outputs; Mismatch if the rule does not apply."""
-    src = eval_side(spec.src, env)
-    dst = eval_side(spec.dst, env, live=spec.dst_live)
-    for (s, sk), (d, dk) in spec.outputs:
-        want = src[s][sk].shape
-        have = tuple(env[d]) if d < 0 else dst[d][dk].shape
-        if have != want:
-            raise Mismatch(f"mapped output {s}#{sk}: target shape {have} != source shape {want}")
-    return src, dst
 
 
 # ----------------------------------------------------------------------------- pattern, where, target
@@ -490,4 +402,52 @@ def solve_examples(spec: Spec, count: int = N_EXAMPLES) -> list[dict[int, tuple[
     return found if len(found) >= count else []
 
 
-__all__ = ["TT", "Mismatch", "Spec", "TOp", "check_shapes", "convert_rule", "describe", "eval_side", "normalize"]
+# ----------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Converted rules and the rules that could not be converted (file index, reason)."""
+
+    path: Path
+    collection: RuleCollection
+    rules: list[Rule] = field(default_factory=list)
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, object]:
+        """Counts: rules in the file, converted, rejected, tags of the converted rules (op kinds,
+        ``multi-output``, ``disconnected``), and :func:`collection_summary` of the file."""
+        tags: Counter[str] = Counter(t for r in self.rules for t in r.tags if t != "taso-pb")
+        return {"rules": len(self.collection.rules) + len(self.collection.errors), "converted": len(self.rules),
+                "rejected": len(self.rejected), "tags": dict(sorted(tags.items())),
+                **collection_summary(self.collection)}
+
+
+def load_taso_pb(path: str | Path | None = None) -> LoadResult:
+    """Convert every rule of TASO's ``graph_subst.pb`` (default: :func:`default_pb_path`).
+
+    Rules are named ``taso_pb_NNN`` by their index in the file; rules that cannot be
+    converted are listed in ``rejected`` with the reason.  Cached per resolved path.
+    """
+    p = default_pb_path() if path is None else Path(path)
+    return _load_cached(str(p.resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(path: str) -> LoadResult:
+    coll = read_collection(path, lenient=True)
+    rules: list[Rule] = []
+    rejected: list[tuple[int, str]] = list(coll.errors)
+    for r in coll.rules:
+        try:
+            rules.append(convert_rule(r.index, r))
+        except RuleError as e:
+            rejected.append((r.index, str(e)))
+        except Exception as e:  # never crash on one bad rule
+            rejected.append((r.index, f"conversion failed: {type(e).__name__}: {e}"))
+    rejected.sort()
+    return LoadResult(Path(path), coll, rules, rejected)
+
+
+
+__all__ = ["N_EXAMPLES", "LoadResult", "convert_rule", "load_taso_pb", "solve_examples"]

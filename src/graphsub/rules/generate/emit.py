@@ -442,11 +442,11 @@ def to_rules(s: Subst) -> list[Rule]:
     return rules
 
 
-def load_rules(path: str | Path) -> list[Rule]:
-    """All rules of a rules.json file."""
+def load_generated_json(path: str | Path) -> list[Rule]:
+    """All rules of a generated rules.json file (``.json`` or ``.json.gz``)."""
     _, subs = read_file(path)
     return [r for s in subs for r in to_rules(s)]
 
 
-__all__ = ["EXAMPLE_SCALES", "FORMAT", "VERSION", "NotApplicable", "SOp", "Subst", "eval_side", "load_rules",
+__all__ = ["EXAMPLE_SCALES", "FORMAT", "VERSION", "NotApplicable", "SOp", "Subst", "eval_side", "load_generated_json",
            "load_substitutions", "parse_ref", "read_file", "ref", "to_rules"]

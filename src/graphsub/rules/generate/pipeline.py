@@ -2,7 +2,7 @@
 
 :func:`generate` returns a :class:`Generated` holding the rules.json document
 (:mod:`.emit`), per-stage counts and timings.  After pruning, every substitution is turned into
-rules and checked with the numeric verifier (:func:`~graphsub.rules.verify.numeric.verify_rule`,
+rules and checked with the numeric verifier (:func:`~graphsub.rules.soundness.numeric.verify_rule`,
 real float/integer semantics with the true ReLU); substitutions with a failing rule or no
 usable direction are dropped and counted.
 
@@ -103,7 +103,7 @@ def doc_header(cfg: EnumConfig) -> dict[str, Any]:
 
 def _verify(doc: dict[str, Any], stats: Stats, seed: int, progress: Progress | None) -> list[int]:
     """Indices of the substitutions whose rules all pass numeric verification."""
-    from graphsub.rules.verify.numeric import verify_rule
+    from graphsub.rules.soundness.numeric import verify_rule
 
     kept: list[int] = []
     subs = load_substitutions(doc)

@@ -31,7 +31,8 @@ from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, output_dige
 from graphsub.rules.generate.fingerprint import graph_digest, random_inputs
 from graphsub.rules.generate.prune import Pair, canonical_key
 from graphsub.rules.generate.templates import Meta
-from graphsub.rules.taso_pb import TOp, load_rules, normalize
+from graphsub.rules.taso_pb import default_pb_path, read_collection
+from graphsub.rules.taso_pb_spec import TOp, normalize
 
 
 def _template_for(cfg: EnumConfig, op: TOp, metas: Sequence[Meta],
@@ -90,9 +91,9 @@ def _side(cfg: EnumConfig, side: Sequence[TOp], live: frozenset[int] | None) -> 
 
 def pb_pairs(cfg: EnumConfig, path: str | Path | None = None) -> dict[int, Pair | str]:
     """Each pb rule (by file index) as a Pair over ``cfg``, or the reason it cannot be one."""
-    res = load_rules(path)
+    coll = read_collection(default_pb_path() if path is None else path, lenient=True)
     out: dict[int, Pair | str] = {}
-    for r in res.collection.rules:
+    for r in coll.rules:
         try:
             spec = normalize(r.index, r)
             a, wa = _side(cfg, spec.src, None)

@@ -25,6 +25,8 @@ set            contents
 
 >>> sorted(SETS)[:3]
 ['algebra', 'builtin', 'cpu']
+
+Every command resolves rule-set specs with :func:`resolve_rules`.
 """
 
 from __future__ import annotations
@@ -56,9 +58,9 @@ def _ocggs_builtin() -> list[Rule]:
 
 
 def _pb(path: str | Path | None = None) -> list[Rule]:
-    from graphsub.rules import taso_pb
+    from graphsub.rules.taso_pb_convert import load_taso_pb
 
-    return taso_pb.load_rules(path).rules
+    return load_taso_pb(path).rules
 
 
 def _ocggs_faithful(path: str | Path | None = None) -> list[Rule]:
@@ -86,15 +88,15 @@ def _cpu() -> list[Rule]:
 
 
 def _generated() -> list[Rule]:
-    from graphsub.rules.generate.emit import load_rules
+    from graphsub.rules.generate.emit import load_generated_json
 
-    return load_rules(GENERATED_JSON)
+    return load_generated_json(GENERATED_JSON)
 
 
 def _ort() -> list[Rule]:
-    from graphsub.rules.library import ort_fused
+    from graphsub.rules.library import ort
 
-    return ort_fused.rules()
+    return ort.rules()
 
 
 SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
@@ -149,17 +151,24 @@ def set_names() -> list[str]:
 
 
 def resolve_rules(spec: str | Sequence[Rule], path: str | Path | None = None) -> list[Rule]:
-    """The rules of a rule-set spec: comma-separated set names (``"ocggs157,cpu"``; whitespace stripped,
-    empty pieces ignored), de-duplicated by rule name (the first occurrence wins); a sequence of rules
-    is returned as a list.  Raises RuleError for an unknown set.
+    """The rules of a rule-set spec: set names joined by ``,`` (whitespace stripped, empty pieces
+    ignored; a rule in several sets is kept once, where its name first occurs), or a sequence of
+    rules (returned as a list).  An unknown set raises :class:`~graphsub.errors.RuleError`.
+    ``path``: TASO's graph_subst.pb for the sets that use it.
 
-    >>> len(resolve_rules("cpu, cpu")) == len(get_set("cpu"))
-    True
+    >>> names = [r.name for r in resolve_rules(" metaflow, ,cpu ")]
+    >>> len(names) == len(set(names)), names.index("mf_merge_matmuls") < names.index("cpu_merge_qkv")
+    (True, True)
+    >>> resolve_rules("cpu,nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    graphsub.errors.RuleError: unknown rule set 'nope'; known: builtin, taso-pb, ..., default
     """
     if not isinstance(spec, str):
         return list(spec)
     seen: dict[str, Rule] = {}
-    for name in (p.strip() for p in spec.split(",")):
+    for piece in spec.split(","):
+        name = piece.strip()
         if name:
             for r in get_set(name, path):
                 seen.setdefault(r.name, r)

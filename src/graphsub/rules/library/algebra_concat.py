@@ -4,7 +4,8 @@ Rules are binary in concat (two operands), as in TASO.  Concat axes in patterns 
 (non-negative); the rules generalise TASO's fixed axes where the identity holds for any axis
 (``concat(a, concat(b, ..)) <-> concat(b, concat(a, ..))`` for any ``a != b``, transposes for any
 permutation, matmuls for any rank >= 2 with the axes moved accordingly, pooling over the batch and
-channel axes).  Helpers come from :mod:`graphsub.rules.library.algebra`.
+channel axes).  Rules are made with the authoring kit (:mod:`graphsub.rules.library.kit`);
+:mod:`graphsub.rules.library.algebra` adds them to the ``algebra`` set (this module does not import it).
 """
 
 from __future__ import annotations
@@ -12,10 +13,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from graphsub.rules.library.algebra import F4, W, ex, min_rank, rule, same_attrs, same_rank
+from graphsub.rules.library.kit import (
+    F4,
+    OPS,
+    RuleFactory,
+    W,
+    conv_attrs,
+    ex,
+    min_rank,
+    perm,
+    same_attrs,
+    same_rank,
+)
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue, one_of
 from graphsub.rules.rule import Example, Rule
+
+rule = RuleFactory("algebra")
 
 
 def _ax(m: MatchView, name: str = "cat") -> int:
@@ -120,35 +134,28 @@ def _binary() -> list[Rule]:
                ex({"x": (1, 4, 3, 3), "y": (1, 4, 1, 1), "z": (1, 2, 3, 3), "w": (1, 2, 1, 1)}, cat={"axis": 1}),
                ex({"x": (2, 3, 4), "y": (2, 1, 4), "z": (1, 3, 4), "w": (1, 1, 4)}, cat={"axis": 0})]
     ex_push = [ex(e.types, c1=e.attrs["cat"], c2=e.attrs["cat"]) for e in ex_pull]
-    out: list[Rule] = []
 
     def family(op: str) -> list[Rule]:
+        f = OPS[op]
         return [
             rule(f"alg_concat_{op}_pull", f"concat(a, {op}(x, y), {op}(z, w)) -> {op}(concat(a, x, z), concat(a, y, "
                  "w)) (equal ranks; broadcasting only off the concat axis, consistently for x/z and y/w).",
-                 lambda p: {"out": p.concat(p.op1(op, p.var("x"), p.var("y")),
-                                            p.op1(op, p.var("z"), p.var("w")), name="cat")},
-                 lambda t, m: {"out": t.op(op, t.concat(m.x, m.z, axis=_ax(m)), t.concat(m.y, m.w, axis=_ax(m)))},
+                 lambda p: {"out": p.concat(f(p.var("x"), p.var("y")), f(p.var("z"), p.var("w")), name="cat")},
+                 lambda t, m: {"out": f(t.concat(m.x, m.z, axis=_ax(m)), t.concat(m.y, m.w, axis=_ax(m)))},
                  ex_pull, [(lambda m: _bin_ok(m, _ax(m)), "concat and broadcasting commute")]),
             rule(f"alg_concat_{op}_push", f"{op}(concat(a, x, z), concat(a, y, w)) -> concat(a, {op}(x, y), {op}(z, "
                  "w)) (same conditions as the pull).",
-                 lambda p: {"out": p.op1(op, p.concat(p.var("x"), p.var("z"), name="c1"),
-                                         p.concat(p.var("y"), p.var("w"), name="c2"))},
-                 lambda t, m: {"out": t.concat(t.op(op, m.x, m.y), t.op(op, m.z, m.w), axis=_ax(m, "c1"))},
+                 lambda p: {"out": f(p.concat(p.var("x"), p.var("z"), name="c1"),
+                                     p.concat(p.var("y"), p.var("w"), name="c2"))},
+                 lambda t, m: {"out": t.concat(f(m.x, m.y), f(m.z, m.w), axis=_ax(m, "c1"))},
                  ex_push, [(lambda m: _ax(m, "c1") == _ax(m, "c2"), "equal concat axes"),
                            (lambda m: _bin_ok(m, _ax(m, "c1")), "concat and broadcasting commute")]),
         ]
 
-    for op in ("add", "mul"):
-        out += family(op)
-    return out
+    return [*family("add"), *family("mul")]
 
 
 # ----------------------------------------------------------------------------- transpose / matmul
-
-
-def _perm(m: MatchView, name: str) -> tuple[int, ...]:
-    return tuple(m.attr(name, "perm"))
 
 
 def _mm_concat_left_ok(m: MatchView) -> bool:
@@ -167,10 +174,11 @@ def _mm_split_ok(m: MatchView) -> bool:
     return sx[:-1] == sz[:-1] and sy[:-2] == sw[:-2] and sy[-1] == sw[-1]
 
 
-def _matmul() -> list[Rule]:
-    def act(m: MatchView, n: str = "mm") -> str:
-        return str(m.attr(n, "act"))
+def _act(m: MatchView, n: str = "mm") -> str:
+    return str(m.attr(n, "act"))
 
+
+def _transpose() -> list[Rule]:
     tr_pull = [ex({"x": (2, 3), "y": (4, 3)}, tx={"perm": (1, 0)}, ty={"perm": (1, 0)}, cat={"axis": 1}),
                ex({"x": (2, 3, 4), "y": (2, 5, 4)}, tx={"perm": (2, 0, 1)}, ty={"perm": (2, 0, 1)}, cat={"axis": 2}),
                ex({"x": (1, 3, 4, 5), "y": (1, 2, 4, 5)}, tx={"perm": (0, 2, 3, 1)}, ty={"perm": (0, 2, 3, 1)},
@@ -178,6 +186,23 @@ def _matmul() -> list[Rule]:
     tr_push = [ex({"x": (2, 3), "y": (4, 3)}, t={"perm": (1, 0)}, cat={"axis": 0}),
                ex({"x": (2, 3, 4), "y": (2, 5, 4)}, t={"perm": (2, 0, 1)}, cat={"axis": 1}),
                ex({"x": (1, 3, 4, 5), "y": (1, 2, 4, 5)}, t={"perm": (0, 2, 3, 1)}, cat={"axis": 1})]
+    return [
+        rule("alg_concat_transpose_pull", "concat(a, transpose(x, p), transpose(y, p)) -> transpose(concat(p[a], x, "
+             "y), p) (TASO: 2-D, a=1).",
+             lambda p: {"out": p.concat(p.transpose(p.var("x"), name="tx"), p.transpose(p.var("y"), name="ty"),
+                                        name="cat")},
+             lambda t, m: {"out": t.transpose(t.concat(m.x, m.y, axis=perm(m, "tx")[_ax(m)]), perm=perm(m, "tx"))},
+             tr_pull, [(lambda m: perm(m, "tx") == perm(m, "ty"), "equal perms")]),
+        rule("alg_concat_transpose_push", "transpose(concat(b, x, y), p) -> concat(p^-1[b], transpose(x, p), "
+             "transpose(y, p)).",
+             lambda p: {"out": p.transpose(p.concat(p.var("x"), p.var("y"), name="cat"), name="t")},
+             lambda t, m: {"out": t.concat(t.transpose(m.x, perm=perm(m, "t")), t.transpose(m.y, perm=perm(m, "t")),
+                                           axis=perm(m, "t").index(_ax(m)))}, tr_push),
+    ]
+
+
+def _matmul_concat() -> list[Rule]:
+    """A concat of two matmuls' outputs as one matmul of a concatenated operand, and back."""
     left: list[tuple[dict[str, Any], int, str]] = [
         ({"x": (2, 3), "y": (3, 4), "z": (3, 5)}, 1, "none"), ({"x": (2, 2, 3), "y": (3, 4), "z": (3, 1)}, 2, "relu"),
         ({"x": (3,), "y": (2, 3, 4), "z": (2, 3, 2)}, 1, "none")]
@@ -185,33 +210,18 @@ def _matmul() -> list[Rule]:
         ({"x": (2, 3), "y": (4, 3), "z": (3, 5)}, 0, "none"),
         ({"x": (2, 2, 3), "y": (2, 1, 3), "z": (3, 4)}, 1, "relu"),
         ({"x": (1, 3), "y": (2, 3), "z": (2, 3, 4)}, 1, "none")]
-    split: list[dict[str, Any]] = [
-        {"x": (2, 3), "z": (2, 4), "y": (3, 5), "w": (4, 5)},
-        {"x": (2, 2, 3), "z": (2, 2, 1), "y": (3, 4), "w": (1, 4)},
-        {"x": (1, 3), "z": (1, 2), "y": (2, 3, 4), "w": (2, 2, 4)}]
     return [
-        rule("alg_concat_transpose_pull", "concat(a, transpose(x, p), transpose(y, p)) -> transpose(concat(p[a], x, "
-             "y), p) (TASO: 2-D, a=1).",
-             lambda p: {"out": p.concat(p.transpose(p.var("x"), name="tx"), p.transpose(p.var("y"), name="ty"),
-                                        name="cat")},
-             lambda t, m: {"out": t.transpose(t.concat(m.x, m.y, axis=_perm(m, "tx")[_ax(m)]), perm=_perm(m, "tx"))},
-             tr_pull, [(lambda m: _perm(m, "tx") == _perm(m, "ty"), "equal perms")]),
-        rule("alg_concat_transpose_push", "transpose(concat(b, x, y), p) -> concat(p^-1[b], transpose(x, p), "
-             "transpose(y, p)).",
-             lambda p: {"out": p.transpose(p.concat(p.var("x"), p.var("y"), name="cat"), name="t")},
-             lambda t, m: {"out": t.concat(t.transpose(m.x, perm=_perm(m, "t")), t.transpose(m.y, perm=_perm(m, "t")),
-                                           axis=_perm(m, "t").index(_ax(m)))}, tr_push),
         rule("alg_concat_matmul_left_pull", "concat(last, matmul(x, y), matmul(x, z)) -> matmul(x, concat(last, y, "
              "z)) (y, z of rank >= 2 agreeing except the last axis; equal acts).",
              lambda p: {"out": p.concat(p.matmul((x := p.var("x")), p.var("y"), name="m1"),
                                         p.matmul(x, p.var("z"), name="m2"), name="cat")},
-             lambda t, m: {"out": t.matmul(m.x, t.concat(m.y, m.z, axis=len(m.shape("y")) - 1), act=act(m, "m1"))},
+             lambda t, m: {"out": t.matmul(m.x, t.concat(m.y, m.z, axis=len(m.shape("y")) - 1), act=_act(m, "m1"))},
              [ex(ty, cat={"axis": a}, m1={"act": c}, m2={"act": c}) for ty, a, c in left],
              [min_rank(2, "y", "z"), same_rank("y", "z"), (_mm_concat_left_ok, "concat of the output columns")]),
         rule("alg_concat_matmul_left_push", "matmul(x, concat(last, y, z)) -> concat(last, matmul(x, y), matmul(x, "
              "z)) (rank(y) >= 2).",
              lambda p: {"out": p.matmul(p.var("x"), p.concat(p.var("y"), p.var("z"), name="cat"), name="mm")},
-             lambda t, m: {"out": t.concat(t.matmul(m.x, m.y, act=act(m)), t.matmul(m.x, m.z, act=act(m)),
+             lambda t, m: {"out": t.concat(t.matmul(m.x, m.y, act=_act(m)), t.matmul(m.x, m.z, act=_act(m)),
                                            axis=len(m.shape("mm")) - 1)},
              [ex(ty, cat={"axis": len(ty["y"]) - 1}, mm={"act": c}) for ty, _, c in left],
              [min_rank(2, "y"), (lambda m: _ax(m) == len(m.shape("y")) - 1, "concat along the last axis")]),
@@ -219,21 +229,31 @@ def _matmul() -> list[Rule]:
              "y), z) (x, y of rank >= 2 agreeing except the row axis; rank(z) >= 2; equal acts).",
              lambda p: {"out": p.concat(p.matmul(p.var("x"), (z := p.var("z")), name="m1"),
                                         p.matmul(p.var("y"), z, name="m2"), name="cat")},
-             lambda t, m: {"out": t.matmul(t.concat(m.x, m.y, axis=len(m.shape("x")) - 2), m.z, act=act(m, "m1"))},
+             lambda t, m: {"out": t.matmul(t.concat(m.x, m.y, axis=len(m.shape("x")) - 2), m.z, act=_act(m, "m1"))},
              [ex(ty, cat={"axis": a}, m1={"act": c}, m2={"act": c}) for ty, a, c in right],
              [min_rank(2, "x", "y", "z"), same_rank("x", "y"), (_mm_concat_right_ok, "concat of the output rows")]),
         rule("alg_concat_matmul_right_push", "matmul(concat(rows, x, y), z) -> concat(rows, matmul(x, z), "
              "matmul(y, z)) (rank(x), rank(z) >= 2).",
              lambda p: {"out": p.matmul(p.concat(p.var("x"), p.var("y"), name="cat"), p.var("z"), name="mm")},
-             lambda t, m: {"out": t.concat(t.matmul(m.x, m.z, act=act(m)), t.matmul(m.y, m.z, act=act(m)),
+             lambda t, m: {"out": t.concat(t.matmul(m.x, m.z, act=_act(m)), t.matmul(m.y, m.z, act=_act(m)),
                                            axis=len(m.shape("mm")) - 2)},
              [ex(ty, cat={"axis": len(ty["x"]) - 2}, mm={"act": c}) for ty, _, c in right],
              [min_rank(2, "x", "z"), (lambda m: _ax(m) == len(m.shape("x")) - 2, "concat along the row axis")]),
+    ]
+
+
+def _matmul_split() -> list[Rule]:
+    """A matmul of concatenated operands as the sum of two matmuls, and back."""
+    split: list[dict[str, Any]] = [
+        {"x": (2, 3), "z": (2, 4), "y": (3, 5), "w": (4, 5)},
+        {"x": (2, 2, 3), "z": (2, 2, 1), "y": (3, 4), "w": (1, 4)},
+        {"x": (1, 3), "z": (1, 2), "y": (2, 3, 4), "w": (2, 2, 4)}]
+    return [
         rule("alg_matmul_concat_split", "matmul(concat(last, x, z), concat(rows, y, w)) -> add(matmul(x, y), "
              "matmul(z, w)) (act none; rank >= 2; x's columns match y's rows).",
              lambda p: {"out": p.matmul(p.concat(p.var("x"), p.var("z"), name="c1"),
                                         p.concat(p.var("y"), p.var("w"), name="c2"), act="none")},
-             lambda t, m: {"out": t.add(t.matmul(m.x, m.y), t.matmul(m.z, m.w))},
+             lambda t, m: {"out": m.x @ m.y + m.z @ m.w},
              [ex(ty, c1={"axis": len(ty["x"]) - 1}, c2={"axis": len(ty["y"]) - 2}) for ty in split],
              [min_rank(2, "x", "y"),
               (lambda m: _ax(m, "c1") == len(m.shape("x")) - 1 and _ax(m, "c2") == len(m.shape("y")) - 2,
@@ -241,10 +261,10 @@ def _matmul() -> list[Rule]:
               (lambda m: m.shape("x")[-1] == m.shape("y")[-2], "x's columns match y's rows")]),
         rule("alg_matmul_concat_merge", "add(matmul(x, y), matmul(z, w)) -> matmul(concat(last, x, z), concat(rows, "
              "y, w)) (acts none; x/z and y/w of equal ranks >= 2 agreeing off the concat axes).",
-             lambda p: {"out": p.add(p.matmul(p.var("x"), p.var("y"), act="none"),
-                                     p.matmul(p.var("z"), p.var("w"), act="none"))},
-             lambda t, m: {"out": t.matmul(t.concat(m.x, m.z, axis=len(m.shape("x")) - 1),
-                                           t.concat(m.y, m.w, axis=len(m.shape("y")) - 2))},
+             lambda p: {"out": p.matmul(p.var("x"), p.var("y"), act="none")
+                        + p.matmul(p.var("z"), p.var("w"), act="none")},
+             lambda t, m: {"out": t.concat(m.x, m.z, axis=len(m.shape("x")) - 1)
+                           @ t.concat(m.y, m.w, axis=len(m.shape("y")) - 2)},
              [ex(ty) for ty in split],
              [min_rank(2, "x", "y"), same_rank("x", "z"), same_rank("y", "w"), (_mm_split_ok, "mergeable")]),
     ]
@@ -254,12 +274,16 @@ def _matmul() -> list[Rule]:
 
 
 def _conv_ex(pairs: list[tuple[dict[str, Any], dict[str, Any]]], *names: str) -> list[Example]:
-    return [ex(ty, **{n: dict(a) for n in names}) for ty, a in pairs]
+    """One example per (types, conv attributes) pair, the attributes given to each conv ``names``."""
+    out = []
+    for ty, a in pairs:
+        attrs: dict[str, Any] = {n: dict(a) for n in names}
+        out.append(ex(ty, **attrs))
+    return out
 
 
 def _conv() -> list[Rule]:
-    def ca(m: MatchView, n: str) -> dict[str, Any]:
-        return m.attrs(n, "strides", "pads", "dilations", "act")
+    ca = conv_attrs
 
     def spatial(m: MatchView, n: str) -> tuple[int, ...]:
         s = m.shape(n)
@@ -309,7 +333,7 @@ def _conv() -> list[Rule]:
              "none; groups 1).",
              lambda p: {"out": p.conv2d(p.concat(p.var("x"), p.var("z"), axis=1),
                                         p.concat(p.var("y"), p.var("w"), axis=1), act="none", name="c")},
-             lambda t, m: {"out": t.add(t.conv2d(m.x, m.y, **ca(m, "c")), t.conv2d(m.z, m.w, **ca(m, "c")))},
+             lambda t, m: {"out": t.conv2d(m.x, m.y, **ca(m, "c")) + t.conv2d(m.z, m.w, **ca(m, "c"))},
              _conv_ex(inc, "c"), [g1, (lambda m: m.shape("w")[1] == m.shape("z")[1], "groups == 1")]),
         rule("alg_conv_concat_merge", "add(conv(x, y), conv(z, w)) -> conv(concat(1, x, z), concat(1, y, w)) (acts "
              "none, equal attributes; groups 1; x/z and y/w agree off axis 1).",
@@ -359,7 +383,7 @@ def _pool() -> list[Rule]:
 
 def rules() -> list[Rule]:
     """The concat/split/pool ``algebra`` rules (cached by :func:`graphsub.rules.library.algebra.rules`)."""
-    return [*_basic(), *_binary(), *_matmul(), *_conv(), *_pool()]
+    return [*_basic(), *_binary(), *_transpose(), *_matmul_concat(), *_matmul_split(), *_conv(), *_pool()]
 
 
 __all__ = ["rules"]

@@ -21,21 +21,25 @@ import numpy as np
 from graphsub.ir.node import Ref
 from graphsub.rules.apply import TargetBuilder
 from graphsub.rules.library import metaflow
-from graphsub.rules.library._common import (
+from graphsub.rules.library.kit import (
     broadcasts_into,
+    composed_perm,
     constant_value,
     ex,
     fold_add,
     fold_mul,
     in_order,
+    is_identity,
     merge_split,
     per_channel,
+    rule,
 )
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue
-from graphsub.rules.rule import Example, Rule, make_rule
+from graphsub.rules.rule import Example, Rule
 
 Out = dict[str, PValue]
+QKV = ("q", "k", "v")
 
 
 # ----------------------------------------------------------------------------- matmul algebra
@@ -47,16 +51,15 @@ def matmul_distribute() -> Rule:
         return {"y": p.add(p.matmul(x, p.weight("w1"), act="none", name="mm1"),
                            p.matmul(x, p.weight("w2"), act="none", name="mm2"), name="add")}
 
-    return make_rule(
-        "cpu_matmul_distribute", src, lambda t, m: {"y": t.matmul(m.x, t.add(m.w1, m.w2))},
-        where=[(lambda m: m.shape("w1") == m.shape("w2") or "weights differ in shape", "equal weight shapes")],
-        doc="x@W1 + x@W2 => x@(W1 + W2) for weight-only W1, W2 of one shape: one matmul instead of two "
-            "plus an add (the weight sum is folded).  The pattern is symmetric, so it covers both "
-            "orders of the add operands.",
-        examples=[ex({"x": (4, 6), "w1": (6, 5), "w2": (6, 5)}), ex({"x": (2, 3, 4), "w1": (4, 2), "w2": (4, 2)}),
-                  ex({"x": (5,), "w1": (2, 5, 3), "w2": (2, 5, 3)})],
-        tags=("matmul", "algebra"),
-    )
+    return rule(
+        "cpu_matmul_distribute",
+        "x@W1 + x@W2 => x@(W1 + W2) for weight-only W1, W2 of one shape: one matmul instead of two plus an add (the "
+        "weight sum is folded).  The pattern is symmetric, so it covers both orders of the add operands.",
+        src, lambda t, m: {"y": m.x @ (m.w1 + m.w2)},
+        [ex({"x": (4, 6), "w1": (6, 5), "w2": (6, 5)}), ex({"x": (2, 3, 4), "w1": (4, 2), "w2": (4, 2)}),
+         ex({"x": (5,), "w1": (2, 5, 3), "w2": (2, 5, 3)})],
+        [(lambda m: m.shape("w1") == m.shape("w2") or "weights differ in shape", "equal weight shapes")],
+        tags=("matmul", "algebra"))
 
 
 def matmul_factor_weight() -> Rule:
@@ -65,91 +68,80 @@ def matmul_factor_weight() -> Rule:
         return {"y": p.add(p.matmul(p.var("x"), w, act="none", name="mm1"),
                            p.matmul(p.var("z"), w, act="none", name="mm2"), name="add")}
 
-    return make_rule(
-        "cpu_matmul_factor_weight", src, lambda t, m: {"y": t.matmul(t.add(m.x, m.z), m.w)},
-        where=[(lambda m: m.type("x") == m.type("z") or "left operands differ in type", "equal left operands")],
-        doc="x@W + z@W => (x + z)@W: one matmul instead of two when both products share the right "
-            "operand (x and z of one shape).",
-        examples=[ex({"x": (4, 6), "z": (4, 6), "w": (6, 5)}), ex({"x": (2, 3, 4), "z": (2, 3, 4), "w": (4, 2)}),
-                  ex({"x": (5,), "z": (5,), "w": (5, 3)})],
-        tags=("matmul", "algebra"),
-    )
+    return rule(
+        "cpu_matmul_factor_weight",
+        "x@W + z@W => (x + z)@W: one matmul instead of two when both products share the right operand (x and z "
+        "of one shape).",
+        src, lambda t, m: {"y": (m.x + m.z) @ m.w},
+        [ex({"x": (4, 6), "z": (4, 6), "w": (6, 5)}), ex({"x": (2, 3, 4), "z": (2, 3, 4), "w": (4, 2)}),
+         ex({"x": (5,), "z": (5,), "w": (5, 3)})],
+        [(lambda m: m.type("x") == m.type("z") or "left operands differ in type", "equal left operands")],
+        tags=("matmul", "algebra"))
 
 
 def merge_qkv() -> Rule:
-    names = ("q", "k", "v")
-
-    def src(p: PatternBuilder) -> Out:
-        x = p.var("x")
-        return {n: p.matmul(x, p.weight(f"w{n}"), name=f"mm_{n}") for n in names}
-
     def compatible(m: MatchView) -> bool | str:
-        shapes = [m.shape(f"w{n}") for n in names]
+        shapes = [m.shape(f"w{n}") for n in QKV]
         if len(shapes[0]) < 2 or len({s[:-1] for s in shapes}) != 1:
             return f"right operands {shapes} differ before the last axis (or are vectors)"
-        return len({m.attr(f"mm_{n}", "act") for n in names}) == 1 or "activations differ"
+        return len({m.attr(f"mm_{n}", "act") for n in QKV}) == 1 or "activations differ"
 
     def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        w = t.concat(*(m[f"w{n}"] for n in names), axis=len(m.shape("wq")) - 1)
+        w = t.concat(*(m[f"w{n}"] for n in QKV), axis=len(m.shape("wq")) - 1)
         y = t.matmul(m.x, w, act=m.attr("mm_q", "act"))
-        outs = merge_split(t, y, len(m.shape("mm_q")) - 1, [m.shape(f"w{n}")[-1] for n in names])
-        return dict(zip(names, outs, strict=True))
+        return dict(zip(QKV, merge_split(t, y, len(m.shape("mm_q")) - 1, [m.shape(f"w{n}")[-1] for n in QKV]),
+                        strict=True))
 
-    return make_rule(
-        "cpu_merge_qkv", src, target,
-        where=[(compatible, "right operands concatenable, equal activations"),
-               (lambda m: in_order(m, "mm_q", "mm_k", "mm_v"), "one match per triple")],
-        doc="three matmuls sharing the left operand (attention's Q/K/V projections) with weight-only "
-            "right operands => one matmul on the weights concatenated along the last axis, then a "
-            "three-way split: one large GEMM instead of three.",
-        examples=[ex({"x": (4, 6), "wq": (6, 3), "wk": (6, 3), "wv": (6, 2)}),
-                  ex({"x": (2, 3, 4), "wq": (4, 2), "wk": (4, 2), "wv": (4, 2)},
-                     {f"mm_{n}": {"act": "relu"} for n in names}),
-                  ex({"x": (5,), "wq": (2, 5, 3), "wk": (2, 5, 1), "wv": (2, 5, 4)})],
-        tags=("matmul", "merge", "attention"),
-    )
+    return rule(
+        "cpu_merge_qkv",
+        "three matmuls sharing the left operand (attention's Q/K/V projections) with weight-only right operands => "
+        "one matmul on the weights concatenated along the last axis, then a three-way split: one large GEMM "
+        "instead of three.",
+        lambda p: {n: p.matmul(p.var("x"), p.weight(f"w{n}"), name=f"mm_{n}") for n in QKV}, target,
+        [ex({"x": (4, 6), "wq": (6, 3), "wk": (6, 3), "wv": (6, 2)}),
+         ex({"x": (2, 3, 4), "wq": (4, 2), "wk": (4, 2), "wv": (4, 2)}, mm_q={"act": "relu"}, mm_k={"act": "relu"},
+            mm_v={"act": "relu"}),
+         ex({"x": (5,), "wq": (2, 5, 3), "wk": (2, 5, 1), "wv": (2, 5, 4)})],
+        [(compatible, "right operands concatenable, equal activations"),
+         (lambda m: in_order(m, "mm_q", "mm_k", "mm_v"), "one match per triple")],
+        tags=("matmul", "merge", "attention"))
 
 
-def merge_qkv_bias(lhs: bool) -> Rule:
-    names = ("q", "k", "v")
-
+def merge_qkv_bias() -> tuple[Rule, Rule]:
+    """x@Wq + bq, ... and its twin bq + x@Wq, ... (``_lhs``)."""
     def src(p: PatternBuilder) -> Out:
         x = p.var("x")
-        out = {}
-        for n in names:
-            mm, b = p.matmul(x, p.weight(f"w{n}"), act="none", name=f"mm_{n}"), p.weight(f"b{n}")
-            out[n] = p.add(b, mm, name=f"add_{n}") if lhs else p.add(mm, b, name=f"add_{n}")
-        return out
+        return {n: p.add(p.matmul(x, p.weight(f"w{n}"), act="none", name=f"mm_{n}"), p.weight(f"b{n}"),
+                         name=f"add_{n}") for n in QKV}
 
     def compatible(m: MatchView) -> bool | str:
-        ws = [m.shape(f"w{n}") for n in names]
+        ws = [m.shape(f"w{n}") for n in QKV]
         if any(len(w) != 2 for w in ws) or len({w[0] for w in ws}) != 1:
             return f"right operands {ws} are not matrices with one row count"
-        bs = [m.shape(f"b{n}") for n in names]
+        bs = [m.shape(f"b{n}") for n in QKV]
         if any(b != (w[1],) for b, w in zip(bs, ws, strict=True)):
             return f"biases {bs} are not vectors of the output widths"
         return True
 
     def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        w = t.concat(*(m[f"w{n}"] for n in names), axis=1)
-        b = t.concat(*(m[f"b{n}"] for n in names), axis=0)
-        y = t.add(t.matmul(m.x, w), b)
-        outs = merge_split(t, y, len(m.shape("mm_q")) - 1, [m.shape(f"w{n}")[-1] for n in names])
-        return dict(zip(names, outs, strict=True))
+        w = t.concat(*(m[f"w{n}"] for n in QKV), axis=1)
+        b = t.concat(*(m[f"b{n}"] for n in QKV), axis=0)
+        y = m.x @ w + b
+        return dict(zip(QKV, merge_split(t, y, len(m.shape("mm_q")) - 1, [m.shape(f"w{n}")[-1] for n in QKV]),
+                        strict=True))
 
-    return make_rule(
-        f"cpu_merge_qkv_bias{'_lhs' if lhs else ''}", src, target,
-        where=[(compatible, "matrix weights with one row count, bias vectors of the output widths"),
-               (lambda m: in_order(m, "mm_q", "mm_k", "mm_v"), "one match per triple")],
-        doc=("bq+x@Wq, bk+x@Wk, bv+x@Wv" if lhs else "x@Wq+bq, x@Wk+bk, x@Wv+bv") + ": three linear layers on "
-            "one input (attention's Q/K/V as PyTorch exports nn.Linear) => x@[Wq|Wk|Wv] + [bq|bk|bv], then a "
-            "three-way split: one GEMM with a fusable bias instead of three.",
-        examples=[ex({"x": (4, 6), "wq": (6, 3), "wk": (6, 3), "wv": (6, 2), "bq": (3,), "bk": (3,), "bv": (2,)}),
-                  ex({"x": (2, 3, 4), "wq": (4, 2), "wk": (4, 2), "wv": (4, 2), "bq": (2,), "bk": (2,), "bv": (2,)}),
-                  ex({"x": (1, 5, 8), "wq": (8, 8), "wk": (8, 8), "wv": (8, 8), "bq": (8,), "bk": (8,),
-                      "bv": (8,)})],
-        tags=("matmul", "merge", "attention"),
-    )
+    def doc(form: str) -> str:
+        return (f"{form}: three linear layers on one input (attention's Q/K/V as PyTorch exports nn.Linear) => "
+                "x@[Wq|Wk|Wv] + [bq|bk|bv], then a three-way split: one GEMM with a fusable bias instead of three.")
+
+    return rule(
+        "cpu_merge_qkv_bias", doc("x@Wq+bq, x@Wk+bk, x@Wv+bv"), src, target,
+        [ex({"x": (4, 6), "wq": (6, 3), "wk": (6, 3), "wv": (6, 2), "bq": (3,), "bk": (3,), "bv": (2,)}),
+         ex({"x": (2, 3, 4), "wq": (4, 2), "wk": (4, 2), "wv": (4, 2), "bq": (2,), "bk": (2,), "bv": (2,)}),
+         ex({"x": (1, 5, 8), "wq": (8, 8), "wk": (8, 8), "wv": (8, 8), "bq": (8,), "bk": (8,), "bv": (8,)})],
+        [(compatible, "matrix weights with one row count, bias vectors of the output widths"),
+         (lambda m: in_order(m, "mm_q", "mm_k", "mm_v"), "one match per triple")],
+        tags=("matmul", "merge", "attention"), commute=True, mirror="_lhs", mirror_doc=doc("bq+x@Wq, bk+x@Wk, bv+x@Wv"))
 
 
 def _gemm_bias(m: MatchView) -> bool | str:
@@ -162,114 +154,92 @@ def _gemm_bias(m: MatchView) -> bool | str:
     return True
 
 
-def matmul_bias_gemm(lhs: bool) -> Rule:
-    def src(p: PatternBuilder) -> Out:
-        mm = p.matmul(p.var("a"), p.var("b"), act="none", name="mm")
-        c = p.weight("c")
-        return {"y": p.add(c, mm, name="add") if lhs else p.add(mm, c, name="add")}
+def matmul_bias_gemm() -> tuple[Rule, Rule]:
+    """a@b + bias and its twin bias + a@b (``_lhs``)."""
+    def doc(form: str) -> str:
+        return (f"{form} with 2-D a, b and a weight-only bias broadcasting to the output => gemm(a, b, bias): one "
+                "fused kernel (ONNX Gemm, beta = 1).")
 
-    return make_rule(
-        f"cpu_matmul_bias_gemm{'_lhs' if lhs else ''}", src, lambda t, m: {"y": t.gemm(m.a, m.b, m.c)},
-        where=[(_gemm_bias, "2-D matmul, bias broadcasting to its output")],
-        doc=("bias + a@b" if lhs else "a@b + bias") + " with 2-D a, b and a weight-only bias broadcasting "
-            "to the output => gemm(a, b, bias): one fused kernel (ONNX Gemm, beta = 1).",
-        examples=[ex({"a": (3, 4), "b": (4, 5), "c": (5,)}), ex({"a": (2, 6), "b": (6, 3), "c": (2, 3)}),
-                  ex({"a": (4, 2), "b": (2, 2), "c": (4, 1)}), ex({"a": (1, 3), "b": (3, 7), "c": (1, 7)})],
-        tags=("matmul", "fusion", "gemm"),
-    )
+    return rule(
+        "cpu_matmul_bias_gemm", doc("a@b + bias"),
+        lambda p: {"y": p.add(p.matmul(p.var("a"), p.var("b"), act="none", name="mm"), p.weight("c"), name="add")},
+        lambda t, m: {"y": t.gemm(m.a, m.b, m.c)},
+        [ex({"a": (3, 4), "b": (4, 5), "c": (5,)}), ex({"a": (2, 6), "b": (6, 3), "c": (2, 3)}),
+         ex({"a": (4, 2), "b": (2, 2), "c": (4, 1)}), ex({"a": (1, 3), "b": (3, 7), "c": (1, 7)})],
+        [(_gemm_bias, "2-D matmul, bias broadcasting to its output")],
+        tags=("matmul", "fusion", "gemm"), commute=True, mirror="_lhs", mirror_doc=doc("bias + a@b"))
 
 
 # ----------------------------------------------------------------------------- layout clean-ups
 
 
-def _compose(m: MatchView) -> tuple[int, ...]:
-    p1, p2 = m.attr("t1", "perm"), m.attr("t2", "perm")
-    return tuple(p1[k] for k in p2)
-
-
 def transpose_transpose(identity: bool) -> Rule:
-    def src(p: PatternBuilder) -> Out:
-        return {"y": p.transpose(p.transpose(p.var("x"), name="t1"), name="t2")}
-
     def check(m: MatchView) -> bool | str:
-        is_id = _compose(m) == tuple(range(len(_compose(m))))
-        return is_id == identity or f"composed perm {_compose(m)} is {'not ' if identity else ''}the identity"
+        p = composed_perm(m)
+        return is_identity(p) == identity or f"composed perm {p} is {'not ' if identity else ''}the identity"
 
-    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        return {"y": m.x if identity else t.transpose(m.x, perm=_compose(m))}
+    return rule(
+        f"cpu_transpose_transpose{'_identity' if identity else ''}",
+        "transpose(transpose(x, p1), p2) => " + ("x (the permutations cancel)" if identity else
+                                                 "transpose(x, p1[p2]) (one data movement instead of two)"),
+        lambda p: {"y": p.transpose(p.transpose(p.var("x"), name="t1"), name="t2")},
+        lambda t, m: {"y": m.x if identity else t.transpose(m.x, perm=composed_perm(m))},
+        [ex({"x": (2, 3)}, t1={"perm": (1, 0)}, t2={"perm": (1, 0)}),
+         ex({"x": (2, 3, 4)}, t1={"perm": (2, 0, 1)}, t2={"perm": (1, 2, 0)}),
+         ex({"x": (1, 2, 3, 4)}, t1={"perm": (0, 2, 3, 1)}, t2={"perm": (0, 3, 1, 2)})] if identity else
+        [ex({"x": (2, 3, 4)}, t1={"perm": (1, 0, 2)}, t2={"perm": (0, 2, 1)}),
+         ex({"x": (1, 2, 3, 4)}, t1={"perm": (0, 2, 1, 3)}, t2={"perm": (0, 1, 3, 2)}),
+         ex({"x": (2, 5, 3)}, t1={"perm": (2, 1, 0)}, t2={"perm": (1, 2, 0)})],
+        [(check, "composed permutation " + ("is" if identity else "is not") + " the identity")],
+        tags=("layout", "cleanup"))
 
-    examples = ([ex({"x": (2, 3)}, {"t1": {"perm": (1, 0)}, "t2": {"perm": (1, 0)}}),
-                 ex({"x": (2, 3, 4)}, {"t1": {"perm": (2, 0, 1)}, "t2": {"perm": (1, 2, 0)}}),
-                 ex({"x": (1, 2, 3, 4)}, {"t1": {"perm": (0, 2, 3, 1)}, "t2": {"perm": (0, 3, 1, 2)}})]
-                if identity else
-                [ex({"x": (2, 3, 4)}, {"t1": {"perm": (1, 0, 2)}, "t2": {"perm": (0, 2, 1)}}),
-                 ex({"x": (1, 2, 3, 4)}, {"t1": {"perm": (0, 2, 1, 3)}, "t2": {"perm": (0, 1, 3, 2)}}),
-                 ex({"x": (2, 5, 3)}, {"t1": {"perm": (2, 1, 0)}, "t2": {"perm": (1, 2, 0)}})])
-    return make_rule(
-        f"cpu_transpose_transpose{'_identity' if identity else ''}", src, target,
-        where=[(check, "composed permutation " + ("is" if identity else "is not") + " the identity")],
-        doc="transpose(transpose(x, p1), p2) => " + ("x (the permutations cancel)" if identity else
-                                                     "transpose(x, p1[p2]) (one data movement instead of two)"),
-        examples=examples, tags=("layout", "cleanup"),
-    )
+
+def _to_shape(t: TargetBuilder, m: MatchView, out: str) -> Ref:
+    """x reshaped to the shape of ``out`` (x itself when that is its shape)."""
+    shape = m.shape(out)
+    return m.x if shape == m.shape("x") else t.reshape(m.x, shape=shape)
 
 
 def reshape_reshape() -> Rule:
-    def src(p: PatternBuilder) -> Out:
-        return {"y": p.reshape(p.reshape(p.var("x"), name="r1"), name="r2")}
-
-    def target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        shape = m.attr("r2", "shape")
-        return {"y": m.x if tuple(shape) == m.shape("x") else t.reshape(m.x, shape=shape)}
-
-    return make_rule(
-        "cpu_reshape_reshape", src, target,
-        doc="reshape(reshape(x, s1), s2) => reshape(x, s2), or x itself when s2 is x's shape.",
-        examples=[ex({"x": (2, 3, 4)}, {"r1": {"shape": (6, 4)}, "r2": {"shape": (4, 6)}}),
-                  ex({"x": (24,)}, {"r1": {"shape": (2, 12)}, "r2": {"shape": (3, 8)}}),
-                  ex({"x": (1, 2, 3)}, {"r1": {"shape": (6,)}, "r2": {"shape": (1, 2, 3)}}, note="round trip")],
-        tags=("layout", "cleanup"),
-    )
+    return rule(
+        "cpu_reshape_reshape", "reshape(reshape(x, s1), s2) => reshape(x, s2), or x itself when s2 is x's shape.",
+        lambda p: {"y": p.reshape(p.reshape(p.var("x"), name="r1"), name="r2")},
+        lambda t, m: {"y": m.x if tuple(m.attr("r2", "shape")) == m.shape("x")
+                      else t.reshape(m.x, shape=m.attr("r2", "shape"))},
+        [ex({"x": (2, 3, 4)}, r1={"shape": (6, 4)}, r2={"shape": (4, 6)}),
+         ex({"x": (24,)}, r1={"shape": (2, 12)}, r2={"shape": (3, 8)}),
+         ex({"x": (1, 2, 3)}, r1={"shape": (6,)}, r2={"shape": (1, 2, 3)}, note="round trip")],
+        tags=("layout", "cleanup"))
 
 
 def _noop(op: str, doc: str, examples: list[Example]) -> Rule:
-    def src(p: PatternBuilder) -> Out:
-        return {"y": p.op1(op, p.var("x"), name="op")}
-
-    same = [(lambda m: m.shape("op") == m.shape("x") or f"changes the shape to {m.shape('op')}", "keeps the shape")]
-    return make_rule(f"cpu_{op}_noop" if op != "identity" else "cpu_identity_remove", src,
-                     lambda t, m: {"y": m.x}, where=same, doc=doc, examples=examples,
-                     tags=("layout", "cleanup"))
+    return rule(
+        f"cpu_{op}_noop" if op != "identity" else "cpu_identity_remove", doc,
+        lambda p: {"y": p.op1(op, p.var("x"), name="op")}, lambda t, m: {"y": m.x}, examples,
+        [(lambda m: m.shape("op") == m.shape("x") or f"changes the shape to {m.shape('op')}", "keeps the shape")],
+        tags=("layout", "cleanup"))
 
 
 def flatten_rules() -> list[Rule]:
-    def flat_reshape(p: PatternBuilder) -> Out:
-        return {"y": p.reshape(p.flatten(p.var("x"), name="f"), name="r")}
-
-    def reshape_flat(p: PatternBuilder) -> Out:
-        return {"y": p.flatten(p.reshape(p.var("x"), name="r"), name="f")}
-
-    def to(t: TargetBuilder, m: MatchView, out: str) -> Ref:
-        shape = m.shape(out)
-        return m.x if shape == m.shape("x") else t.reshape(m.x, shape=shape)
-
     tags = ("layout", "cleanup")
     return [
-        make_rule("cpu_flatten_reshape", flat_reshape, lambda t, m: {"y": to(t, m, "r")},
-                  doc="reshape(flatten(x)) => reshape(x) (flatten is a reshape to 2-D).",
-                  examples=[ex({"x": (2, 3, 4)}, {"f": {"axis": 1}, "r": {"shape": (6, 4)}}),
-                            ex({"x": (1, 8, 1, 1)}, {"f": {"axis": 1}, "r": {"shape": (8,)}}),
-                            ex({"x": (2, 2, 3)}, {"f": {"axis": 2}, "r": {"shape": (2, 2, 3)}}, note="round trip")],
-                  tags=tags),
-        make_rule("cpu_reshape_flatten", reshape_flat, lambda t, m: {"y": to(t, m, "f")},
-                  doc="flatten(reshape(x)) => reshape(x) to the flattened shape (x itself if unchanged).",
-                  examples=[ex({"x": (2, 3, 4)}, {"r": {"shape": (6, 4)}, "f": {"axis": 1}}),
-                            ex({"x": (24,)}, {"r": {"shape": (2, 3, 4)}, "f": {"axis": 2}}),
-                            ex({"x": (4, 6)}, {"r": {"shape": (4, 2, 3)}, "f": {"axis": 1}}, note="round trip")],
-                  tags=tags),
+        rule("cpu_flatten_reshape", "reshape(flatten(x)) => reshape(x) (flatten is a reshape to 2-D).",
+             lambda p: {"y": p.reshape(p.flatten(p.var("x"), name="f"), name="r")},
+             lambda t, m: {"y": _to_shape(t, m, "r")},
+             [ex({"x": (2, 3, 4)}, f={"axis": 1}, r={"shape": (6, 4)}),
+              ex({"x": (1, 8, 1, 1)}, f={"axis": 1}, r={"shape": (8,)}),
+              ex({"x": (2, 2, 3)}, f={"axis": 2}, r={"shape": (2, 2, 3)}, note="round trip")], tags=tags),
+        rule("cpu_reshape_flatten", "flatten(reshape(x)) => reshape(x) to the flattened shape (x itself if "
+             "unchanged).",
+             lambda p: {"y": p.flatten(p.reshape(p.var("x"), name="r"), name="f")},
+             lambda t, m: {"y": _to_shape(t, m, "f")},
+             [ex({"x": (2, 3, 4)}, r={"shape": (6, 4)}, f={"axis": 1}),
+              ex({"x": (24,)}, r={"shape": (2, 3, 4)}, f={"axis": 2}),
+              ex({"x": (4, 6)}, r={"shape": (4, 2, 3)}, f={"axis": 1}, note="round trip")],
+             tags=tags),
         _noop("flatten", "flatten(x) whose result has x's shape (x already 2-D, axis 1) => x.",
-              [ex({"x": (2, 3)}, {"op": {"axis": 1}}), ex({"x": (5, 1)}, {"op": {"axis": 1}}),
-               ex({"x": (1, 7)}, {"op": {"axis": 1}})]),
+              [ex({"x": (2, 3)}, op={"axis": 1}), ex({"x": (5, 1)}, op={"axis": 1}),
+               ex({"x": (1, 7)}, op={"axis": 1})]),
     ]
 
 
@@ -277,20 +247,16 @@ def flatten_rules() -> list[Rule]:
 
 
 def relu_relu() -> Rule:
-    return make_rule(
-        "cpu_relu_relu", lambda p: {"y": p.relu(p.relu(p.var("x"), name="r1"), name="r2")},
-        lambda t, m: {"y": m.r1},
-        doc="relu(relu(x)) => relu(x) (relu is idempotent).",
-        examples=[ex({"x": (2, 3)}), ex({"x": (1, 4, 5, 5)}), ex({"x": (7,)})], tags=("elementwise", "cleanup"),
-    )
+    return rule(
+        "cpu_relu_relu", "relu(relu(x)) => relu(x) (relu is idempotent).",
+        lambda p: {"y": p.relu(p.relu(p.var("x"), name="r1"), name="r2")}, lambda t, m: {"y": m.r1},
+        [ex({"x": (2, 3)}), ex({"x": (1, 4, 5, 5)}), ex({"x": (7,)})], tags=("elementwise", "cleanup"))
 
 
-def neutral_element(op: str, value: float, lhs: bool) -> Rule:
+def neutral_element(op: str, value: float) -> tuple[Rule, ...]:
+    """``x op c => x`` for a constant ``c`` that is all ``value``; for ``add``/``mul`` also the twin
+    ``c op x`` (``_lhs``)."""
     var = "one" if value == 1.0 else "zero"
-
-    def src(p: PatternBuilder) -> Out:
-        x, c = p.var("x"), p.weight(var)
-        return {"y": p.op1(op, c, x, name="op") if lhs else p.op1(op, x, c, name="op")}
 
     def check(m: MatchView) -> bool | str:
         ok = constant_value(m, var, value)
@@ -299,37 +265,40 @@ def neutral_element(op: str, value: float, lhs: bool) -> Rule:
         return m.type("op") == m.type("x") or f"the constant broadcasts x {m.shape('x')} up to {m.shape('op')}"
 
     shapes = [((2, 3), (2, 3)), ((1, 4, 5), (1,)), ((3,), ())]
-    expr = {"mul": "*", "add": "+", "sub": "-"}[op]
-    c = f"{value:g}"
-    return make_rule(
-        f"cpu_{op}_{var}s{'_lhs' if lhs else ''}", src, lambda t, m: {"y": m.x},
-        where=[(check, f"the weight is all {c} and keeps x's shape")],
-        doc=(f"{c} {expr} x" if lhs else f"x {expr} {c}") + f" => x, for a weight-only constant whose data is all "
-            f"{c} (a const_one counts as ones) and does not broadcast x up.",
-        examples=[ex({"x": x, var: s}, data={var: np.full(s, value, np.float32)}) for x, s in shapes],
-        tags=("elementwise", "cleanup"),
-    )
+    expr, c = {"mul": "*", "add": "+", "sub": "-"}[op], f"{value:g}"
+
+    def doc(form: str) -> str:
+        return (f"{form} => x, for a weight-only constant whose data is all {c} (a const_one counts as ones) and "
+                "does not broadcast x up.")
+
+    def src(p: PatternBuilder) -> Out:
+        return {"y": p.op1(op, p.var("x"), p.weight(var), name="op")}
+
+    name, examples = f"cpu_{op}_{var}s", [ex({"x": x, var: s}, data={var: np.full(s, value, np.float32)})
+                                         for x, s in shapes]
+    where, tags = [(check, f"the weight is all {c} and keeps x's shape")], ("elementwise", "cleanup")
+    if op == "sub":
+        return (rule(name, doc(f"x {expr} {c}"), src, lambda t, m: {"y": m.x}, examples, where, tags=tags),)
+    return rule(name, doc(f"x {expr} {c}"), src, lambda t, m: {"y": m.x}, examples, where, tags=tags,
+                commute=True, mirror="_lhs", mirror_doc=doc(f"{c} {expr} x"))
 
 
 def fold_conv_bias(kind: str) -> Rule:
-    def src(p: PatternBuilder) -> Out:
-        c = p.conv2d(p.var("x"), p.weight("w"), p.weight("b"), act="none", name="conv")
-        return {"y": p.op1(kind, c, p.weight("s"), name="op")}
-
     fold = fold_mul if kind == "mul" else fold_add
-    examples = [ex({"x": (1, 2, 6, 6), "w": (3, 2, 3, 3), "b": (3,), "s": (1, 3, 1, 1)},
-                   {"conv": {"pads": (1, 1, 1, 1)}}),
-                ex({"x": (2, 4, 7, 5), "w": (4, 2, 3, 3), "b": (4,), "s": (1,)}, {"conv": {"strides": (2, 1)}}),
-                ex({"x": (1, 3, 8, 8), "w": (5, 3, 7, 7), "b": (5,), "s": (5, 1, 1)},
-                   {"conv": {"strides": (2, 2), "pads": (3, 3, 3, 3)}})]
-    return make_rule(
-        f"cpu_fold_conv_bias_{kind}", src, lambda t, m: {"y": fold(t, m, "conv", "s", "b")},
-        where=[(lambda m: per_channel(m, "s", "conv", "op"), "s is a scalar or per-channel weight")],
-        doc=f"conv with a bias (any stride/padding, no activation) {'times' if kind == 'mul' else 'plus'} a "
-            "weight-only scalar or per-channel (1,O,1,1)/(O,1,1) tensor => one conv with "
-            + ("kernel and bias scaled per output channel." if kind == "mul" else "the addend folded into its bias."),
-        examples=examples, tags=("conv", "fusion", kind),
-    )
+    return rule(
+        f"cpu_fold_conv_bias_{kind}",
+        f"conv with a bias (any stride/padding, no activation) {'times' if kind == 'mul' else 'plus'} a weight-only "
+        "scalar or per-channel (1,O,1,1)/(O,1,1) tensor => one conv with "
+        + ("kernel and bias scaled per output channel." if kind == "mul" else "the addend folded into its bias."),
+        lambda p: {"y": p.op1(kind, p.conv2d(p.var("x"), p.weight("w"), p.weight("b"), act="none", name="conv"),
+                              p.weight("s"), name="op")},
+        lambda t, m: {"y": fold(t, m, "conv", "s", "b")},
+        [ex({"x": (1, 2, 6, 6), "w": (3, 2, 3, 3), "b": (3,), "s": (1, 3, 1, 1)}, conv={"pads": (1, 1, 1, 1)}),
+         ex({"x": (2, 4, 7, 5), "w": (4, 2, 3, 3), "b": (4,), "s": (1,)}, conv={"strides": (2, 1)}),
+         ex({"x": (1, 3, 8, 8), "w": (5, 3, 7, 7), "b": (5,), "s": (5, 1, 1)},
+            conv={"strides": (2, 2), "pads": (3, 3, 3, 3)})],
+        [(lambda m: per_channel(m, "s", "conv", "op"), "s is a scalar or per-channel weight")],
+        tags=("conv", "fusion", kind))
 
 
 # ----------------------------------------------------------------------------- the set
@@ -339,20 +308,18 @@ def fold_conv_bias(kind: str) -> Rule:
 def _build() -> tuple[Rule, ...]:
     mf_merge = next(r for r in metaflow.rules() if r.name == "mf_merge_matmuls")
     return (
-        matmul_distribute(), matmul_factor_weight(), merge_qkv(), merge_qkv_bias(False), merge_qkv_bias(True), mf_merge,
-        matmul_bias_gemm(False), matmul_bias_gemm(True),
+        matmul_distribute(), matmul_factor_weight(), merge_qkv(), *merge_qkv_bias(), mf_merge,
+        *matmul_bias_gemm(),
         transpose_transpose(False), transpose_transpose(True),
         reshape_reshape(),
         _noop("reshape", "reshape(x) to x's own shape => x.",
-              [ex({"x": (2, 3)}, {"op": {"shape": (2, 3)}}), ex({"x": (1, 4, 5)}, {"op": {"shape": (1, 4, 5)}}),
-               ex({"x": (6,)}, {"op": {"shape": (6,)}})]),
+              [ex({"x": (2, 3)}, op={"shape": (2, 3)}), ex({"x": (1, 4, 5)}, op={"shape": (1, 4, 5)}),
+               ex({"x": (6,)}, op={"shape": (6,)})]),
         _noop("identity", "identity(x) => x (a copy has no effect on values).",
               [ex({"x": (2, 3)}), ex({"x": (1, 4, 5, 5)}), ex({"x": (6,)})]),
         *flatten_rules(),
         relu_relu(),
-        neutral_element("mul", 1.0, False), neutral_element("mul", 1.0, True),
-        neutral_element("add", 0.0, False), neutral_element("add", 0.0, True),
-        neutral_element("sub", 0.0, False),
+        *neutral_element("mul", 1.0), *neutral_element("add", 0.0), *neutral_element("sub", 0.0),
         fold_conv_bias("mul"), fold_conv_bias("add"),
     )
 
@@ -363,6 +330,6 @@ def rules() -> list[Rule]:
 
 
 __all__ = [
-    "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute", "matmul_factor_weight",
+    "QKV", "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute", "matmul_factor_weight",
     "merge_qkv", "merge_qkv_bias", "neutral_element", "relu_relu", "reshape_reshape", "rules", "transpose_transpose",
 ]

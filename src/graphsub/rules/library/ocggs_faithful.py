@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import functools
 
-from graphsub.rules.library.builtin import ocggs_rules
+from graphsub.rules.library.builtin import PADS, STRIDES, ocggs_rules, suffix
+from graphsub.rules.library.kit import ex, rule
+from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue
-from graphsub.rules.rule import Example, Rule, make_rule
+from graphsub.rules.rule import Rule
 
 _REASON = "OCGGS drops the {} operand: the target is the bare conv (cost-only rewrite)"
+#: the conv_<kind> rules OCGGS implements by dropping the operand
+DROPPING = ("batch", "mul", "add")
 
 
 def _dropping(kind: str, strides: tuple[int, int], pads: str) -> Rule:
@@ -27,31 +31,24 @@ def _dropping(kind: str, strides: tuple[int, int], pads: str) -> Rule:
             y = p.op1(kind, c, p.var("y"), name="op")
         return {"out": y}
 
-    def same_shape(m: object) -> bool:
-        return m.type("op") == m.type("conv")  # type: ignore[attr-defined]
+    def same_shape(m: MatchView) -> bool:
+        return m.type("op") == m.type("conv")
 
-    ex = Example({"x": (1, 2, 6, 6), "w": (3, 2, 3, 3), "y": (1, 3, 1, 1), **(
-        {k: (3,) for k in "sbmv"} if kind == "batch" else {})})
-    return make_rule(
-        f"ocggsf_conv_{kind}_s{strides[0]}_{pads.lower()}", src,
-        lambda t, m: {"out": t.conv2d(m.x, m.w, **m.attrs("conv"))},
-        where=[(same_shape, "the op keeps the conv's shape")], exact=False, reason=_REASON.format(kind),
-        doc=f"OCGGS conv_{kind} (stride {strides}, {pads}): drops the {kind} operand (not exact).",
-        examples=[ex, ex, ex], tags=("conv", "ocggs", "inexact"), location=f"{__name__}:conv_{kind}",
-    )
+    e = ex({"x": (1, 2, 6, 6), "w": (3, 2, 3, 3), "y": (1, 3, 1, 1), **({k: (3,) for k in "sbmv"} if kind == "batch"
+                                                                       else {})})
+    return rule(
+        f"ocggsf_conv_{kind}_{suffix(strides, pads)}",
+        f"OCGGS conv_{kind} (stride {strides}, {pads}): drops the {kind} operand (not exact).", src,
+        lambda t, m: {"out": t.conv2d(m.x, m.w, **m.attrs("conv"))}, [e, e, e],
+        [(same_shape, "the op keeps the conv's shape")], exact=False, reason=_REASON.format(kind),
+        tags=("conv", "ocggs", "inexact"))
 
 
 @functools.cache
 def rules() -> list[Rule]:
     """OCGGS's 24 built-ins in OCGGS's order, with its inexact conv_batch/mul/add."""
-    out = []
-    for r in ocggs_rules():
-        parts = r.name.split("_")  # ocggs_conv_<kind>_s<k>_<pads>
-        if parts[1] == "conv" and parts[2] in ("batch", "mul", "add"):
-            out.append(_dropping(parts[2], (int(parts[3][1:]),) * 2, parts[4].upper()))
-        else:
-            out.append(r)
-    return out
+    faithful = {f"ocggs_conv_{k}_{suffix(s, p)}": _dropping(k, s, p) for s in STRIDES for p in PADS for k in DROPPING}
+    return [faithful.get(r.name, r) for r in ocggs_rules()]
 
 
-__all__ = ["rules"]
+__all__ = ["DROPPING", "rules"]

@@ -40,7 +40,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ops.common import resolve_pads
 from graphsub.rules.rule import Rule
-from graphsub.rules.verify.axioms import AXIOMS, NONE, RELU, SAME, VALID, Axiom
+from graphsub.rules.soundness.axioms import AXIOMS, NONE, RELU, SAME, VALID, Axiom
 
 STATUSES = ("proven", "refuted", "unknown")
 
@@ -206,7 +206,7 @@ def instance(rule: Rule) -> tuple[Graph, Graph]:
     """Source and target graphs of ``rule`` on its first instantiable example."""
     from graphsub.rules.apply import apply
     from graphsub.rules.match import find_matches
-    from graphsub.rules.verify.numeric import instantiate
+    from graphsub.rules.soundness.numeric import instantiate
 
     why = "the rule has no examples"
     for ex in rule.examples:
@@ -228,7 +228,7 @@ def instance(rule: Rule) -> tuple[Graph, Graph]:
 
 
 def _numeric_counterexample(rule: Rule, seed: int) -> str | None:
-    from graphsub.rules.verify.numeric import verify_rule
+    from graphsub.rules.soundness.numeric import verify_rule
 
     rep = verify_rule(rule, seed)
     return None if rep.passed else rep.reason
