@@ -27,7 +27,7 @@ import numpy as np
 
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig
-from graphsub.ir.types import FLOAT_DTYPES, TensorType, np_dtype, stable_digest
+from graphsub.ops.types import FLOAT_DTYPES, TensorType, np_dtype, stable_digest
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:

@@ -23,8 +23,8 @@ import numpy as np
 from graphsub.errors import ExecutionError, GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
-from graphsub.ir.types import np_dtype
 from graphsub.ops.registry import RefFn
+from graphsub.ops.types import np_dtype
 
 
 def run(

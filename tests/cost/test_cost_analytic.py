@@ -13,7 +13,7 @@ from graphsub.cost.analytic import P100, V100, Device, analytic_cost, cpu_device
 from graphsub.cost.base import CostModelError
 from graphsub.ir import Builder, Graph
 from graphsub.ir.node import make_sig
-from graphsub.ir.types import TensorType
+from graphsub.ops.types import TensorType
 
 
 def test_conv_flops_and_bytes_by_hand() -> None:

@@ -19,9 +19,9 @@ from graphsub.frontends.onnx_io import from_onnx
 from graphsub.frontends.ort import run_model
 from graphsub.ir import Builder
 from graphsub.ir.node import make_sig
-from graphsub.ir.types import TensorType
 from graphsub.ops import REGISTRY
 from graphsub.ops.msft import MS
+from graphsub.ops.types import TensorType
 
 
 def f(*shape: int) -> TensorType:

@@ -15,8 +15,8 @@ from graphsub.execute import run
 from graphsub.frontends.onnx_io import from_onnx, to_onnx
 from graphsub.frontends.ort import run_model
 from graphsub.ir.node import make_sig
-from graphsub.ir.types import TensorType
 from graphsub.ops import REGISTRY
+from graphsub.ops.types import TensorType
 from helpers import build, check_ort, make_rand, ops_of
 
 rand = make_rand(3)

@@ -16,8 +16,8 @@ from graphsub.frontends.onnx_io import from_onnx, to_onnx
 from graphsub.frontends.ort import run_model
 from graphsub.ir import Builder
 from graphsub.ir.node import make_sig
-from graphsub.ir.types import TensorType
 from graphsub.ops import REGISTRY
+from graphsub.ops.types import TensorType
 from helpers import make_rand, ops_of
 
 rand = make_rand(1)

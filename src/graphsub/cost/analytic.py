@@ -167,7 +167,7 @@ def analytic_cost(sig: OpSig, device: Device | None = None) -> Cost:
     """FLOPs, bytes, launches and (with a device) roofline time of one operator signature.
 
     >>> from graphsub.ir.node import make_sig
-    >>> from graphsub.ir.types import TensorType
+    >>> from graphsub.ops.types import TensorType
     >>> s = make_sig("matmul", {}, (TensorType((64, 128)), TensorType((128, 32))))
     >>> c = analytic_cost(s)
     >>> c.flops == 2 * 64 * 128 * 32, c.bytes == 4 * (64 * 128 + 128 * 32 + 64 * 32), c.launches

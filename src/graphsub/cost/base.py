@@ -222,7 +222,7 @@ def describe_sig(sig: OpSig, width: int = 100) -> str:
     default are left out, tuples are written ``1,1``, long values clipped.
 
     >>> from graphsub.ir.node import make_sig
-    >>> from graphsub.ir.types import TensorType
+    >>> from graphsub.ops.types import TensorType
     >>> describe_sig(make_sig("conv2d", {"pads": "SAME", "act": "relu"},
     ...                       (TensorType((1, 8, 14, 14)), TensorType((16, 8, 3, 3)))))
     'conv2d[act=relu pads=1,1,1,1](f32[1,8,14,14], f32[16,8,3,3])'

@@ -43,7 +43,7 @@ from graphsub.cost.measured import MeasuredCostModel, OpTimeCache
 from graphsub.ir.analysis import expand, is_free, weight_only_map
 from graphsub.ir.builder import Builder, Value
 from graphsub.ir.graph import Graph
-from graphsub.ir.types import stable_digest
+from graphsub.ops.types import stable_digest
 
 ANCHORS = frozenset({"conv2d", "matmul", "gemm"})
 ACTIVATIONS = frozenset({"relu", "sigmoid", "tanh", "leakyrelu", "clip", "hardsigmoid"})

@@ -10,7 +10,7 @@ convs looked 10-15% slower end to end with views).
 
 >>> import torch
 >>> from graphsub.ir.node import make_sig
->>> from graphsub.ir.types import TensorType
+>>> from graphsub.ops.types import TensorType
 >>> sig = make_sig("conv2d", {"pads": "SAME", "act": "relu"},
 ...                (TensorType((1, 4, 8, 8)), TensorType((6, 4, 3, 3))))
 >>> run_sig(sig, [torch.ones(1, 4, 8, 8), torch.ones(6, 4, 3, 3)])[0].shape

@@ -23,8 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 from graphsub.errors import ExportError, GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig, Ref
-from graphsub.ir.types import ONNX_DTYPE_CODES, TensorType
 from graphsub.ops.registry import ExportNode
+from graphsub.ops.types import ONNX_DTYPE_CODES, TensorType
 
 DEFAULT_OPSET = 17
 PRODUCER = "graphsub"

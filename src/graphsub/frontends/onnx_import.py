@@ -27,8 +27,8 @@ from graphsub.errors import GraphsubError, ImportError_, ShapeError
 from graphsub.frontends.onnx_export import make_model
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
-from graphsub.ir.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType, dtype_of
 from graphsub.ops.registry import ONNX_IMPORTERS, Imported, Unsupported
+from graphsub.ops.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType, dtype_of
 
 log = logging.getLogger("graphsub")
 

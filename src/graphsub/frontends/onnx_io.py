@@ -29,7 +29,7 @@ from graphsub.frontends.onnx_export import DEFAULT_OPSET, export_graph, make_mod
 from graphsub.frontends.onnx_import import from_onnx
 from graphsub.frontends.ort import make_session, run_session
 from graphsub.ir.graph import Graph
-from graphsub.ir.types import ONNX_DTYPE_CODES, TensorType
+from graphsub.ops.types import ONNX_DTYPE_CODES, TensorType
 
 #: models whose serialized size would exceed this are saved with external data
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000

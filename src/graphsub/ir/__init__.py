@@ -15,6 +15,6 @@ from graphsub.ir.builder import Builder, Value
 from graphsub.ir.edit import GraphEdit
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, OpSig, Ref, make_sig
-from graphsub.ir.types import TensorType, make_type
+from graphsub.ops.types import TensorType, make_type
 
 __all__ = ["Builder", "Graph", "GraphEdit", "Node", "OpSig", "Ref", "TensorType", "Value", "make_sig", "make_type"]

@@ -25,8 +25,8 @@ import numpy as np
 from graphsub.errors import GraphError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
-from graphsub.ir.types import TensorType, dtype_of, make_type
 from graphsub.ops.registry import REGISTRY
+from graphsub.ops.types import TensorType, dtype_of, make_type
 
 
 class Value:

@@ -19,7 +19,7 @@ import numpy as np
 
 from graphsub.errors import GraphError, ShapeError
 from graphsub.ir.node import Node, Ref, make_sig
-from graphsub.ir.types import TensorType, dtype_of, make_type
+from graphsub.ops.types import TensorType, dtype_of, make_type
 
 if TYPE_CHECKING:
     from graphsub.ir.graph import Graph

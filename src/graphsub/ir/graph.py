@@ -51,7 +51,7 @@ import numpy as np
 from graphsub.errors import GraphError, ShapeError
 from graphsub.ir.edit import PARENT_MAPS_KEY, GraphEdit
 from graphsub.ir.node import Node, Ref
-from graphsub.ir.types import TensorType, dtype_of
+from graphsub.ops.types import TensorType, dtype_of
 
 LEAF_OPS = frozenset({"input", "weight"})
 EMPTY_MAP: immutables.Map[Any, Any] = immutables.Map()

@@ -28,8 +28,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import Attrs, TensorType, stable_digest
 from graphsub.ops.registry import OpDef, get_op
+from graphsub.ops.types import Attrs, TensorType, stable_digest
 
 
 class Ref(NamedTuple):

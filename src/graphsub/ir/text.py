@@ -29,8 +29,8 @@ from typing import Any
 from graphsub.errors import GraphError, GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
-from graphsub.ir.types import parse_type
 from graphsub.ops.registry import REQUIRED, get_op
+from graphsub.ops.types import parse_type
 
 _TYPE_RE = re.compile(r"[a-z0-9]+\[[0-9,]*\]")
 _HEAD_RE = re.compile(r'^%(\d+)(?::(\d+))? = ([A-Za-z_][A-Za-z0-9_]*)')

@@ -1,4 +1,8 @@
-"""Operator registry.  Importing this package registers every op family.
+"""Operators: tensor types (:mod:`.types`), the registry of :class:`OpDef` records (:mod:`.registry`) and one module
+per op family.  Importing this package registers every op family.
+
+Layering: ``ops`` imports nothing of graphsub but :mod:`graphsub.errors`; the IR (:mod:`graphsub.ir`) builds nodes
+and graphs on top of it.
 
 >>> from graphsub.ops import REGISTRY
 >>> REGISTRY["relu"].family

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import TensorType
 from graphsub.ops.registry import OnnxExportCtx
+from graphsub.ops.types import TensorType
 
 ACTS = ("none", "relu", "sigmoid", "tanh")
 _ONNX_ACT = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}

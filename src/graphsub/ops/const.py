@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import AttrError
-from graphsub.ir.types import TensorType, make_type, np_dtype
 from graphsub.ops.registry import (
     AttrSpec,
     ExportNode,
@@ -33,6 +32,7 @@ from graphsub.ops.registry import (
     register,
     zero_cost,
 )
+from graphsub.ops.types import TensorType, make_type, np_dtype
 
 A = Mapping[str, Any]
 _NOTE = "constant generators are created by rules; ONNX constants import as weights"

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import FLOAT_DTYPES, TensorType, np_dtype
 from graphsub.ops.common import (
     ACTS,
     apply_act,
@@ -49,6 +48,7 @@ from graphsub.ops.registry import (
     register,
     zero_cost,
 )
+from graphsub.ops.types import FLOAT_DTYPES, TensorType, np_dtype
 
 # ----------------------------------------------------------------------------- conv2d
 

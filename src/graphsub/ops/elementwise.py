@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import DTYPE_OF_ONNX_CODE, ONNX_DTYPE_CODES, TensorType, np_dtype
 from graphsub.ops.registry import (
     AttrSpec,
     ExportNode,
@@ -31,6 +30,7 @@ from graphsub.ops.registry import (
     simple_export,
     simple_import,
 )
+from graphsub.ops.types import DTYPE_OF_ONNX_CODE, ONNX_DTYPE_CODES, TensorType, np_dtype
 
 ONE = flops_per_output(1)
 

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import AttrError, ShapeError
-from graphsub.ir.types import FLOAT_DTYPES, TensorType, make_type, np_dtype
 from graphsub.ops.common import canon_axis
 from graphsub.ops.registry import (
     AttrSpec,
@@ -41,6 +40,7 @@ from graphsub.ops.registry import (
     register,
 )
 from graphsub.ops.shape import const_ints, no_flops, str_attr
+from graphsub.ops.types import FLOAT_DTYPES, TensorType, make_type, np_dtype
 
 Types = tuple[TensorType, ...]
 Arrays = tuple[np.ndarray, ...]

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import TensorType
 from graphsub.ops.registry import (
     AttrSpec,
     ExportNode,
@@ -23,6 +22,7 @@ from graphsub.ops.registry import (
     register,
     zero_cost,
 )
+from graphsub.ops.types import TensorType
 
 
 def _leaf_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import TensorType, np_dtype
 from graphsub.ops.common import ACTS, apply_act, emit_with_act
 from graphsub.ops.registry import (
     AttrSpec,
@@ -32,6 +31,7 @@ from graphsub.ops.registry import (
     register,
     simple_import,
 )
+from graphsub.ops.types import TensorType, np_dtype
 
 # ----------------------------------------------------------------------------- matmul
 

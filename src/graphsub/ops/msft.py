@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import FLOAT_DTYPES, TensorType
 from graphsub.ops.common import canon_window_pads, onnx_pads, resolve_pads
 from graphsub.ops.conv import conv2d_ref
 from graphsub.ops.registry import (
@@ -56,6 +55,7 @@ from graphsub.ops.registry import (
     numel,
     register,
 )
+from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
 MS = "com.microsoft"
 FAMILY = "msft"

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import FLOAT_DTYPES, TensorType
 from graphsub.ops.common import canon_axes, canon_axis
 from graphsub.ops.registry import (
     AttrSpec,
@@ -46,6 +45,7 @@ from graphsub.ops.registry import (
     normalize_axis,
     register,
 )
+from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
 
 def _check_float(op: str, ins: Sequence[TensorType]) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import FLOAT_DTYPES, TensorType
 from graphsub.ops.common import (
     ACTS,
     apply_act,
@@ -52,6 +51,7 @@ from graphsub.ops.registry import (
     simple_export,
     simple_import,
 )
+from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
 
 def _geometry(

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from graphsub.errors import AttrError, ShapeError
-from graphsub.ir.types import DTYPES, Attrs, TensorType, freeze_value
+from graphsub.ops.types import DTYPES, Attrs, TensorType, freeze_value
 
 # ----------------------------------------------------------------------------- attributes
 

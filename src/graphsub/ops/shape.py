@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import AttrError, ShapeError
-from graphsub.ir.types import TensorType, make_type
 from graphsub.ops.common import canon_axes, canon_axis
 from graphsub.ops.registry import (
     AttrSpec,
@@ -46,6 +45,7 @@ from graphsub.ops.registry import (
     register,
     zero_cost,
 )
+from graphsub.ops.types import TensorType, make_type
 
 Types = tuple[TensorType, ...]
 Arrays = tuple[np.ndarray, ...]

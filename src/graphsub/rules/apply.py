@@ -40,8 +40,8 @@ from graphsub.ir.analysis import is_weight_only
 from graphsub.ir.edit import GraphEdit
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
-from graphsub.ir.types import TensorType, array_digest, dtype_of
 from graphsub.ops.registry import REGISTRY
+from graphsub.ops.types import TensorType, array_digest, dtype_of
 from graphsub.rules.match import Match, MatchView
 
 

@@ -34,7 +34,7 @@ from graphsub.errors import RuleError
 from graphsub.ir.analysis import is_weight_only, neighbourhood
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
-from graphsub.ir.types import TensorType
+from graphsub.ops.types import TensorType
 from graphsub.rules.pattern import WILDCARD, Pattern, PNode
 from graphsub.rules.rule import Rule
 

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from graphsub.errors import GraphsubError, RuleError
 from graphsub.ir.node import make_sig
-from graphsub.ir.types import TensorType
 from graphsub.ops.registry import REGISTRY
+from graphsub.ops.types import TensorType
 from graphsub.rules.rule import Example, Rule, make_rule
 
 if TYPE_CHECKING:

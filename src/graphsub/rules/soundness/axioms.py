@@ -258,7 +258,7 @@ class NumpyAlgebra:
     def _pool(self, op: str, k: int, s: int, p: int, x: NVal) -> NVal:
         extra = {"count_include_pad": True} if op == "avgpool2d" else {}
         from graphsub.ir.node import make_sig
-        from graphsub.ir.types import TensorType
+        from graphsub.ops.types import TensorType
 
         sig = make_sig(op, {"kernel": (k, k), "strides": (s, s), "pads": "SAME" if p == SAME else "VALID", **extra},
                        [TensorType(x.v.shape, "float64")])

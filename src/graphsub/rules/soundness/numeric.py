@@ -25,7 +25,7 @@ from graphsub.errors import GraphsubError
 from graphsub.execute import run
 from graphsub.ir.builder import Builder, Value
 from graphsub.ir.graph import Graph
-from graphsub.ir.types import TensorType
+from graphsub.ops.types import TensorType
 from graphsub.rules.apply import apply
 from graphsub.rules.match import explain, find_matches
 from graphsub.rules.pattern import WILDCARD, Pattern, Pred

@@ -35,7 +35,7 @@ import numpy as np
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig, Ref
-from graphsub.ir.types import TensorType
+from graphsub.ops.types import TensorType
 
 #: ``(head, children)``: head an OpSig, or an int (projection index) with one child (a tuple class).
 ENode = tuple[Any, tuple[int, ...]]

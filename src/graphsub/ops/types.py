@@ -1,4 +1,5 @@
-"""Tensor types (static shape + dtype) and canonical, hashable attribute values.
+"""Tensor types (static shape + dtype) and canonical, hashable attribute values: the bottom layer, on which
+operators (:mod:`graphsub.ops`) and graphs (:mod:`graphsub.ir`) are built.
 
 Every value flowing along an edge of a :class:`~graphsub.ir.graph.Graph` has a static
 :class:`TensorType`.  Attributes of operators are frozen into :data:`Attrs`, a tuple of
