@@ -29,7 +29,48 @@ from graphsub.ops.registry import REGISTRY
 from graphsub.ops.types import TensorType, dtype_of, make_type
 
 
-class Value:
+class Arithmetic:
+    """Infix operators for values under construction: ``a + b``, ``a - b``, ``a * b``, ``a / b`` and ``a @ b``
+    (and their reflected forms) add the builder's ``add`` / ``sub`` / ``mul`` / ``div`` / ``matmul`` op with default
+    attributes.  One definition for graph values (:class:`Value`), pattern values
+    (:class:`~graphsub.rules.pattern.PValue`) and target values (:class:`~graphsub.rules.apply.TValue`): a subclass
+    only needs a ``builder`` with ``op1(op_name, *inputs)``."""
+
+    __slots__ = ()
+    builder: Any
+
+    def __add__(self, other: Any) -> Any:
+        return self.builder.op1("add", self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        return self.builder.op1("add", other, self)
+
+    def __sub__(self, other: Any) -> Any:
+        return self.builder.op1("sub", self, other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return self.builder.op1("sub", other, self)
+
+    def __mul__(self, other: Any) -> Any:
+        return self.builder.op1("mul", self, other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return self.builder.op1("mul", other, self)
+
+    def __truediv__(self, other: Any) -> Any:
+        return self.builder.op1("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return self.builder.op1("div", other, self)
+
+    def __matmul__(self, other: Any) -> Any:
+        return self.builder.op1("matmul", self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return self.builder.op1("matmul", other, self)
+
+
+class Value(Arithmetic):
     """A handle on one output of a node being built."""
 
     __slots__ = ("builder", "ref", "type")
@@ -56,21 +97,6 @@ class Value:
 
     def __repr__(self) -> str:
         return f"Value({self.ref!r}: {self.type})"
-
-    def __add__(self, other: Value) -> Value:
-        return self.builder.op1("add", self, other)
-
-    def __sub__(self, other: Value) -> Value:
-        return self.builder.op1("sub", self, other)
-
-    def __mul__(self, other: Value) -> Value:
-        return self.builder.op1("mul", self, other)
-
-    def __truediv__(self, other: Value) -> Value:
-        return self.builder.op1("div", self, other)
-
-    def __matmul__(self, other: Value) -> Value:
-        return self.builder.op1("matmul", self, other)
 
 
 class Builder:

@@ -37,6 +37,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, RuleError
 from graphsub.ir.analysis import is_weight_only
+from graphsub.ir.builder import Arithmetic
 from graphsub.ir.edit import GraphEdit
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
@@ -45,7 +46,7 @@ from graphsub.ops.types import TensorType, array_digest, dtype_of
 from graphsub.rules.match import Match, MatchView
 
 
-class TValue(Ref):
+class TValue(Arithmetic, Ref):
     """A value built or bound in a target: a :class:`~graphsub.ir.node.Ref` (it compares, hashes and
     unpacks as one) that knows its :class:`TargetBuilder`, so ``a + b``, ``a - b``, ``a * b``,
     ``a / b`` and ``a @ b`` build ``add`` / ``sub`` / ``mul`` / ``div`` / ``matmul`` nodes (default
@@ -63,36 +64,6 @@ class TValue(Ref):
 
     def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles are plain Refs
         return Ref, (self.node, self.index)
-
-    def __add__(self, other: Ref) -> TValue:  # type: ignore[override]
-        return self.builder.op1("add", self, other)
-
-    def __radd__(self, other: Ref) -> TValue:
-        return self.builder.op1("add", other, self)
-
-    def __sub__(self, other: Ref) -> TValue:
-        return self.builder.op1("sub", self, other)
-
-    def __rsub__(self, other: Ref) -> TValue:
-        return self.builder.op1("sub", other, self)
-
-    def __mul__(self, other: Ref) -> TValue:  # type: ignore[override]
-        return self.builder.op1("mul", self, other)
-
-    def __rmul__(self, other: Ref) -> TValue:  # type: ignore[override]
-        return self.builder.op1("mul", other, self)
-
-    def __truediv__(self, other: Ref) -> TValue:
-        return self.builder.op1("div", self, other)
-
-    def __rtruediv__(self, other: Ref) -> TValue:
-        return self.builder.op1("div", other, self)
-
-    def __matmul__(self, other: Ref) -> TValue:
-        return self.builder.op1("matmul", self, other)
-
-    def __rmatmul__(self, other: Ref) -> TValue:
-        return self.builder.op1("matmul", other, self)
 
 
 class TargetBuilder:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphsub.errors import RuleError
+from graphsub.ir.builder import Arithmetic
 from graphsub.ir.node import OpSig
 from graphsub.ops.common import resolve_pads
 from graphsub.ops.registry import REGISTRY
@@ -233,7 +234,7 @@ class Pattern:
         return "\n".join(lines)
 
 
-class PValue:
+class PValue(Arithmetic):
     """Handle on a pattern value while building."""
 
     __slots__ = ("builder", "ref")
@@ -244,21 +245,6 @@ class PValue:
 
     def __repr__(self) -> str:
         return f"PValue({self.ref!r})"
-
-    def __add__(self, other: PValue) -> PValue:
-        return self.builder.op1("add", self, other)
-
-    def __sub__(self, other: PValue) -> PValue:
-        return self.builder.op1("sub", self, other)
-
-    def __mul__(self, other: PValue) -> PValue:
-        return self.builder.op1("mul", self, other)
-
-    def __truediv__(self, other: PValue) -> PValue:
-        return self.builder.op1("div", self, other)
-
-    def __matmul__(self, other: PValue) -> PValue:
-        return self.builder.op1("matmul", self, other)
 
 
 class PatternBuilder:
