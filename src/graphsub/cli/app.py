@@ -24,7 +24,8 @@ app = typer.Typer(
         "graphsub speeds up deep-learning models by rewriting their computation graphs with "
         "equivalent substitutions, checking every result numerically in onnxruntime.\n\n"
         "MODEL arguments are an .onnx file or a built-in benchmark model written zoo:NAME "
-        "(e.g. zoo:resnext50, zoo:resnet:blocks=4); see `graphsub zoo list`.\n\n"
+        "(e.g. zoo:resnext50, zoo:resnet:blocks=4; a bare NAME works too when no file has that name); "
+        "see `graphsub zoo list`.\n\n"
         "Start with `graphsub optimize model.onnx -o faster.onnx`.\n\n"
         "Exit codes: 0 ok, 1 not equivalent, 2 usage error, 3 bad input, 4 cannot write output."
     ),
