@@ -130,6 +130,20 @@ class Context:
         return (self.ort_version, self.threads, self.cpu, self.optimization, self.method)
 
 
+def _enable_wal(conn: sqlite3.Connection, tries: int = 200) -> None:
+    """Switch ``conn``'s database to write-ahead logging.  Two processes opening a new cache at once can both
+    try to switch; SQLite then answers "database is locked" at once, without waiting on the busy timeout, so
+    the switch is retried (for up to ~10 s)."""
+    for attempt in range(tries):
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == tries - 1:
+                raise
+            time.sleep(0.05)
+
+
 class OpTimeCache:
     """Persistent, process-safe store of op timings (see the module docstring).
 
@@ -147,7 +161,7 @@ class OpTimeCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute(_SCHEMA)
             self._conn, self._pid = conn, os.getpid()
