@@ -11,26 +11,23 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, fail, load_graph, out
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, exits, fail, load_graph, out
 from graphsub.errors import GraphsubError
 
 rules_app = typer.Typer(help="Substitution rules: list, show, verify, count matches, generate (TASO), prove (Z3).",
                         no_args_is_help=True)
 
 SetArg = Annotated[str, typer.Argument(help="Rule set: builtin, taso-pb, taso151, ocggs157, metaflow, algebra, "
-                                            "cpu, ort, generated, default.")]
+                                            "cpu, ort, generated, default; comma-separated sets are combined.")]
 PathOpt = Annotated[Path | None, typer.Option(
     "--path", help="TASO graph_subst.pb to read (default: $GRAPHSUB_TASO_PB or ../shared/data/taso/graph_subst.pb).")]
 
 
 def _rules(set_name: str, path: Path | None, as_json: bool) -> list[Any]:
-    from graphsub.rules.library import get_set
+    from graphsub.rules.library import resolve_rules
 
-    try:
-        return get_set(set_name, path)
-    except GraphsubError as e:
-        fail(Exit.BAD_INPUT, str(e), as_json)
-    return []
+    with exits(as_json):
+        return resolve_rules(set_name, path)
 
 
 @rules_app.command("list")
