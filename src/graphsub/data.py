@@ -109,6 +109,33 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+def input_specs(graph: Graph) -> list[dict[str, object]]:
+    """How to feed the graph from outside: per input its ``name``, ``dtype``, ``shape`` and, for integer and
+    boolean inputs, the range ``[low, high)`` :func:`random_inputs` draws from (gather indices stay in range).
+
+    >>> from graphsub.ir import Builder
+    >>> b = Builder()
+    >>> ids = b.input("ids", (2, 3), "int64")
+    >>> g = b.build(b.gather(b.weight("emb", (10, 4)), ids, axis=0))
+    >>> input_specs(g)
+    [{'name': 'ids', 'dtype': 'int64', 'shape': [2, 3], 'low': 0, 'high': 10}]
+    """
+    specs: list[dict[str, object]] = []
+    for nid in graph.inputs:
+        sig = graph.nodes[nid].sig
+        t = sig.out_types[0]
+        spec: dict[str, object] = {"name": sig.attr["name"], "dtype": t.dtype, "shape": list(t.shape)}
+        role, _ = _leaf_context(graph, nid)
+        if role.startswith("index"):
+            spec.update(low=0, high=max(int(role.split(":", 1)[1]) if ":" in role else 2, 1))
+        elif t.dtype == "bool":
+            spec.update(low=0, high=2)
+        elif t.dtype not in FLOAT_DTYPES:
+            spec.update(low=-4, high=5)
+        specs.append(spec)
+    return specs
+
+
 def random_weights(
     graph: Graph, seed: int = 0, *, only_missing: bool = True, known: Mapping[str, np.ndarray] | None = None
 ) -> dict[str, np.ndarray]:
@@ -134,4 +161,4 @@ def materialize(graph: Graph, seed: int = 0, known: Mapping[str, np.ndarray] | N
     return graph.with_params(missing) if missing else graph
 
 
-__all__ = ["fan_in", "materialize", "random_array", "random_inputs", "random_weights", "slot_role"]
+__all__ = ["fan_in", "input_specs", "materialize", "random_array", "random_inputs", "random_weights", "slot_role"]

@@ -65,7 +65,8 @@ def _list_presets(as_json: bool) -> None:
 
 
 def bench_cmd(
-    preset: Annotated[str | None, typer.Argument(help="Preset (table3, fig4, fig5, small-exact; see --list), or a "
+    preset: Annotated[str | None, typer.Argument(help="Preset (table3, fig4, fig5, small-exact; see --list), suite "
+                                                      "(the real-model suite with the peers), or a "
                                                       "results .jsonl to report on.")] = None,
     algos: Annotated[str | None, typer.Option("--algos", help="Algorithms, comma-separated (default: every "
                                                              "registered one).")] = None,
@@ -84,7 +85,15 @@ def bench_cmd(
                                                                     "(repeatable), e.g. taso.alpha=1.01.")] = None,
     grace: Annotated[float, typer.Option("--grace", help="Kill a run this long after its cut-off "
                                                          "(at least; 10% of the cut-off if larger).")] = 10.0,
-    threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime threads for measured costs.")] = None,
+    threads: Annotated[str | None, typer.Option("--threads", help="onnxruntime threads for measured costs; for the "
+                                                                  "suite, the thread counts to time at (default "
+                                                                  "1,all).")] = None,
+    peers: Annotated[str | None, typer.Option("--peers", help="suite: the peers to run, comma-separated (default: "
+                                                              "all; graphsub runs alone and after each).")] = None,
+    build: Annotated[bool, typer.Option("--build", help="suite: export the suite's models first (needs "
+                                                        "`pip install -e .[suite]`; cached).")] = False,
+    budget: Annotated[float, typer.Option("--budget", help="suite: graphsub's search budget per run (s).")] = 30.0,
+    rounds: Annotated[int, typer.Option("--rounds", help="suite: alternating timing rounds.")] = 7,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default benchmarks/results; "
                                                                "for a .jsonl: its directory).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Results file stem (default: the preset's name).")] = None,
@@ -105,6 +114,12 @@ def bench_cmd(
     """
     from graphsub.bench.presets import PRESETS
 
+    if preset == "suite":
+        from graphsub.cli.suite import suite
+
+        suite(models=models, peers=peers, threads=threads, build=build, budget=budget, rounds=rounds, seed=seed,
+              out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json)
+        return
     if list_presets:
         _list_presets(as_json)
         return
@@ -138,7 +153,19 @@ def bench_cmd(
         _summarize_file(out_path / f"{name}.jsonl", out_path, name, plots, as_json, preset=preset)
     else:
         _run(preset, runs, out_path, name, as_json=as_json, plots=plots, resume=resume, retry_errors=retry_errors,
-             grace_s=grace, threads=threads)
+             grace_s=grace, threads=_one_count(threads, as_json))
+
+
+def _one_count(threads: str | None, as_json: bool) -> int | None:
+    if threads is None:
+        return None
+    try:
+        n = int(threads)
+    except ValueError:
+        fail(Exit.USAGE, f"--threads must be a positive integer for a grid, got {threads!r}", as_json)
+    if n < 1:
+        fail(Exit.USAGE, f"--threads must be a positive integer for a grid, got {threads!r}", as_json)
+    return n
 
 
 def _check_runs(runs: list[Run], as_json: bool) -> None:

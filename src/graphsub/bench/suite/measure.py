@@ -1,0 +1,126 @@
+"""Timing variants of one model the way users run them, side by side.
+
+Every variant (the original under plain ONNX Runtime, each peer's output, graphsub's) gets one ONNX Runtime session
+with ``ORT_ENABLE_ALL`` at a fixed intra-op thread count (1, or every core of the machine).  Sessions are created
+once, outside the timing.  Then, for ``rounds`` rounds, every variant is timed in turn -- a median over repeats within
+a small time budget -- the order rotating from round to round, so that drifting machine load and cache effects hit
+all variants alike.  Per variant the result keeps each round's median; its speedup over the baseline is the median of
+the per-round ratios ``baseline / variant``, and ``faster_rounds`` is the share of rounds in which the variant was
+faster than the baseline.  The machine's load average is read before and after.
+
+>>> r = summarize({"ort": [2.0, 2.2, 2.1], "x": [1.0, 2.4, 1.0]}, "ort")
+>>> r["x"]["speedup"], round(r["x"]["faster_rounds"], 3), r["ort"]["speedup"]
+(2.0, 0.667, 1.0)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def all_cores() -> int:
+    """The number of cores this process may run on (what "all cores" means in the suite)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def parse_threads(text: str) -> list[int]:
+    """``"1,all"`` -> ``[1, all_cores()]`` (duplicates dropped, order kept).
+
+    >>> parse_threads("1, 1")
+    [1]
+    """
+    out: list[int] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        n = all_cores() if piece == "all" else int(piece)
+        if n < 1:
+            raise ValueError(f"thread counts must be positive (or 'all'), got {piece!r}")
+        if n not in out:
+            out.append(n)
+    if not out:
+        raise ValueError("no thread count given")
+    return out
+
+
+def random_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.ndarray]:
+    """Inputs for a model from its input specs (``name``, ``dtype``, ``shape`` and, for integer inputs, the valid
+    range ``[low, high)``): floats standard normal, integers uniform in their range, booleans all true."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        dtype, shape = np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
+        if dtype.kind == "f":
+            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[spec["name"]] = np.ones(shape, dtype=dtype)
+        else:
+            low, high = int(spec.get("low", 0)), int(spec.get("high", 2))
+            feeds[spec["name"]] = rng.integers(low, max(high, low + 1), size=shape).astype(dtype)
+    return feeds
+
+
+@dataclass(frozen=True)
+class TimingRun:
+    """One side-by-side timing: per variant the median latency (ms) of each round, and the load averages."""
+
+    threads: int
+    rounds: dict[str, list[float]]
+    load_avg_before: float | None
+    load_avg_after: float | None
+
+    def summary(self, baseline: str) -> dict[str, dict[str, Any]]:
+        return summarize(self.rounds, baseline)
+
+
+def summarize(rounds: Mapping[str, Sequence[float]], baseline: str) -> dict[str, dict[str, Any]]:
+    """Per variant: ``ms`` (median of the round medians), ``speedup`` (median of the per-round ratios baseline /
+    variant), ``faster_rounds`` (share of rounds faster than the baseline) and the ``rounds`` themselves."""
+    base = rounds[baseline]
+    out: dict[str, dict[str, Any]] = {}
+    for name, ms in rounds.items():
+        ratios = [b / v for b, v in zip(base, ms, strict=True) if v > 0]
+        out[name] = {"ms": statistics.median(ms), "speedup": statistics.median(ratios) if ratios else None,
+                     "faster_rounds": sum(v < b for b, v in zip(base, ms, strict=True)) / len(ms),
+                     "rounds_ms": list(ms)}
+    return out
+
+
+def _load_avg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def time_variants(paths: Mapping[str, Path], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
+                  budget_ms: float = 300.0) -> TimingRun:
+    """Time every model of ``paths`` (variant name -> ONNX file) on ``feeds`` under ``ORT_ENABLE_ALL`` with
+    ``threads`` intra-op threads, in ``rounds`` alternating rounds (see the module docstring).  Raises
+    ExecutionError when a model cannot be loaded or run (check loading first)."""
+    from graphsub.cost.measured import time_session
+    from graphsub.frontends.ort import make_session
+
+    before = _load_avg()
+    sessions = {name: make_session(str(p), optimization="all", threads=threads) for name, p in paths.items()}
+    names = list(sessions)
+    per_round: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:  # rotate who goes first
+            t = time_session(sessions[name], feeds, budget_ms=budget_ms, warmup=2, min_repeats=5, max_repeats=10_000)
+            per_round[name].append(t.median_ms)
+    return TimingRun(threads, per_round, before, _load_avg())
+
+
+__all__ = ["TimingRun", "all_cores", "parse_threads", "random_feeds", "summarize", "time_variants"]

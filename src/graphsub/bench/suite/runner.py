@@ -1,0 +1,185 @@
+"""The suite run: for every model, every tool's output, verified, inspected and timed side by side.
+
+For one model (:func:`run_model`):
+
+1. every peer of :data:`~graphsub.bench.suite.peers.PEERS` rewrites the original as its users run it (each in a
+   process of its own, so a crash or hang is a result, not an abort), and graphsub optimizes the original and each
+   peer's output (``graphsub+PEER``: graphsub should compose -- never worse than the peer it follows);
+2. every output is checked against the original: does ONNX Runtime load it, and does it compute the same outputs on
+   random inputs (a peer that produces a wrong, invalid or unloadable model is reported as such and never timed);
+3. what ONNX Runtime's own optimizer makes of each variant (op count, fused kernels) is read from its optimized
+   graph;
+4. all variants that load and verify are timed side by side in alternating rounds under ``ORT_ENABLE_ALL`` at each
+   thread count (:mod:`graphsub.bench.suite.measure`), the original under plain ONNX Runtime (``ort``) being the
+   baseline.
+
+:func:`run_suite` appends one JSON record per model to ``<out>/<name>.jsonl`` (resumable: a model recorded with the
+same tools and thread counts is not run again) and renders the table (:mod:`graphsub.bench.suite.table`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphsub.bench.records import append_record, load_avg, load_records, machine_info, timestamp, versions
+from graphsub.bench.suite.isolate import run_isolated
+from graphsub.bench.suite.measure import random_feeds, time_variants
+
+GRAPHSUB = "graphsub"
+BASELINE = "ort"
+
+
+@dataclass(frozen=True)
+class SuiteInput:
+    """What the runner needs of a model: an ONNX file and how to feed it (``inputs``: name, dtype, shape, and for
+    integer inputs the valid range ``low``/``high``); ``transformer``: what ONNX Runtime's transformer optimizer
+    needs (``model_type``, ``num_heads``, ``hidden_size``), None where it does not apply."""
+
+    id: str
+    path: Path
+    inputs: tuple[dict[str, Any], ...]
+    family: str = "unknown"
+    transformer: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def default_tools(peers: Sequence[str]) -> list[str]:
+    """The original under ONNX Runtime, each peer, graphsub alone, and graphsub after each peer."""
+    others = [p for p in peers if p != BASELINE]
+    return [BASELINE, *others, GRAPHSUB, *(f"{GRAPHSUB}+{p}" for p in others)]
+
+
+def _source_of(tool: str) -> str:
+    """The variant a graphsub tool starts from (``graphsub+onnxslim`` -> ``onnxslim``; ``graphsub`` -> ``ort``)."""
+    return tool.partition("+")[2] or BASELINE
+
+
+def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float,
+            seed: int) -> dict[str, dict[str, Any]]:
+    """Run every tool on ``model``; per tool: ``status``, ``error``, ``seconds``, ``path`` (the output, when ok)."""
+    from graphsub.bench.suite.peers import PeerInput, run_peer
+
+    work.mkdir(parents=True, exist_ok=True)
+    meta = PeerInput(transformer=model.transformer,
+                     input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs})
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        if tool.startswith(GRAPHSUB):
+            src = out.get(_source_of(tool), {}).get("path") if tool != GRAPHSUB else str(model.path)
+            if src is None:
+                out[tool] = {"status": "not-applicable", "error": f"{_source_of(tool)} produced no model",
+                             "seconds": 0.0}
+                continue
+            res = run_graphsub(Path(src), work / f"{tool}.onnx", budget_s=graphsub_budget_s, seed=seed)
+        else:
+            res = run_peer(tool, model.path, work / f"{tool}.onnx", meta).__dict__
+        out[tool] = {k: v for k, v in res.items() if k != "peer"}
+        if out[tool]["status"] == "ok":
+            out[tool]["path"] = str(work / f"{tool}.onnx")
+    return out
+
+
+def run_graphsub(src: Path, dst: Path, *, budget_s: float, seed: int) -> dict[str, Any]:
+    """``graphsub optimize SRC -o DST`` with its defaults (but the search budget), in a process of its own."""
+    t = time.perf_counter()
+    status, error, info = run_isolated(_graphsub_job, (str(src), str(dst), budget_s, seed),
+                                       timeout_s=budget_s * 6 + 300)
+    return {"status": status, "error": error, "seconds": time.perf_counter() - t, **(info or {})}
+
+
+def _graphsub_job(src: str, dst: str, budget_s: float, seed: int) -> dict[str, Any]:
+    from graphsub.optimize import optimize
+    from graphsub.search import Budget
+
+    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), seed=seed)
+    if not res.verified:
+        raise RuntimeError(res.decision)
+    return {"decision": res.decision, "kept_original": res.kept_original, "applied": len(res.search.sequence),
+            "rules": sorted({s.rule for s in res.search.sequence}), "ops_before": res.original.num_ops,
+            "ops_after": res.optimized.num_ops}
+
+
+def inspect(model: SuiteInput, outcomes: dict[str, dict[str, Any]], seed: int) -> None:
+    """Check every produced output against the original and read ONNX Runtime's view of it (in place)."""
+    from graphsub.bench.suite.peers import check_output, ort_view
+
+    for o in outcomes.values():
+        if o["status"] != "ok":
+            continue
+        chk = check_output(model.path, Path(o["path"]), model.inputs, seeds=(seed, seed + 1, seed + 2))
+        o.update(loads=chk.loads, verified=chk.verified, max_abs_diff=chk.max_abs_diff, checker_ok=chk.checker_ok)
+        if chk.error:
+            o["check_error"] = chk.error
+        if chk.loads:
+            view = ort_view(Path(o["path"]), threads=1)
+            o.update(ops=view.ops, fused_kernels=view.fused_kernels, op_histogram=view.op_histogram)
+
+
+def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Sequence[int], *, rounds: int,
+             budget_ms: float, seed: int) -> dict[str, Any]:
+    """Time the verified variants side by side at each thread count (in place); returns the load averages."""
+    paths = {t: Path(o["path"]) for t, o in outcomes.items() if o.get("verified")}
+    if BASELINE not in paths:
+        return {"error": "the original does not verify against itself (NaN/inf outputs?)"}
+    feeds = random_feeds(model.inputs, seed)
+    loads: dict[str, Any] = {}
+    for n in threads:
+        run = time_variants(paths, feeds, threads=n, rounds=rounds, budget_ms=budget_ms)
+        for tool, s in run.summary(BASELINE).items():
+            outcomes[tool].setdefault("timing", {})[str(n)] = s
+        loads[str(n)] = [run.load_avg_before, run.load_avg_after]
+    return loads
+
+
+def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], work: Path, *,
+              graphsub_budget_s: float = 30.0, rounds: int = 7, budget_ms: float = 300.0, seed: int = 0
+              ) -> dict[str, Any]:
+    """One model's record (see the module docstring)."""
+    t0 = time.perf_counter()
+    rec: dict[str, Any] = {"id": model.id, "model": model.id, "path": str(model.path), "family": model.family,
+                           "transformer": model.transformer, "meta": model.meta, "tools_requested": list(tools),
+                           "threads": list(threads), "started_at": timestamp(), "load_avg_1m": load_avg()}
+    outcomes = produce(model, tools, work / model.id, graphsub_budget_s=graphsub_budget_s, seed=seed)
+    inspect(model, outcomes, seed)
+    rec["timing_load_avg"] = time_all(model, outcomes, threads, rounds=rounds, budget_ms=budget_ms, seed=seed)
+    rec["tools"] = outcomes
+    rec["wall_time_s"] = time.perf_counter() - t0
+    rec["finished_at"] = timestamp()
+    rec["machine"], rec["versions"] = machine_info(), versions()
+    return rec
+
+
+def _done(rec: Mapping[str, Any], tools: Sequence[str], threads: Sequence[int]) -> bool:
+    return set(tools) <= set(rec.get("tools", {})) and set(threads) <= set(rec.get("threads", []))
+
+
+def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Sequence[int], out_dir: Path, *,
+              name: str = "suite", resume: bool = True, on_model: Callable[[dict[str, Any]], None] | None = None,
+              **opts: Any) -> list[dict[str, Any]]:
+    """Run every model not recorded yet (with these tools and thread counts) and append its record to
+    ``<out_dir>/<name>.jsonl``; returns the records of ``models`` (new and recorded)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jsonl = out_dir / f"{name}.jsonl"
+    if not resume and jsonl.exists():
+        jsonl.unlink()
+    recorded = {r["id"]: r for r in load_records(jsonl)}
+    work = Path(os.environ.get("GRAPHSUB_SUITE_WORK", out_dir / f"{name}_work"))
+    records = []
+    for model in models:
+        rec = recorded.get(model.id)
+        if rec is None or not _done(rec, tools, threads):
+            rec = run_model(model, tools, threads, work, **opts)
+            append_record(jsonl, rec)
+        records.append(rec)
+        if on_model is not None:
+            on_model(rec)
+    return records
+
+
+__all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "default_tools", "inspect", "produce", "run_graphsub", "run_model",
+           "run_suite", "time_all"]

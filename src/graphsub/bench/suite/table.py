@@ -1,0 +1,214 @@
+"""The suite's results as a person reads them: per model and tool, verified?, latency, speedup over ONNX Runtime
+alone, fused kernels after ONNX Runtime's optimizer; the best tool per model; where graphsub stands against the best
+peer; the failures with the command that reproduces them.  Also the flat per-(model, tool) rows of ``--json``.
+
+>>> rec = {"model": "m", "family": "cnn", "threads": [1], "tools": {
+...     "ort": {"status": "ok", "loads": True, "verified": True, "ops": 5, "fused_kernels": {"FusedConv": 2},
+...             "timing": {"1": {"ms": 2.0, "speedup": 1.0, "faster_rounds": 0.0}}},
+...     "onnxslim": {"status": "ok", "loads": True, "verified": True, "ops": 4, "fused_kernels": {"FusedConv": 2},
+...                  "timing": {"1": {"ms": 1.6, "speedup": 1.25, "faster_rounds": 1.0}}},
+...     "graphsub": {"status": "ok", "loads": True, "verified": True, "ops": 5, "fused_kernels": {},
+...                  "timing": {"1": {"ms": 1.9, "speedup": 1.05, "faster_rounds": 0.8}}}}}
+>>> best_tool(rec, 1), gap(rec, 1)
+('onnxslim', ('onnxslim', 1.25, 1.05))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphsub.bench.suite.runner import BASELINE, GRAPHSUB
+
+#: short names of the fused kernels in tables
+SHORT = {"SkipLayerNormalization": "SkipLN", "SkipSimplifiedLayerNormalization": "SkipRMSN",
+         "LayerNormalization": "LN", "SimplifiedLayerNormalization": "RMSN", "MultiHeadAttention": "MHA",
+         "EmbedLayerNormalization": "EmbLN", "ReorderInput": "ReorderIn", "ReorderOutput": "ReorderOut"}
+
+
+def _timing(o: Mapping[str, Any], threads: int) -> Mapping[str, Any]:
+    return o.get("timing", {}).get(str(threads), {})
+
+
+def speedup(o: Mapping[str, Any], threads: int) -> float | None:
+    return _timing(o, threads).get("speedup")
+
+
+def best_tool(rec: Mapping[str, Any], threads: int) -> str | None:
+    """The verified tool with the highest speedup over ONNX Runtime alone at ``threads`` (the baseline on ties)."""
+    scored = [(speedup(o, threads) or 0.0, t != BASELINE, t) for t, o in rec["tools"].items()
+              if o.get("verified") and speedup(o, threads) is not None]
+    return max(scored, key=lambda x: (x[0], not x[1]))[2] if scored else None
+
+
+def gap(rec: Mapping[str, Any], threads: int) -> tuple[str, float, float] | None:
+    """``(best peer, its speedup, graphsub's best speedup)`` when a peer (not graphsub) beats every graphsub variant
+    at ``threads``; None when graphsub is at least as fast as every peer (or nothing was timed)."""
+    peers: list[tuple[float, str]] = []
+    ours: list[float] = []
+    for t, o in rec["tools"].items():
+        sp = speedup(o, threads)
+        if not o.get("verified") or sp is None:
+            continue
+        if t.startswith(GRAPHSUB):
+            ours.append(sp)
+        else:
+            peers.append((sp, t))
+    if not peers or not ours:
+        return None
+    best_peer, name = max(peers)
+    return (name, best_peer, max(ours)) if best_peer > max(ours) else None
+
+
+def kernels(o: Mapping[str, Any]) -> str:
+    """``"Attention 4, SkipLN 8"``: the fused kernels ONNX Runtime ran."""
+    fk = o.get("fused_kernels") or {}
+    return ", ".join(f"{SHORT.get(k.split(':')[-1], k.split(':')[-1])} {n}" for k, n in sorted(fk.items()) if n)
+
+
+def cell(o: Mapping[str, Any] | None, threads: int) -> str:
+    """One table cell: the speedup, or why there is none."""
+    if o is None:
+        return ""
+    if o.get("status") != "ok":
+        return {"not-applicable": "n/a", "not-installed": "missing"}.get(o.get("status", ""), "FAILED")
+    if not o.get("loads"):
+        return "no load"
+    if not o.get("verified"):
+        return "WRONG"
+    sp = speedup(o, threads)
+    return "-" if sp is None else f"{sp:.2f}x"
+
+
+def tools_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in records:
+        for t in r.get("tools", {}):
+            seen.setdefault(t)
+    return list(seen)
+
+
+def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
+    """Markdown: models x tools -> speedup over ONNX Runtime alone at ``threads``, the best tool, graphsub's gap."""
+    tools = tools_of(records)
+    head = ["model", "ORT ms", *tools, "best", "graphsub vs best peer"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        base = _timing(r["tools"].get(BASELINE, {}), threads).get("ms")
+        g = gap(r, threads)
+        behind = "at least as fast" if g is None else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x"
+        row = [r["model"], "-" if base is None else f"{base:.2f}", *(cell(r["tools"].get(t), threads) for t in tools),
+               best_tool(r, threads) or "-", behind]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def kernel_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: per model and tool, the op count and the fused kernels after ONNX Runtime's optimizer."""
+    lines = ["| model | tool | ops after ORT | fused kernels after ORT |", "|---|---|---|---|"]
+    for r in records:
+        for t, o in r["tools"].items():
+            if o.get("loads"):
+                lines.append(f"| {r['model']} | {t} | {o.get('ops', '-')} | {kernels(o) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per output that failed, did not load or did not verify, with the command that reproduces it."""
+    out = []
+    for r in records:
+        for t, o in r["tools"].items():
+            if o.get("status") in ("not-applicable", "not-installed"):
+                continue
+            what = (f"failed: {o.get('error')}" if o.get("status") != "ok" else
+                    f"does not load: {o.get('check_error', '')}" if not o.get("loads") else
+                    f"wrong outputs (max abs diff {o.get('max_abs_diff', float('nan')):.3g})"
+                    if not o.get("verified") else "")
+            if what:
+                out.append(f"- {r['model']} / {t}: {what}. Reproduce: `graphsub bench suite --models {r['path']} "
+                           f"--peers {t.partition('+')[2] or t} --no-resume`")
+    return out
+
+
+def json_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per model and tool: ``verified``, ``loads``, ``ms``, ``speedup``, ``faster_rounds`` (by thread count),
+    ``ops``, ``fused_kernels``, ``status``, ``error``."""
+    rows = []
+    for r in records:
+        for t, o in r["tools"].items():
+            timing = o.get("timing", {})
+            rows.append({"model": r["model"], "tool": t, "status": o.get("status"), "error": o.get("error") or None,
+                         "verified": o.get("verified"), "loads": o.get("loads"),
+                         "ms": {n: v.get("ms") for n, v in timing.items()},
+                         "speedup": {n: v.get("speedup") for n, v in timing.items()},
+                         "faster_rounds": {n: v.get("faster_rounds") for n, v in timing.items()},
+                         "ops": o.get("ops"), "fused_kernels": o.get("fused_kernels")})
+    return rows
+
+
+def plot(records: Sequence[Mapping[str, Any]], threads: Sequence[int], path: Path) -> Path:
+    """Speedup over ONNX Runtime alone per model (one panel per thread count), one marker per tool."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tools = tools_of(records)
+    markers = "os^vD<>phX*+x12348"
+    fig, axes = plt.subplots(1, len(threads), figsize=(max(8.0, 0.45 * len(records)) * len(threads) / 1.5, 5.0),
+                             squeeze=False)
+    for ax, n in zip(axes[0], threads, strict=True):
+        for i, t in enumerate(tools):
+            pts = [(j, speedup(r["tools"][t], n)) for j, r in enumerate(records)
+                   if t in r["tools"] and r["tools"][t].get("verified") and speedup(r["tools"][t], n) is not None]
+            if pts:
+                ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], label=t,
+                           s=46 if t.startswith(GRAPHSUB) else 28, alpha=0.85)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(records)), [r["model"] for r in records], rotation=70, fontsize=7)
+        ax.set_ylabel("speedup over ORT_ENABLE_ALL")
+        ax.set_title(f"{n} thread(s)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str, *, plots: bool = True
+                 ) -> dict[str, str]:
+    """``<name>.md`` (the tables and failures) and ``<name>.png`` (the plot) in ``out_dir``."""
+    threads = sorted({int(n) for r in records for n in r.get("threads", [])})
+    parts = [f"# {name}: models x tools, speedup over ONNX Runtime alone (ORT_ENABLE_ALL)\n\n",
+             "Cells: median of the per-round ratios ORT-alone / variant (alternating rounds); FAILED = the tool "
+             "failed, no load = ONNX Runtime rejects the output, WRONG = outputs differ from the original, n/a = "
+             "the tool does not apply.\n\n"]
+    for n in threads:
+        parts += [f"## {n} thread(s)\n\n", speedup_table(records, n), "\n"]
+        for t in tools_of(records):
+            g = geomean([speedup(r["tools"][t], n) or 0.0 for r in records
+                         if t in r["tools"] and r["tools"][t].get("verified")])
+            if g is not None:
+                parts.append(f"- geometric mean, {t}: {g:.3f}x\n")
+        parts.append("\n")
+    parts += ["## Fused kernels after ONNX Runtime's optimizer\n\n", kernel_table(records), "\n"]
+    fails = failures(records)
+    parts += ["## Failures\n\n", "\n".join(fails) if fails else "none", "\n"]
+    md = out_dir / f"{name}.md"
+    md.write_text("".join(parts), encoding="utf-8")
+    files = {"markdown": str(md)}
+    if plots and records and threads:
+        files["plot"] = str(plot(records, threads, out_dir / f"{name}.png"))
+    return files
+
+
+__all__ = ["best_tool", "cell", "failures", "gap", "geomean", "json_rows", "kernel_table", "kernels", "plot",
+           "speedup", "speedup_table", "tools_of", "write_tables"]
