@@ -1,0 +1,550 @@
+"""The peers of ``graphsub bench suite``: the ONNX graph rewriters users would otherwise run, each run as its users
+run it, and the two checks every output goes through (does it load, does it compute the same) plus the view of what
+ONNX Runtime itself made of it.
+
+* :data:`PEERS` -- ordered registry ``name -> peer``; a peer is a function ``(src, dst, meta) -> None`` that writes
+  the tool's output model for ``src`` to ``dst`` with the tool's defaults (its README's Python usage). A peer signals
+  "not for this model" with :class:`PeerNotApplicable`, a missing library with :class:`PeerNotInstalled`, and a
+  failure the tool itself reports (onnxsim's check flag) with :class:`PeerFailed`.
+* :func:`run_peer` runs one peer in a fresh interpreter (peers segfault, hang, or leave threads behind) and
+  returns a :class:`PeerResult`; it never raises for a peer's failure. Invariant: afterwards ``dst`` is the peer's
+  complete output when the status is ``ok`` and does not exist otherwise (the peer writes into a private folder next
+  to ``dst``; the files are renamed into place only after the peer returned).
+* :func:`check_output` -- the candidate loads in onnxruntime (ORT_ENABLE_ALL, 1 thread) and computes what the
+  original computes (original under ORT_DISABLE_ALL, i.e. the model's plain meaning) on seeded random inputs, with
+  the criterion of :func:`graphsub.equivalence.compare_arrays`; NaN/inf in the original's outputs is inconclusive,
+  never a pass. ``onnx.checker`` is reported beside it, never a reason to fail (ORT's optimizer output omits the
+  com.microsoft opset import and so fails the checker while loading fine).
+* :func:`ort_view` -- the graph ONNX Runtime actually runs under ORT_ENABLE_ALL (``optimized_model_filepath``): op
+  count, histogram and the fused kernels (:data:`FUSED_KERNELS` and every op of ORT's own domains).
+
+No peer gets ``PeerInput.input_shapes``: the tools are run as their READMEs show, without shapes (the field is there
+for a peer that needs static shapes; none of the current ones does).
+
+>>> sorted(PEERS) == sorted(PEER_NAMES) and PEER_NAMES[0] == "ort"
+True
+>>> make_feeds([{"name": "ids", "dtype": "int64", "shape": (1, 3), "low": 0, "high": 5}], seed=0)["ids"].shape
+(1, 3)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from graphsub.equivalence import compare_arrays
+from graphsub.errors import ExecutionError
+from graphsub.frontends.ort import make_session, run_session
+
+PeerStatus = Literal["ok", "failed", "not-installed", "not-applicable"]
+
+#: ORT's fused / layout kernels counted by op type (whatever their domain); every other op of ORT's own domains
+#: (:data:`ORT_DOMAINS`) is counted too, as ``domain:op_type``. ORT's MatMulScaleFusion emits FusedMatMul (alpha).
+FUSED_KERNELS: tuple[str, ...] = (
+    "Attention", "MultiHeadAttention", "GroupQueryAttention", "EmbedLayerNormalization",
+    "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization", "SimplifiedLayerNormalization",
+    "FusedConv", "FusedGemm", "FusedMatMul", "Gelu", "BiasGelu", "FastGelu", "QuickGelu", "BiasSoftmax",
+    "ReorderInput", "ReorderOutput",
+)
+ORT_DOMAINS: tuple[str, ...] = ("com.microsoft", "com.microsoft.nchwc")
+
+#: above this many bytes of weights a peer's output is saved with external data (protobuf's 2 GiB limit)
+EXTERNAL_DATA_BYTES = 1_800_000_000
+
+
+class PeerNotApplicable(Exception):
+    """The peer does not apply to this model (e.g. a transformer optimizer on a CNN)."""
+
+
+class PeerNotInstalled(Exception):
+    """The peer's library cannot be imported."""
+
+
+class PeerFailed(Exception):
+    """The peer itself reported a failure (e.g. onnxsim's check flag is False)."""
+
+
+@dataclass(frozen=True)
+class PeerInput:
+    """What a peer may need besides the file: ``transformer`` = ``{"model_type", "num_heads", "hidden_size"}`` for
+    transformer models (the ORT transformers optimizer's arguments), else None; ``input_shapes`` = static input
+    shapes by input name (given to a peer only if its users pass them)."""
+
+    transformer: dict[str, Any] | None = None
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PeerResult:
+    """``status``: ok | failed | not-installed | not-applicable; ``error``: one line saying why (empty when ok);
+    ``seconds``: the peer's own run time, importing its library included (the whole child process, interpreter
+    start included, when it crashed or timed out)."""
+
+    peer: str
+    status: PeerStatus
+    error: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """``loads``: onnxruntime accepts the candidate (ORT_ENABLE_ALL); ``verified``: every output of every seed within
+    tolerance; ``max_abs_diff``: largest difference seen (inf when not comparable); ``error``: the first reason it is
+    not verified or does not load; ``checker_ok``/``checker_error``: ``onnx.checker`` (reported, never decisive)."""
+
+    loads: bool
+    verified: bool
+    max_abs_diff: float
+    error: str = ""
+    checker_ok: bool = True
+    checker_error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OrtView:
+    """The graph ONNX Runtime runs: ``ops`` nodes (subgraphs included), ``op_histogram`` keyed ``op_type`` for the
+    ONNX domain and ``domain:op_type`` otherwise, ``fused_kernels`` the counts of :data:`FUSED_KERNELS` and of ORT's
+    own domains' ops (only those present)."""
+
+    ops: int
+    op_histogram: dict[str, int]
+    fused_kernels: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PeerFn = Callable[[Path, Path, PeerInput], None]
+
+
+# --------------------------------------------------------------------------- the peers, as their users run them
+
+
+def require_library(module: str) -> Any:
+    """Import a peer's library; a missing one is :class:`PeerNotInstalled` (other ImportErrors are failures)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise PeerNotInstalled(f"{module} is not installed") from e
+        raise
+
+
+def _weight_bytes(model: onnx.ModelProto) -> int:
+    return sum(len(t.raw_data) or t.ByteSize() for t in model.graph.initializer)
+
+
+def _save(model: onnx.ModelProto, dst: Path) -> None:
+    """``onnx.save``, with the weights in ``<dst>.data`` only when the model is too large for one protobuf."""
+    if _weight_bytes(model) > EXTERNAL_DATA_BYTES:
+        onnx.save(model, str(dst), save_as_external_data=True, location=dst.name + ".data")
+    else:
+        onnx.save(model, str(dst))
+
+
+def _has_external_data(src: Path) -> bool:
+    return _uses_external_data(onnx.load(str(src), load_external_data=False))
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    return any(onnx.external_data_helper.uses_external_data(t) for t in model.graph.initializer)
+
+
+def _is_large(src: Path) -> bool:
+    """Weights in external data or too many for one protobuf: the output gets external data too."""
+    model = onnx.load(str(src), load_external_data=False)
+    return _uses_external_data(model) or _weight_bytes(model) > EXTERNAL_DATA_BYTES
+
+
+def peer_ort(src: Path, dst: Path, meta: PeerInput) -> None:
+    """ONNX Runtime alone: users load the file as it is; ORT_ENABLE_ALL happens at session creation."""
+    if _has_external_data(src):
+        _save(onnx.load(str(src)), dst)
+    else:
+        shutil.copyfile(src, dst)
+
+
+def _ort_transformers(src: Path, dst: Path, meta: PeerInput, opt_level: int) -> None:
+    """``optimizer.optimize_model(path, model_type, num_heads, hidden_size, opt_level)`` then
+    ``save_model_to_file`` (the CLI ``python -m onnxruntime.transformers.optimizer`` does the same)."""
+    if meta.transformer is None:
+        raise PeerNotApplicable("not a transformer model (no model_type/num_heads/hidden_size)")
+    optimizer = require_library("onnxruntime.transformers.optimizer")
+    t = meta.transformer
+    model = optimizer.optimize_model(str(src), model_type=t["model_type"], num_heads=int(t["num_heads"]),
+                                     hidden_size=int(t["hidden_size"]), opt_level=opt_level)
+    model.save_model_to_file(str(dst), use_external_data_format=_weight_bytes(model.model) > EXTERNAL_DATA_BYTES)
+
+
+def peer_ort_transformers_0(src: Path, dst: Path, meta: PeerInput) -> None:
+    """The ORT transformers optimizer's Python fusions only (opt_level 0)."""
+    _ort_transformers(src, dst, meta, 0)
+
+
+def peer_ort_transformers_99(src: Path, dst: Path, meta: PeerInput) -> None:
+    """ORT_ENABLE_ALL offline (CPU), then the Python fusions (opt_level 99)."""
+    _ort_transformers(src, dst, meta, 99)
+
+
+def peer_onnxscript(src: Path, dst: Path, meta: PeerInput) -> None:
+    """``onnx_ir.load`` -> ``onnxscript.rewriter.ort_fusions.optimize_for_ort`` -> ``onnx_ir.save``
+    (``optimize_for_ort`` runs ``onnxscript.optimizer.optimize`` itself before and after its fusions; 0.7.2 returns
+    ``(model, fusion counts)``)."""
+    ir = require_library("onnx_ir")
+    fusions = require_library("onnxscript.rewriter.ort_fusions")
+    model = ir.load(str(src))
+    model, _counts = fusions.optimize_for_ort(model)
+    ir.save(model, str(dst), external_data=dst.name + ".data" if _is_large(src) else None)
+
+
+def peer_onnxslim(src: Path, dst: Path, meta: PeerInput) -> None:
+    """``onnxslim.slim(input, output)``: the default pipeline of ``onnxslim in.onnx out.onnx``."""
+    onnxslim = require_library("onnxslim")
+    onnxslim.slim(str(src), str(dst))
+
+
+def peer_onnxsim(src: Path, dst: Path, meta: PeerInput) -> None:
+    """``model, check = onnxsim.simplify(model)`` with its defaults; ``check`` False is a failure (its README asserts
+    it), so nothing is saved then."""
+    onnxsim = require_library("onnxsim")
+    model, check = onnxsim.simplify(str(src))
+    if not check:
+        raise PeerFailed("onnxsim: its own check of the simplified model failed (check=False)")
+    _save(model, dst)
+
+
+def peer_onnxoptimizer(src: Path, dst: Path, meta: PeerInput) -> None:
+    """``onnxoptimizer.optimize(model)`` with its default (fuse and elimination) passes."""
+    onnxoptimizer = require_library("onnxoptimizer")
+    _save(onnxoptimizer.optimize(onnx.load(str(src))), dst)
+
+
+#: the peers in report order; ``ort`` (the original file under ORT_ENABLE_ALL) is the baseline of every speedup
+PEERS: dict[str, PeerFn] = {
+    "ort": peer_ort,
+    "ort-transformers-0": peer_ort_transformers_0,
+    "ort-transformers-99": peer_ort_transformers_99,
+    "onnxscript": peer_onnxscript,
+    "onnxslim": peer_onnxslim,
+    "onnxsim": peer_onnxsim,
+    "onnxoptimizer": peer_onnxoptimizer,
+}
+PEER_NAMES: tuple[str, ...] = tuple(PEERS)
+
+
+# --------------------------------------------------------------------------- running a peer in its own process
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _describe(e: BaseException) -> str:
+    msg = _one_line(str(e))
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def _child_main(payload: str, result: str) -> None:
+    """Body of the peer's process: runs the pickled ``(peer, src, out, meta)`` of ``payload`` and writes
+    ``(status, error, seconds)`` as JSON to ``result``."""
+    with open(payload, "rb") as f:
+        fn, src, out, meta = pickle.load(f)
+    status, error = "ok", ""
+    t0 = time.perf_counter()
+    try:
+        fn(Path(src), Path(out), meta)
+        if not Path(out).is_file():
+            status, error = "failed", "the peer wrote no output file"
+    except PeerNotApplicable as e:
+        status, error = "not-applicable", _one_line(str(e))
+    except PeerNotInstalled as e:
+        status, error = "not-installed", _one_line(str(e))
+    except PeerFailed as e:
+        status, error = "failed", _one_line(str(e))
+    except BaseException as e:  # a peer's bug of any kind is its failure, reported, never raised
+        status, error = "failed", _describe(e)
+    Path(result).write_text(json.dumps([status, error, time.perf_counter() - t0]))
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return _one_line(lines[-1], 200) if lines else ""
+
+
+def _exit_reason(code: int | None, log: Path) -> str:
+    if code is not None and code < 0:
+        try:
+            what = f"crashed: {signal.Signals(-code).name}"
+        except ValueError:
+            what = f"crashed: signal {-code}"
+    else:
+        what = f"exited with code {code} without a result"
+    tail = _log_tail(log)
+    return f"{what} (last output: {tail})" if tail else what
+
+
+def _install(out: Path, dst: Path) -> None:
+    """Rename the peer's files (the model and any external data beside it) from ``out`` next to ``dst``; the model
+    file itself last."""
+    for p in sorted(out.iterdir()):
+        if p.name != dst.name and p.is_file():
+            os.replace(p, dst.parent / p.name)
+    os.replace(out / dst.name, dst)
+
+
+def run_peer(
+    name: str,
+    src: Path,
+    dst: Path,
+    meta: PeerInput,
+    *,
+    timeout_s: float = 600,
+    registry: Mapping[str, PeerFn] | None = None,
+) -> PeerResult:
+    """Run peer ``name`` (from ``registry``, default :data:`PEERS`) on ``src`` in a fresh process, writing ``dst``.
+
+    Never raises for the peer's failure: an exception, a crash (signal or exit), a timeout (the process is killed)
+    or a failure the tool reports give ``failed`` with a one-line ``error``; ``dst`` exists afterwards only when the
+    status is ``ok``. Raises ValueError for an unknown name."""
+    peers = PEERS if registry is None else registry
+    if name not in peers:
+        raise ValueError(f"unknown peer {name!r}; known: {', '.join(peers)}")
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.unlink(missing_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    (tmp / "out").mkdir()
+    (tmp / "cwd").mkdir()  # files a peer drops in its working folder are not its output
+    t0 = time.perf_counter()
+    try:
+        message, timed_out, exitcode = _spawn(peers[name], src, tmp / "out" / dst.name, meta, tmp, timeout_s)
+        wall = time.perf_counter() - t0
+        if message is None:
+            error = f"timeout after {timeout_s:g} s" if timed_out else _exit_reason(exitcode, tmp / "peer.log")
+            return PeerResult(name, "failed", error, wall)
+        status, error, seconds = message
+        if status == "ok":
+            _install(tmp / "out", dst)
+        return PeerResult(name, status, error, float(seconds))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
+           timeout_s: float) -> tuple[list[Any] | None, bool, int | None]:
+    """Run :func:`_child_main` in a fresh interpreter with this process's ``sys.path``, in its own process group
+    (killed whole on timeout), working folder ``tmp/cwd``, output to ``tmp/peer.log``: (its result or None, whether
+    it was killed for time, exit code)."""
+    payload, result = tmp / "peer.payload", tmp / "peer.result"
+    payload.write_bytes(pickle.dumps((fn, str(src), str(out), meta)))
+    code = f"from graphsub.bench.suite.peers import _child_main; _child_main({str(payload)!r}, {str(result)!r})"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    timed_out = False
+    with open(tmp / "peer.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                env=env, cwd=tmp / "cwd", start_new_session=True)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        with contextlib.suppress(ProcessLookupError):  # the group of the peer we started, nothing else
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    message = json.loads(result.read_text()) if result.is_file() else None
+    return message, timed_out, proc.returncode
+
+
+# --------------------------------------------------------------------------- verification of an output
+
+
+def make_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.ndarray]:
+    """Random inputs from specs ``{name, dtype, shape[, low, high]}``: floats standard normal, integers uniform in
+    ``[low, high)`` (``low`` defaults to 0; ``high`` is required), booleans fair coins; one generator per seed, drawn
+    in the order of ``inputs``."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
+        if dtype.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif dtype.kind in "iu":
+            if "high" not in spec:
+                raise ValueError(f"integer input {name!r} needs 'high' (and optionally 'low') in its spec")
+            feeds[name] = rng.integers(int(spec.get("low", 0)), int(spec["high"]), size=shape, dtype=dtype)
+        else:
+            raise ValueError(f"input {name!r}: no random data for dtype {dtype}")
+    return feeds
+
+
+def _checker(path: Path) -> tuple[bool, str]:
+    try:
+        onnx.checker.check_model(str(path))
+    except Exception as e:  # onnx raises ValidationError and others
+        return False, _describe(e)
+    return True, ""
+
+
+def _pairs(ref: ort.InferenceSession, cand: ort.InferenceSession) -> list[tuple[str, int, int]] | str:
+    """Output pairs ``(name, reference index, candidate index)``: by name when both have the same names, else by
+    position; a string says why they cannot be paired."""
+    rn = [o.name for o in ref.get_outputs()]
+    cn = [o.name for o in cand.get_outputs()]
+    if len(rn) != len(cn):
+        return f"{len(cn)} outputs instead of {len(rn)}"
+    if sorted(rn) == sorted(cn):
+        return [(n, i, cn.index(n)) for i, n in enumerate(rn)]
+    return [(n, i, i) for i, n in enumerate(rn)]
+
+
+def _feed(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds}
+
+
+def check_output(
+    original: Path,
+    candidate: Path,
+    inputs: Sequence[Mapping[str, Any]],
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+) -> OutputCheck:
+    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the random
+    inputs :func:`make_feeds` draws from ``inputs`` for each seed? Never raises for a bad candidate."""
+    checker_ok, checker_error = _checker(Path(candidate))
+    inf = float("inf")
+
+    def result(loads: bool, verified: bool, diff: float, error: str = "") -> OutputCheck:
+        return OutputCheck(loads, verified, diff, error, checker_ok, checker_error)
+
+    try:
+        cand = make_session(str(candidate), optimization="all", threads=1)
+    except ExecutionError as e:
+        return result(False, False, inf, _one_line(str(e)))
+    try:
+        ref = make_session(str(original), optimization="disable", threads=1)
+    except ExecutionError as e:
+        return result(True, False, inf, f"the original does not load: {_one_line(str(e))}")
+    pairs = _pairs(ref, cand)
+    if isinstance(pairs, str):
+        return result(True, False, inf, pairs)
+    worst, first_error = 0.0, ""
+    for seed in seeds:
+        feeds = make_feeds(inputs, seed)
+        try:
+            want = run_session(ref, _feed(ref, feeds))
+        except ExecutionError as e:
+            return result(True, False, inf, f"the original fails to run: {_one_line(str(e))}")
+        try:
+            got = run_session(cand, _feed(cand, feeds))
+        except ExecutionError as e:
+            return result(True, False, inf, _one_line(str(e)))
+        for name, ri, ci in pairs:
+            diff, _excess = compare_arrays(name, got[ci], want[ri], rtol, atol)
+            worst = max(worst, diff.max_abs_diff)
+            if not diff.ok and not first_error:
+                first_error = f"output {name!r}, seed {seed}: {diff.reason} (max abs diff {diff.max_abs_diff:.3g})"
+    return result(True, not first_error, worst, first_error)
+
+
+# --------------------------------------------------------------------------- what ONNX Runtime runs
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _nodes(g)
+
+
+def summarize_ops(model: onnx.ModelProto) -> OrtView:
+    """Op count, histogram and fused kernels of ``model`` (what :func:`ort_view` reports for ORT's graph)."""
+    hist: Counter[str] = Counter()
+    fused: Counter[str] = Counter()
+    for node in _nodes(model.graph):
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        key = f"{domain}:{node.op_type}" if domain else node.op_type
+        hist[key] += 1
+        if node.op_type in FUSED_KERNELS:
+            fused[node.op_type] += 1
+        elif domain in ORT_DOMAINS:
+            fused[key] += 1
+    return OrtView(sum(hist.values()), dict(sorted(hist.items())), dict(sorted(fused.items())))
+
+
+def ort_view(path: Path, threads: int) -> OrtView:
+    """The graph ONNX Runtime runs for ``path`` under ORT_ENABLE_ALL with ``threads`` intra-op threads (CPU), as
+    written by ``SessionOptions.optimized_model_filepath`` into a temporary folder. The written model is only read
+    (with NCHWc ops it need not load again). Raises ExecutionError when onnxruntime rejects the model."""
+    with tempfile.TemporaryDirectory(prefix="graphsub-ortview-") as tmp:
+        out = Path(tmp) / "ort_optimized.onnx"
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        so.optimized_model_filepath = str(out)
+        try:
+            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime raises its own exception types
+            raise ExecutionError(f"onnxruntime rejected {path}: {_one_line(str(e))}") from e
+        return summarize_ops(onnx.load(str(out), load_external_data=False))
+
+
+__all__ = [
+    "EXTERNAL_DATA_BYTES",
+    "FUSED_KERNELS",
+    "ORT_DOMAINS",
+    "PEERS",
+    "PEER_NAMES",
+    "OrtView",
+    "OutputCheck",
+    "PeerFailed",
+    "PeerFn",
+    "PeerInput",
+    "PeerNotApplicable",
+    "PeerNotInstalled",
+    "PeerResult",
+    "PeerStatus",
+    "check_output",
+    "make_feeds",
+    "ort_view",
+    "require_library",
+    "run_peer",
+    "summarize_ops",
+]
