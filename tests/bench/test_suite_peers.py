@@ -18,6 +18,7 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto
 
+from graphsub.bench.suite.measure import make_feeds
 from graphsub.bench.suite.peers import (
     FUSED_KERNELS,
     PEER_NAMES,
@@ -27,7 +28,6 @@ from graphsub.bench.suite.peers import (
     PeerInput,
     PeerResult,
     check_output,
-    make_feeds,
     ort_view,
     require_library,
     run_peer,

@@ -53,20 +53,31 @@ def parse_threads(text: str) -> list[int]:
     return out
 
 
-def random_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.ndarray]:
-    """Inputs for a model from its input specs (``name``, ``dtype``, ``shape`` and, for integer inputs, the valid
-    range ``[low, high)``): floats standard normal, integers uniform in their range, booleans all true."""
+def make_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.ndarray]:
+    """Random inputs from specs ``{name, dtype, shape[, low, high]}``: floats standard normal, integers uniform in
+    ``[low, high)`` (``low`` defaults to 0; ``high`` is required), booleans fair coins unless a range says otherwise
+    (``low=1``: all true, as an attention mask without padding); one generator per seed, drawn in the order of
+    ``inputs``.  The same feeds serve the output check and the timing.
+
+    >>> f = make_feeds([{"name": "ids", "dtype": "int64", "shape": [2, 3], "low": 0, "high": 5},
+    ...                 {"name": "mask", "dtype": "int64", "shape": [2, 3], "low": 1, "high": 2}], seed=0)
+    >>> bool((f["ids"] < 5).all()), bool((f["mask"] == 1).all())
+    (True, True)
+    """
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for spec in inputs:
-        dtype, shape = np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
+        name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
         if dtype.kind == "f":
-            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
-            feeds[spec["name"]] = np.ones(shape, dtype=dtype)
+            feeds[name] = rng.integers(int(spec.get("low", 0)), int(spec.get("high", 2)), size=shape).astype(bool)
+        elif dtype.kind in "iu":
+            if "high" not in spec:
+                raise ValueError(f"integer input {name!r} needs 'high' (and optionally 'low') in its spec")
+            feeds[name] = rng.integers(int(spec.get("low", 0)), int(spec["high"]), size=shape, dtype=dtype)
         else:
-            low, high = int(spec.get("low", 0)), int(spec.get("high", 2))
-            feeds[spec["name"]] = rng.integers(low, max(high, low + 1), size=shape).astype(dtype)
+            raise ValueError(f"input {name!r}: no random data for dtype {dtype}")
     return feeds
 
 
@@ -123,4 +134,4 @@ def time_variants(paths: Mapping[str, Path], feeds: Mapping[str, np.ndarray], *,
     return TimingRun(threads, per_round, before, _load_avg())
 
 
-__all__ = ["TimingRun", "all_cores", "parse_threads", "random_feeds", "summarize", "time_variants"]
+__all__ = ["TimingRun", "all_cores", "make_feeds", "parse_threads", "summarize", "time_variants"]

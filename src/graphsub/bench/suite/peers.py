@@ -23,8 +23,6 @@ for a peer that needs static shapes; none of the current ones does).
 
 >>> sorted(PEERS) == sorted(PEER_NAMES) and PEER_NAMES[0] == "ort"
 True
->>> make_feeds([{"name": "ids", "dtype": "int64", "shape": (1, 3), "low": 0, "high": 5}], seed=0)["ids"].shape
-(1, 3)
 """
 
 from __future__ import annotations
@@ -50,6 +48,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from graphsub.bench.suite.measure import make_feeds
 from graphsub.equivalence import compare_arrays
 from graphsub.errors import ExecutionError
 from graphsub.frontends.ort import make_session, run_session
@@ -102,6 +101,7 @@ class PeerResult:
     status: PeerStatus
     error: str
     seconds: float
+    info: dict[str, Any] = field(default_factory=dict)  # what the tool returned (JSON-able), e.g. graphsub's decision
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,7 +138,7 @@ class OrtView:
         return asdict(self)
 
 
-PeerFn = Callable[[Path, Path, PeerInput], None]
+PeerFn = Callable[[Path, Path, PeerInput], "dict[str, Any] | None"]
 
 
 # --------------------------------------------------------------------------- the peers, as their users run them
@@ -272,13 +272,13 @@ def _describe(e: BaseException) -> str:
 
 def _child_main(payload: str, result: str) -> None:
     """Body of the peer's process: runs the pickled ``(peer, src, out, meta)`` of ``payload`` and writes
-    ``(status, error, seconds)`` as JSON to ``result``."""
+    ``(status, error, seconds, info)`` as JSON to ``result`` (``info``: the dict the peer returned, if any)."""
     with open(payload, "rb") as f:
         fn, src, out, meta = pickle.load(f)
-    status, error = "ok", ""
+    status, error, info = "ok", "", None
     t0 = time.perf_counter()
     try:
-        fn(Path(src), Path(out), meta)
+        info = fn(Path(src), Path(out), meta)
         if not Path(out).is_file():
             status, error = "failed", "the peer wrote no output file"
     except PeerNotApplicable as e:
@@ -289,7 +289,8 @@ def _child_main(payload: str, result: str) -> None:
         status, error = "failed", _one_line(str(e))
     except BaseException as e:  # a peer's bug of any kind is its failure, reported, never raised
         status, error = "failed", _describe(e)
-    Path(result).write_text(json.dumps([status, error, time.perf_counter() - t0]))
+    seconds = time.perf_counter() - t0
+    Path(result).write_text(json.dumps([status, error, seconds, info if isinstance(info, dict) else {}], default=str))
 
 
 def _log_tail(log: Path) -> str:
@@ -351,10 +352,10 @@ def run_peer(
         if message is None:
             error = f"timeout after {timeout_s:g} s" if timed_out else _exit_reason(exitcode, tmp / "peer.log")
             return PeerResult(name, "failed", error, wall)
-        status, error, seconds = message
+        status, error, seconds, info = message
         if status == "ok":
             _install(tmp / "out", dst)
-        return PeerResult(name, status, error, float(seconds))
+        return PeerResult(name, status, error, float(seconds), info)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -384,27 +385,6 @@ def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
 
 
 # --------------------------------------------------------------------------- verification of an output
-
-
-def make_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.ndarray]:
-    """Random inputs from specs ``{name, dtype, shape[, low, high]}``: floats standard normal, integers uniform in
-    ``[low, high)`` (``low`` defaults to 0; ``high`` is required), booleans fair coins; one generator per seed, drawn
-    in the order of ``inputs``."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for spec in inputs:
-        name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
-        if dtype.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
-        elif dtype.kind in "iu":
-            if "high" not in spec:
-                raise ValueError(f"integer input {name!r} needs 'high' (and optionally 'low') in its spec")
-            feeds[name] = rng.integers(int(spec.get("low", 0)), int(spec["high"]), size=shape, dtype=dtype)
-        else:
-            raise ValueError(f"input {name!r}: no random data for dtype {dtype}")
-    return feeds
 
 
 def _checker(path: Path) -> tuple[bool, str]:
@@ -542,7 +522,6 @@ __all__ = [
     "PeerResult",
     "PeerStatus",
     "check_output",
-    "make_feeds",
     "ort_view",
     "require_library",
     "run_peer",

@@ -19,6 +19,7 @@ same tools and thread counts is not run again) and renders the table (:mod:`grap
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from graphsub.bench.records import append_record, load_avg, load_records, machine_info, timestamp, versions
-from graphsub.bench.suite.isolate import run_isolated
-from graphsub.bench.suite.measure import random_feeds, time_variants
+from graphsub.bench.suite.measure import make_feeds, time_variants
 
 GRAPHSUB = "graphsub"
 BASELINE = "ort"
@@ -61,38 +61,35 @@ def _source_of(tool: str) -> str:
 
 def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float,
             seed: int) -> dict[str, dict[str, Any]]:
-    """Run every tool on ``model``; per tool: ``status``, ``error``, ``seconds``, ``path`` (the output, when ok)."""
-    from graphsub.bench.suite.peers import PeerInput, run_peer
+    """Run every tool on ``model``, each in a fresh process (a crash or hang is a result); per tool: ``status``,
+    ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok)."""
+    from graphsub.bench.suite.peers import PEERS, PeerFn, PeerInput, run_peer
 
     work.mkdir(parents=True, exist_ok=True)
     meta = PeerInput(transformer=model.transformer,
                      input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs})
+    registry: dict[str, PeerFn] = {**PEERS,
+                                   GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed)}
     out: dict[str, dict[str, Any]] = {}
     for tool in tools:
-        if tool.startswith(GRAPHSUB):
-            src = out.get(_source_of(tool), {}).get("path") if tool != GRAPHSUB else str(model.path)
-            if src is None:
+        src = str(model.path)
+        if tool.startswith(f"{GRAPHSUB}+"):
+            src = out.get(_source_of(tool), {}).get("path", "")
+            if not src:
                 out[tool] = {"status": "not-applicable", "error": f"{_source_of(tool)} produced no model",
                              "seconds": 0.0}
                 continue
-            res = run_graphsub(Path(src), work / f"{tool}.onnx", budget_s=graphsub_budget_s, seed=seed)
-        else:
-            res = run_peer(tool, model.path, work / f"{tool}.onnx", meta).__dict__
-        out[tool] = {k: v for k, v in res.items() if k != "peer"}
-        if out[tool]["status"] == "ok":
-            out[tool]["path"] = str(work / f"{tool}.onnx")
+        dst = work / f"{tool}.onnx"
+        timeout = graphsub_budget_s * 6 + 300 if tool.startswith(GRAPHSUB) else 600
+        res = run_peer(tool.partition("+")[0], Path(src), dst, meta, registry=registry, timeout_s=timeout)
+        out[tool] = {"status": res.status, "error": res.error, "seconds": res.seconds, **res.info}
+        if res.status == "ok":
+            out[tool]["path"] = str(dst)
     return out
 
 
-def run_graphsub(src: Path, dst: Path, *, budget_s: float, seed: int) -> dict[str, Any]:
-    """``graphsub optimize SRC -o DST`` with its defaults (but the search budget), in a process of its own."""
-    t = time.perf_counter()
-    status, error, info = run_isolated(_graphsub_job, (str(src), str(dst), budget_s, seed),
-                                       timeout_s=budget_s * 6 + 300)
-    return {"status": status, "error": error, "seconds": time.perf_counter() - t, **(info or {})}
-
-
-def _graphsub_job(src: str, dst: str, budget_s: float, seed: int) -> dict[str, Any]:
+def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int) -> dict[str, Any]:
+    """``graphsub optimize SRC -o DST`` as users run it (its defaults, but the search budget); what it decided."""
     from graphsub.optimize import optimize
     from graphsub.search import Budget
 
@@ -100,8 +97,9 @@ def _graphsub_job(src: str, dst: str, budget_s: float, seed: int) -> dict[str, A
     if not res.verified:
         raise RuntimeError(res.decision)
     return {"decision": res.decision, "kept_original": res.kept_original, "applied": len(res.search.sequence),
-            "rules": sorted({s.rule for s in res.search.sequence}), "ops_before": res.original.num_ops,
-            "ops_after": res.optimized.num_ops}
+            "rules": sorted({s.rule for s in res.search.sequence}), "graphsub_ops": [res.original.num_ops,
+                                                                                    res.optimized.num_ops],
+            "graphsub_timings_s": res.timings_s}
 
 
 def inspect(model: SuiteInput, outcomes: dict[str, dict[str, Any]], seed: int) -> None:
@@ -126,7 +124,7 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
     paths = {t: Path(o["path"]) for t, o in outcomes.items() if o.get("verified")}
     if BASELINE not in paths:
         return {"error": "the original does not verify against itself (NaN/inf outputs?)"}
-    feeds = random_feeds(model.inputs, seed)
+    feeds = make_feeds(model.inputs, seed)
     loads: dict[str, Any] = {}
     for n in threads:
         run = time_variants(paths, feeds, threads=n, rounds=rounds, budget_ms=budget_ms)
@@ -181,5 +179,5 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
     return records
 
 
-__all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "default_tools", "inspect", "produce", "run_graphsub", "run_model",
+__all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "default_tools", "graphsub_tool", "inspect", "produce", "run_model",
            "run_suite", "time_all"]

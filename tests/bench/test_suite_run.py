@@ -1,0 +1,107 @@
+"""``graphsub bench suite`` on a user's ONNX file: every tool run, verified, inspected and timed; resumable; a wrong
+output is reported and never timed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from graphsub.bench.records import load_records
+from graphsub.bench.suite.runner import BASELINE, inspect, time_all
+from graphsub.bench.suite.select import from_file
+from graphsub.bench.suite.table import cell, failures, write_tables
+from graphsub.cli import app
+
+
+def _model(path: Path) -> Path:
+    """``relu(x @ W + 0) + identity(x @ V)``: exporter leftovers (an added zero, an identity) around two matmuls."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), n) for n in ("W", "V")]
+    inits.append(numpy_helper.from_array(np.zeros((64,), np.float32), "Z"))
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Add", ["a", "Z"], ["b"]),
+             helper.make_node("Relu", ["b"], ["r"]), helper.make_node("MatMul", ["x", "V"], ["c"]),
+             helper.make_node("Identity", ["c"], ["d"]), helper.make_node("Add", ["r", "d"], ["y"])]
+    g = helper.make_graph(nodes, "leftovers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 64])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+ARGS = ["--peers", "onnxslim,onnxoptimizer", "--threads", "1", "--budget", "2", "--rounds", "2"]
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, object]]:
+    tmp = tmp_path_factory.mktemp("suite")
+    model = _model(tmp / "leftovers.onnx")
+    r = CliRunner().invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp), "--json"])
+    assert r.exit_code == 0, r.output
+    return tmp, model, json.loads(r.stdout)
+
+
+def test_every_tool_is_verified_inspected_and_timed(suite_run: tuple[Path, Path, dict[str, object]]) -> None:
+    tmp, _, data = suite_run
+    rows = {row["tool"]: row for row in data["rows"]}  # type: ignore[attr-defined]
+    assert list(rows) == ["ort", "onnxslim", "onnxoptimizer", "graphsub", "graphsub+onnxslim",
+                          "graphsub+onnxoptimizer"]
+    for tool, row in rows.items():
+        assert row["status"] == "ok" and row["loads"] and row["verified"], (tool, row)
+        assert row["speedup"]["1"] > 0 and row["ms"]["1"] > 0 and 0 <= row["faster_rounds"]["1"] <= 1
+        assert isinstance(row["ops"], int) and row["ops"] > 0 and isinstance(row["fused_kernels"], dict)
+    assert rows["ort"]["speedup"]["1"] == 1.0  # the baseline
+    assert rows["onnxslim"]["ops"] <= rows["ort"]["ops"]  # the leftovers are gone after slimming
+    assert (tmp / "suite.md").is_file() and (tmp / "suite.png").is_file()
+    assert "onnxslim" in (tmp / "suite.md").read_text()
+
+
+def test_a_second_run_resumes(suite_run: tuple[Path, Path, dict[str, object]]) -> None:
+    tmp, model, _ = suite_run
+    before = (tmp / "suite.jsonl").read_text()
+    r = CliRunner().invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp)])
+    assert r.exit_code == 0, r.output
+    assert (tmp / "suite.jsonl").read_text() == before and "leftovers" in r.stdout
+
+
+def test_a_wrong_output_is_reported_and_never_timed(suite_run: tuple[Path, Path, dict[str, object]],
+                                                   tmp_path: Path) -> None:
+    _, model, _ = suite_run
+    wrong = onnx.load(str(model))
+    for init in wrong.graph.initializer:
+        if init.name == "W":
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 2, "W"))
+    onnx.save(wrong, str(tmp_path / "wrong.onnx"))
+    shutil.copy(model, tmp_path / "ort.onnx")
+    inp = from_file(model)
+    outcomes = {BASELINE: {"status": "ok", "path": str(tmp_path / "ort.onnx")},
+                "bad": {"status": "ok", "path": str(tmp_path / "wrong.onnx")},
+                "broken": {"status": "failed", "error": "crashed: SIGSEGV"}}
+    inspect(inp, outcomes, seed=0)
+    time_all(inp, outcomes, [1], rounds=1, budget_ms=5, seed=0)
+    assert outcomes[BASELINE]["verified"] and "timing" in outcomes[BASELINE]
+    assert outcomes["bad"]["loads"] and not outcomes["bad"]["verified"] and "timing" not in outcomes["bad"]
+    rec = {"model": "m", "path": str(model), "threads": [1], "tools": outcomes}
+    assert cell(outcomes["bad"], 1) == "WRONG" and cell(outcomes["broken"], 1) == "FAILED"
+    lines = failures([rec])
+    assert len(lines) == 2 and "wrong outputs" in lines[0] and "SIGSEGV" in lines[1]
+    assert "graphsub bench suite --models" in lines[0]
+    write_tables([rec], tmp_path, "t", plots=False)
+    assert "WRONG" in (tmp_path / "t.md").read_text()
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    model = _model(tmp_path / "m.onnx")
+    runner = CliRunner()
+    for extra, words in ((["--peers", "nope"], "unknown peer"), (["--threads", "0"], "--threads"),
+                         (["--budget", "-1"], "--budget")):
+        r = runner.invoke(app, ["bench", "suite", "--models", str(model), *extra, "--out", str(tmp_path)])
+        assert r.exit_code == 2 and words in " ".join(r.output.split()), r.output
+    r = runner.invoke(app, ["bench", "suite", "--models", str(tmp_path / "missing.onnx"), "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "no such file" in " ".join(r.output.split())
+    assert load_records(tmp_path / "suite.jsonl") == []
