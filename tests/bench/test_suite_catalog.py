@@ -156,12 +156,30 @@ class _Drifting(torch.nn.Module):
         return x * float(self.calls)
 
 
-@pytest.mark.parametrize(("module", "stage"), [(_Unsupported(), "export"), (_Drifting(), "check")])
+class _Vanishing(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 1e-6
+
+
+@pytest.mark.parametrize(("module", "stage"), [(_Unsupported(), "export"), (_Drifting(), "check"),
+                                               (_Vanishing(), "check")])
 def test_export_failures_name_their_stage(tmp_path: Path, module: torch.nn.Module, stage: str) -> None:
     path = tmp_path / "m.onnx"
     with pytest.raises(ExportFailure) as info:
         export_checked(module, {"x": np.eye(3, dtype=np.float32)[None]}, path, "torchscript")
     assert info.value.stage == stage and not path.exists()
+    if isinstance(module, _Vanishing):
+        assert "degenerate" in info.value.reason
+
+
+def test_cnn_batchnorm_statistics_are_calibrated() -> None:
+    """Calibrated BatchNorms see unit-scale inputs: the outputs keep a sane scale (torchvision's initial statistics
+    let MobileNetV3's vanish)."""
+    for name in ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf"):
+        assert ARCHITECTURES[name].config == {"calibrate_image": 224}
+    model = tv_models.resnet(layers=(1, 1, 1, 1), width=8, num_classes=10, calibrate_image=32)
+    bn = model.layer1[0].bn3
+    assert not bn.training and bn.momentum == 0.1 and not torch.equal(bn.running_var, torch.ones_like(bn.running_var))
 
 
 def test_suite_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ Invariants:
   inputs (:func:`example_inputs`, seed 0) when it was exported (:mod:`.export`); a failed export is a failure
   entry, never a file;
 * building is deterministic (same seed, same weights) and incremental: an id whose entry (or failure) has the same
-  build key (factory, config, seed, inputs, exporter, batch, versions) and whose file is present with the recorded
-  size is skipped; the manifest is rewritten after every export, so an interrupted build resumes;
+  build key (factory and a hash of its source file, config, seed, inputs, exporter, batch, versions) and whose file
+  is present with the recorded size is skipped; the manifest is rewritten after every export, so an interrupted
+  build resumes;
 * input specs are dicts ``{"name", "dtype", "shape"}``; integer inputs add their valid range ``low`` <= v < ``high``
   (token ids below the vocabulary size); attention masks add ``"role": "attention_mask"`` (their examples are
   right-padded rows of ones).
@@ -139,9 +140,11 @@ def _torch(name: str, family: str, source: str, config: dict[str, Any], inputs: 
                 transformer, attention)
 
 
-def _cnn(name: str, fn: str, config: dict[str, Any] | None = None, image: int = 224) -> Arch:
+def _cnn(name: str, fn: str, config: dict[str, Any] | None = None, image: int = 224, calibrate: bool = True) -> Arch:
+    """A torchvision-structure CNN; BatchNorm statistics calibrated on random images (:mod:`.tv_models`)."""
+    config = {**(config or {}), **({"calibrate_image": image} if calibrate else {})}
     return Arch(name, "cnn", f"torchvision.models.{fn}() (structure, {_SUITE}.tv_models)",
-                f"{_SUITE}.tv_models:{fn}", config or {}, (_floats("input", 3, image, image),), (1, 4))
+                f"{_SUITE}.tv_models:{fn}", config, (_floats("input", 3, image, image),), (1, 4))
 
 
 _ENC = {"model_type": "bert", "num_heads": 4, "hidden_size": 256}  # torch's encoders: the optimizer's generic type
@@ -180,7 +183,7 @@ ARCHITECTURES: dict[str, Arch] = {a.name: a for a in (
     _cnn("resnet50", "resnet"),
     _cnn("mobilenet_v3_large", "mobilenet_v3_large"),
     _cnn("efficientnet_b0", "efficientnet_b0"),
-    _cnn("convnext_tiny", "convnext_tiny"),
+    _cnn("convnext_tiny", "convnext_tiny", calibrate=False),  # LayerNorm only
     _cnn("regnet_y_400mf", "regnet_y_400mf"),
 )}
 
@@ -289,9 +292,17 @@ class _Job:
 
     def key(self, vers: Mapping[str, str | None]) -> str:
         a = self.arch
-        text = json.dumps([FORMAT, a.factory, a.config, a.seed, a.inputs, self.exporter, self.batch, dict(vers)],
-                          sort_keys=True)
+        text = json.dumps([FORMAT, a.factory, _source_hash(a.factory), a.config, a.seed, a.inputs, self.exporter,
+                           self.batch, dict(vers)], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _source_hash(factory: str) -> str:
+    """A hash of the source file that defines ``factory`` (an edited module rebuilds its models), without importing
+    it."""
+    spec = importlib.util.find_spec(factory.partition(":")[0])
+    origin = spec.origin if spec is not None else None
+    return hashlib.sha256(Path(origin).read_bytes()).hexdigest()[:16] if origin else ""
 
 
 def _cached(job: _Job, key: str, root: Path, models: Mapping[str, dict[str, Any]],

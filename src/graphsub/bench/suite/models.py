@@ -96,9 +96,19 @@ def whisper_encoder(inputs: Sequence[str], **config: Any) -> Positional:
 # ------------------------------------------------------------------------------------------------------ torch.nn
 def transformer_encoder(d_model: int, nhead: int, dim_feedforward: int, num_layers: int) -> nn.Module:
     """``nn.TransformerEncoder(nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, batch_first=True),
-    num_layers)``: post-LayerNorm, ReLU, dropout 0.1 (identity in eval)."""
+    num_layers)``: post-LayerNorm, ReLU, dropout 0.1 (identity in eval).
+
+    ``nn.TransformerEncoder`` deep-copies one layer, so at initialisation every layer holds the same weights (and
+    the TorchScript exporter stores them once); each copy is re-initialised here so that the layers differ, as in a
+    trained model."""
     layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, batch_first=True)
-    return nn.TransformerEncoder(layer, num_layers).eval()
+    encoder = nn.TransformerEncoder(layer, num_layers)
+    for copy in encoder.layers:
+        for m in copy.modules():  # Linear (out_proj too) and LayerNorm first, then attention (as at construction)
+            if isinstance(m, nn.Linear | nn.LayerNorm):
+                m.reset_parameters()
+        copy.self_attn._reset_parameters()
+    return encoder.eval()
 
 
 class MHABlock(nn.Module):

@@ -7,7 +7,9 @@ see what they see on ``torchvision.models.<fn>()``: what differs is only the mod
 stochastic depth are identities in eval mode and are kept as modules where torchvision has them.
 
 Invariants: every constructor is deterministic given ``torch.manual_seed``; ``num_classes`` defaults to 1000; the
-input is ``(N, 3, 224, 224)`` float32 (the architectures work at any size that survives their strides).
+input is ``(N, 3, 224, 224)`` float32 (the architectures work at any size that survives their strides).  The
+factories (``resnet``, ``mobilenet_v3_large``, ...) can replace torchvision's initial BatchNorm statistics by
+calibrated ones (:func:`calibrate_batchnorm`, what the suite uses): same graph, activations of a sane scale.
 
 >>> import torch
 >>> _ = torch.manual_seed(0)
@@ -93,6 +95,32 @@ def _linear_normal(m: nn.Linear) -> None:
     nn.init.zeros_(m.bias)
 
 
+def calibrate_batchnorm(model: nn.Module, image: int | None, seed: int = 0, batch: int = 8) -> nn.Module:
+    """Set every BatchNorm's running statistics to those of its input on ``batch`` seeded random images of
+    ``image`` x ``image`` (cumulative averages, one pass), as training leaves them; ``image=None`` keeps torchvision's
+    initial mean 0 / variance 1.  Returns ``model`` in eval mode.
+
+    With the initial statistics the activations of a deep random network drift by orders of magnitude (MobileNetV3
+    and EfficientNet outputs vanish to 1e-10 .. 1e-14, ResNet-50's grow past 100), which would let any rewrite pass a
+    numeric check; calibrated, every normalisation sees unit-scale inputs, as in a trained network.
+    """
+    model.eval()
+    if image is None:
+        return model
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+        m.train()
+    x = torch.randn(batch, 3, image, image, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        model(x)
+    for m, momentum in zip(norms, momenta, strict=True):
+        m.momentum = momentum
+    return model.eval()
+
+
 # ---------------------------------------------------------------------------------------------------------- ResNet
 class Bottleneck(nn.Module):
     """torchvision.models.resnet.Bottleneck (V1.5: the stride sits on the 3x3 convolution)."""
@@ -160,9 +188,11 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def resnet(layers: Sequence[int] = (3, 4, 6, 3), width: int = 64, num_classes: int = 1000) -> ResNet:
-    """``torchvision.models.resnet50()`` with the defaults (``layers``/``width`` shrink it for tests)."""
-    return ResNet(layers, num_classes, width)
+def resnet(layers: Sequence[int] = (3, 4, 6, 3), width: int = 64, num_classes: int = 1000,
+           calibrate_image: int | None = None) -> nn.Module:
+    """``torchvision.models.resnet50()`` with the defaults (``layers``/``width`` shrink it for tests); BatchNorm
+    statistics from :func:`calibrate_batchnorm` at ``calibrate_image``."""
+    return calibrate_batchnorm(ResNet(layers, num_classes, width), calibrate_image)
 
 
 # ------------------------------------------------------------------------------------------------------ MobileNetV3
@@ -222,9 +252,9 @@ class MobileNetV3(nn.Module):
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
-def mobilenet_v3_large(num_classes: int = 1000) -> MobileNetV3:
-    """``torchvision.models.mobilenet_v3_large()``."""
-    return MobileNetV3(num_classes=num_classes)
+def mobilenet_v3_large(num_classes: int = 1000, calibrate_image: int | None = None) -> nn.Module:
+    """``torchvision.models.mobilenet_v3_large()`` (BatchNorm statistics: :func:`calibrate_batchnorm`)."""
+    return calibrate_batchnorm(MobileNetV3(num_classes=num_classes), calibrate_image)
 
 
 # ---------------------------------------------------------------------------------------------------- EfficientNet
@@ -309,9 +339,9 @@ def _linear_uniform(m: nn.Linear) -> None:
     nn.init.zeros_(m.bias)
 
 
-def efficientnet_b0(num_classes: int = 1000) -> EfficientNet:
-    """``torchvision.models.efficientnet_b0()``."""
-    return EfficientNet(num_classes=num_classes)
+def efficientnet_b0(num_classes: int = 1000, calibrate_image: int | None = None) -> nn.Module:
+    """``torchvision.models.efficientnet_b0()`` (BatchNorm statistics: :func:`calibrate_batchnorm`)."""
+    return calibrate_batchnorm(EfficientNet(num_classes=num_classes), calibrate_image)
 
 
 # -------------------------------------------------------------------------------------------------------- ConvNeXt
@@ -385,9 +415,9 @@ class ConvNeXt(nn.Module):
         return self.classifier(self.avgpool(self.features(x)))
 
 
-def convnext_tiny(num_classes: int = 1000) -> ConvNeXt:
-    """``torchvision.models.convnext_tiny()``."""
-    return ConvNeXt(num_classes=num_classes)
+def convnext_tiny(num_classes: int = 1000) -> nn.Module:
+    """``torchvision.models.convnext_tiny()`` (LayerNorm only: nothing to calibrate)."""
+    return ConvNeXt(num_classes=num_classes).eval()
 
 
 # ---------------------------------------------------------------------------------------------------------- RegNet
@@ -465,12 +495,14 @@ class RegNet(nn.Module):
         return self.fc(self.avgpool(x).flatten(start_dim=1))
 
 
-def regnet_y_400mf(num_classes: int = 1000) -> RegNet:
-    """``torchvision.models.regnet_y_400mf()``: depth 16, w_0 48, w_a 27.89, w_m 2.09, group width 8, SE 0.25."""
-    return RegNet(num_classes=num_classes)
+def regnet_y_400mf(num_classes: int = 1000, calibrate_image: int | None = None) -> nn.Module:
+    """``torchvision.models.regnet_y_400mf()``: depth 16, w_0 48, w_a 27.89, w_m 2.09, group width 8, SE 0.25
+    (BatchNorm statistics: :func:`calibrate_batchnorm`)."""
+    return calibrate_batchnorm(RegNet(num_classes=num_classes), calibrate_image)
 
 
 __all__ = [
-    "ConvNeXt", "EfficientNet", "MobileNetV3", "RegNet", "ResNet", "convnext_tiny", "efficientnet_b0",
+    "ConvNeXt", "EfficientNet", "MobileNetV3", "RegNet", "ResNet", "calibrate_batchnorm", "convnext_tiny",
+    "efficientnet_b0",
     "mobilenet_v3_large", "regnet_stages", "regnet_y_400mf", "resnet",
 ]
