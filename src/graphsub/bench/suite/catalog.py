@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.bench.suite.measure import make_feeds
+
 FORMAT = 1
 MANIFEST = "manifest.json"
 EXPORTER_TAGS = {"torchscript": "ts", "dynamo": "dynamo"}
@@ -210,21 +212,8 @@ def small_architectures() -> dict[str, Arch]:
 
 # -------------------------------------------------------------------------------------------------- inputs
 def example_inputs(specs: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for ``specs`` from a seeded generator: floats standard normal, integers uniform in [low, high),
-    attention masks right-padded (each row keeps its first L >= half of the positions)."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for s in specs:
-        shape, dtype = tuple(s["shape"]), np.dtype(s["dtype"])
-        if s.get("role") == "attention_mask":
-            seq = shape[-1]
-            keep = rng.integers((seq + 1) // 2, seq + 1, size=shape[:-1])
-            feeds[s["name"]] = (np.arange(seq) < keep[..., None]).astype(dtype)
-        elif np.issubdtype(dtype, np.integer):
-            feeds[s["name"]] = rng.integers(s["low"], s["high"], size=shape, dtype=dtype)
-        else:
-            feeds[s["name"]] = rng.standard_normal(shape).astype(dtype)
-    return feeds
+    """Inputs for ``specs`` (see :func:`graphsub.bench.suite.measure.make_feeds`: attention masks right-padded)."""
+    return make_feeds(specs, seed)
 
 
 # ------------------------------------------------------------------------------------------------ the folder

@@ -54,10 +54,11 @@ def parse_threads(text: str) -> list[int]:
 
 
 def make_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.ndarray]:
-    """Random inputs from specs ``{name, dtype, shape[, low, high]}``: floats standard normal, integers uniform in
-    ``[low, high)`` (``low`` defaults to 0; ``high`` is required), booleans fair coins unless a range says otherwise
-    (``low=1``: all true, as an attention mask without padding); one generator per seed, drawn in the order of
-    ``inputs``.  The same feeds serve the output check and the timing.
+    """Random inputs from specs ``{name, dtype, shape[, low, high, role]}``: floats standard normal, integers uniform
+    in ``[low, high)`` (``low`` defaults to 0; ``high`` is required), booleans fair coins unless a range says
+    otherwise (``low=1``: all true); inputs with ``role: attention_mask`` right-padded, as tokenizers pad (each row
+    keeps its first L >= half of the positions); one generator per seed, drawn in the order of ``inputs``.  The same
+    feeds serve the export check, the output check and the timing.
 
     >>> f = make_feeds([{"name": "ids", "dtype": "int64", "shape": [2, 3], "low": 0, "high": 5},
     ...                 {"name": "mask", "dtype": "int64", "shape": [2, 3], "low": 1, "high": 2}], seed=0)
@@ -68,7 +69,10 @@ def make_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.n
     feeds: dict[str, np.ndarray] = {}
     for spec in inputs:
         name, dtype, shape = spec["name"], np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
-        if dtype.kind == "f":
+        if spec.get("role") == "attention_mask" and shape:
+            keep = rng.integers((shape[-1] + 1) // 2, shape[-1] + 1, size=shape[:-1])
+            feeds[name] = (np.arange(shape[-1]) < keep[..., None]).astype(dtype)
+        elif dtype.kind == "f":
             feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
             feeds[name] = rng.integers(int(spec.get("low", 0)), int(spec.get("high", 2)), size=shape).astype(bool)

@@ -2,7 +2,7 @@
 names (so that ``graphsub bench suite --models a.onnx,b.onnx`` runs on their own models).
 
 A user's file is fed from its own graph: inputs as graphsub imports them, integer inputs in the range their
-consumers accept (:func:`graphsub.data.input_specs`).
+consumers accept (:func:`graphsub.data.input_specs`), inputs named like masks right-padded as tokenizers pad.
 """
 
 from __future__ import annotations
@@ -30,7 +30,11 @@ def from_file(path: Path) -> SuiteInput:
     from graphsub.spec import ModelSpec
 
     graph = ModelSpec.parse(str(path)).load()
-    return SuiteInput(path.stem, path, tuple(input_specs(graph)), "user", None, {"file": str(path)})
+    specs = input_specs(graph)
+    for s in specs:  # masks by the exporters' naming: right-padded, as tokenizers pad
+        if "mask" in str(s["name"]).lower() and s["dtype"] != "float32":
+            s.update(role="attention_mask", low=0, high=2)
+    return SuiteInput(path.stem, path, tuple(specs), "user", None, {"file": str(path)})
 
 
 def select(patterns: Sequence[str] | None, suite: Sequence[Any]) -> list[SuiteInput]:
