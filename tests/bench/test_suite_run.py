@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +38,17 @@ def _model(path: Path) -> Path:
 ARGS = ["--peers", "onnxslim,onnxoptimizer", "--threads", "1", "--budget", "2", "--rounds", "2"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def work_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The tools' outputs go to a temporary folder, not the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("work")
+        mp.setenv("GRAPHSUB_SUITE_WORK", str(path))
+        yield path
+
+
 @pytest.fixture(scope="module")
-def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, object]]:
+def suite_run(tmp_path_factory: pytest.TempPathFactory, work_dir: Path) -> tuple[Path, Path, dict[str, object]]:
     tmp = tmp_path_factory.mktemp("suite")
     model = _model(tmp / "leftovers.onnx")
     r = CliRunner().invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp), "--json"])
@@ -58,6 +68,7 @@ def test_every_tool_is_verified_inspected_and_timed(suite_run: tuple[Path, Path,
     assert rows["ort"]["speedup"]["1"] == 1.0  # the baseline
     assert rows["onnxslim"]["ops"] <= rows["ort"]["ops"]  # the leftovers are gone after slimming
     assert (tmp / "suite.md").is_file() and (tmp / "suite.png").is_file()
+    assert not list(tmp.glob("**/*onnxslim.onnx"))  # the tools' outputs are not written beside the results
     assert "onnxslim" in (tmp / "suite.md").read_text()
 
 

@@ -486,7 +486,38 @@ def _infer_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType]) -> di
             t = _tensor_type(vi.name, vi.type, what="value")
             if t is not None:
                 out[vi.name] = t
+    missing = [o for node in model.graph.node for o in node.output if o and o not in out and o not in inputs]
+    if missing:
+        out.update(_runtime_types(model, inputs, missing))
     return out
+
+
+def _runtime_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType],
+                   names: Sequence[str]) -> dict[str, TensorType]:
+    """The types of values ONNX shape inference left open, read off one onnxruntime run of the model on inputs of the
+    static input shapes (zeros for integers: always valid indices; ones for floats and booleans).
+
+    Exporters leave such values behind (a mask ``Expand``-ed to a shape computed from ``Shape`` ops, then ``Where``):
+    with static input shapes their shapes are fixed, but only a run tells them.  A value whose shape depends on the
+    data (``NonZero``) gets the shape of this run; the numeric check of every result guards what is built on it.
+    Returns what the run gave (nothing when the model does not run)."""
+    from graphsub.frontends.ort import make_session, run_session
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    present = {o.name for o in probe.graph.output}
+    for name in names:
+        if name not in present:
+            probe.graph.output.append(onnx.ValueInfoProto(name=name))
+    feeds = {n: (np.ones if t.dtype in FLOAT_DTYPES or t.dtype == "bool" else np.zeros)(t.shape, dtype=t.dtype)
+             for n, t in inputs.items()}
+    try:
+        values = run_session(make_session(probe.SerializeToString(), optimization="disable", threads=1), feeds, names)
+    except GraphsubError as e:
+        log.info("could not run the model to complete shape inference: %s", e)
+        return {}
+    return {n: TensorType(tuple(int(d) for d in v.shape), dtype_of(v)) for n, v in zip(names, values, strict=True)
+            if dtype_of(v) in FLOAT_DTYPES or v.dtype.kind in "iub"}
 
 
 def from_onnx(

@@ -14,7 +14,9 @@ For one model (:func:`run_model`):
    baseline.
 
 :func:`run_suite` appends one JSON record per model to ``<out>/<name>.jsonl`` (resumable: a model recorded with the
-same tools and thread counts is not run again) and renders the table (:mod:`graphsub.bench.suite.table`).
+same tools and thread counts is not run again) and renders the table (:mod:`graphsub.bench.suite.table`).  The tools'
+output models go to ``$GRAPHSUB_SUITE_WORK/<name>/<model>/`` (default ``~/.cache/graphsub/suite_work``), never
+beside the results.
 """
 
 from __future__ import annotations
@@ -118,10 +120,31 @@ def inspect(model: SuiteInput, outcomes: dict[str, dict[str, Any]], seed: int) -
             o.update(ops=view.ops, fused_kernels=view.fused_kernels, op_histogram=view.op_histogram)
 
 
+def _digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Sequence[int], *, rounds: int,
              budget_ms: float, seed: int) -> dict[str, Any]:
-    """Time the verified variants side by side at each thread count (in place); returns the load averages."""
-    paths = {t: Path(o["path"]) for t, o in outcomes.items() if o.get("verified")}
+    """Time the verified variants side by side at each thread count (in place); returns the load averages.
+
+    Byte-identical outputs (graphsub keeping the peer's model it was given, a peer that changed nothing) are one model:
+    timed once, and the others say ``same_as``; so differences in the table are never noise between equal files."""
+    first: dict[str, str] = {}
+    paths: dict[str, Path] = {}
+    for tool, o in outcomes.items():
+        if o.get("verified"):
+            d = _digest(Path(o["path"]))
+            if d in first:
+                o["same_as"] = first[d]
+            else:
+                first[d], paths[tool] = tool, Path(o["path"])
     if BASELINE not in paths:
         return {"error": "the original does not verify against itself (NaN/inf outputs?)"}
     feeds = make_feeds(model.inputs, seed)
@@ -131,6 +154,9 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
         for tool, s in run.summary(BASELINE).items():
             outcomes[tool].setdefault("timing", {})[str(n)] = s
         loads[str(n)] = [run.load_avg_before, run.load_avg_after]
+    for o in outcomes.values():
+        if "same_as" in o:
+            o["timing"] = outcomes[o["same_as"]]["timing"]
     return loads
 
 
@@ -166,7 +192,7 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
     if not resume and jsonl.exists():
         jsonl.unlink()
     recorded = {r["id"]: r for r in load_records(jsonl)}
-    work = Path(os.environ.get("GRAPHSUB_SUITE_WORK", out_dir / f"{name}_work"))
+    work = Path(os.environ.get("GRAPHSUB_SUITE_WORK") or Path.home() / ".cache" / "graphsub" / "suite_work") / name
     records = []
     for model in models:
         rec = recorded.get(model.id)

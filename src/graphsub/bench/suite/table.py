@@ -79,7 +79,9 @@ def cell(o: Mapping[str, Any] | None, threads: int) -> str:
     if not o.get("verified"):
         return "WRONG"
     sp = speedup(o, threads)
-    return "-" if sp is None else f"{sp:.2f}x"
+    if sp is None:
+        return "-"
+    return f"{sp:.2f}x" + (" (same file)" if o.get("same_as") else "")
 
 
 def tools_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -93,13 +95,16 @@ def tools_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
 def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
     """Markdown: models x tools -> speedup over ONNX Runtime alone at ``threads``, the best tool, graphsub's gap."""
     tools = tools_of(records)
-    head = ["model", "ORT ms", *tools, "best", "graphsub vs best peer"]
+    head = ["model", "ORT ms", "ORT spread", *tools, "best", "graphsub vs best peer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
-        base = _timing(r["tools"].get(BASELINE, {}), threads).get("ms")
+        base_t = _timing(r["tools"].get(BASELINE, {}), threads)
+        base, rounds = base_t.get("ms"), base_t.get("rounds_ms") or []
+        spread = f"{max(rounds) / min(rounds) - 1:.0%}" if rounds and min(rounds) > 0 else "-"
         g = gap(r, threads)
         behind = "at least as fast" if g is None else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x"
-        row = [r["model"], "-" if base is None else f"{base:.2f}", *(cell(r["tools"].get(t), threads) for t in tools),
+        row = [r["model"], "-" if base is None else f"{base:.2f}", spread,
+               *(cell(r["tools"].get(t), threads) for t in tools),
                best_tool(r, threads) or "-", behind]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
@@ -188,9 +193,10 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
     """``<name>.md`` (the tables and failures) and ``<name>.png`` (the plot) in ``out_dir``."""
     threads = sorted({int(n) for r in records for n in r.get("threads", [])})
     parts = [f"# {name}: models x tools, speedup over ONNX Runtime alone (ORT_ENABLE_ALL)\n\n",
-             "Cells: median of the per-round ratios ORT-alone / variant (alternating rounds); FAILED = the tool "
-             "failed, no load = ONNX Runtime rejects the output, WRONG = outputs differ from the original, n/a = "
-             "the tool does not apply.\n\n"]
+             "Cells: median of the per-round ratios ORT-alone / variant (alternating rounds); (same file) = byte-"
+             "identical to another variant's output, timed once; FAILED = the tool failed, no load = ONNX Runtime "
+             "rejects the output, WRONG = outputs differ from the original, n/a = the tool does not apply. ORT "
+             "spread: slowest / fastest round of the original, minus 1 (the noise a speedup must clear).\n\n"]
     for n in threads:
         parts += [f"## {n} thread(s)\n\n", speedup_table(records, n), "\n"]
         for t in tools_of(records):
