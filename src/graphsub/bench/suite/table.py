@@ -2,20 +2,23 @@
 alone, fused kernels after ONNX Runtime's optimizer; the best tool per model; where graphsub stands against the best
 peer; the failures with the command that reproduces them.  Also the flat per-(model, tool) rows of ``--json``.
 
+>>> def ok(ms, sp, ops, fk):
+...     return {"status": "ok", "loads": True, "verified": True, "ops": ops, "fused_kernels": fk,
+...             "timing": {"1": {"ms": ms[1], "speedup": sp, "rounds_ms": ms}}}
 >>> rec = {"model": "m", "family": "cnn", "threads": [1], "tools": {
-...     "ort": {"status": "ok", "loads": True, "verified": True, "ops": 5, "fused_kernels": {"FusedConv": 2},
-...             "timing": {"1": {"ms": 2.0, "speedup": 1.0, "faster_rounds": 0.0}}},
-...     "onnxslim": {"status": "ok", "loads": True, "verified": True, "ops": 4, "fused_kernels": {"FusedConv": 2},
-...                  "timing": {"1": {"ms": 1.6, "speedup": 1.25, "faster_rounds": 1.0}}},
-...     "graphsub": {"status": "ok", "loads": True, "verified": True, "ops": 5, "fused_kernels": {},
-...                  "timing": {"1": {"ms": 1.9, "speedup": 1.05, "faster_rounds": 0.8}}}}}
+...     "ort": ok([2.0, 2.0, 2.1], 1.0, 5, {"FusedConv": 2}),
+...     "onnxslim": ok([1.6, 1.6, 1.7], 1.25, 4, {"FusedConv": 2}),
+...     "graphsub": ok([1.9, 1.9, 2.0], 1.05, 5, {})}}
 >>> best_tool(rec, 1), gap(rec, 1)
 ('onnxslim', ('onnxslim', 1.25, 1.05))
+>>> behind([rec], [1])
+['- m at 1 thread(s): onnxslim 1.25x vs graphsub 1.05x -- FusedConv +2; ops after ORT 4 vs 5']
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,23 +46,36 @@ def best_tool(rec: Mapping[str, Any], threads: int) -> str | None:
     return max(scored, key=lambda x: (x[0], not x[1]))[2] if scored else None
 
 
-def gap(rec: Mapping[str, Any], threads: int) -> tuple[str, float, float] | None:
-    """``(best peer, its speedup, graphsub's best speedup)`` when a peer (not graphsub) beats every graphsub variant
-    at ``threads``; None when graphsub is at least as fast as every peer (or nothing was timed)."""
-    peers: list[tuple[float, str]] = []
-    ours: list[float] = []
-    for t, o in rec["tools"].items():
-        sp = speedup(o, threads)
-        if not o.get("verified") or sp is None:
-            continue
-        if t.startswith(GRAPHSUB):
-            ours.append(sp)
-        else:
-            peers.append((sp, t))
-    if not peers or not ours:
+#: a variant beats another only when it is faster in this share of the paired rounds ...
+MIN_FASTER_ROUNDS = 0.8
+#: ... and by at least this median ratio (the criterion ``graphsub optimize`` applies before it replaces a model)
+MIN_RATIO = 1.03
+
+
+def beats(a: Mapping[str, Any], b: Mapping[str, Any], threads: int) -> float | None:
+    """The median per-round ratio ``b / a`` when variant ``a`` is faster than ``b`` beyond the noise (faster in
+    :data:`MIN_FASTER_ROUNDS` of the rounds both were timed in, by at least :data:`MIN_RATIO`); else None."""
+    ra, rb = _timing(a, threads).get("rounds_ms") or [], _timing(b, threads).get("rounds_ms") or []
+    if not ra or len(ra) != len(rb):
         return None
-    best_peer, name = max(peers)
-    return (name, best_peer, max(ours)) if best_peer > max(ours) else None
+    med = statistics.median(y / x for x, y in zip(ra, rb, strict=True) if x > 0)
+    faster = sum(x < y for x, y in zip(ra, rb, strict=True)) / len(ra)
+    return med if faster >= MIN_FASTER_ROUNDS and med >= MIN_RATIO else None
+
+
+def gap(rec: Mapping[str, Any], threads: int) -> tuple[str, float, float] | None:
+    """``(peer, its speedup, graphsub's speedup)`` for the fastest peer that beats graphsub alone (``graphsub`` run
+    on the original) at ``threads`` beyond the noise (:func:`beats`); None when none does, or graphsub alone was not
+    timed.  (The ``graphsub+PEER`` variants start from a peer's output: never behind that peer.)"""
+    ours = rec["tools"].get(GRAPHSUB, {})
+    if not ours.get("verified") or speedup(ours, threads) is None:
+        return None
+    ahead = [(speedup(o, threads) or 0.0, t) for t, o in rec["tools"].items()
+             if not t.startswith(GRAPHSUB) and o.get("verified") and beats(o, ours, threads)]
+    if not ahead:
+        return None
+    best_peer, name = max(ahead)
+    return name, best_peer, speedup(ours, threads) or 0.0
 
 
 def kernels(o: Mapping[str, Any]) -> str:
@@ -95,14 +111,16 @@ def tools_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
 def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
     """Markdown: models x tools -> speedup over ONNX Runtime alone at ``threads``, the best tool, graphsub's gap."""
     tools = tools_of(records)
-    head = ["model", "ORT ms", "ORT spread", *tools, "best", "graphsub vs best peer"]
+    head = ["model", "ORT ms", "ORT spread", *tools, "best", "graphsub alone vs best peer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         base_t = _timing(r["tools"].get(BASELINE, {}), threads)
         base, rounds = base_t.get("ms"), base_t.get("rounds_ms") or []
         spread = f"{max(rounds) / min(rounds) - 1:.0%}" if rounds and min(rounds) > 0 else "-"
         g = gap(r, threads)
-        behind = "at least as fast" if g is None else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x"
+        alone = r["tools"].get(GRAPHSUB, {})
+        behind = ("graphsub not timed" if not alone.get("verified") else "at least as fast" if g is None
+                  else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x")
         row = [r["model"], "-" if base is None else f"{base:.2f}", spread,
                *(cell(r["tools"].get(t), threads) for t in tools),
                best_tool(r, threads) or "-", behind]
@@ -118,6 +136,35 @@ def kernel_table(records: Sequence[Mapping[str, Any]]) -> str:
             if o.get("loads"):
                 lines.append(f"| {r['model']} | {t} | {o.get('ops', '-')} | {kernels(o) or '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def kernel_diff(peer: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
+    """What ONNX Runtime ran differently: fused kernels the peer's variant has more (+) or fewer (-) of than
+    graphsub's, and the op counts after ORT.
+
+    >>> kernel_diff({"ops": 38, "fused_kernels": {"Attention": 4, "FusedMatMul": 0}},
+    ...             {"ops": 150, "fused_kernels": {"FusedMatMul": 4}})
+    'Attention +4, FusedMatMul -4; ops after ORT 38 vs 150'
+    """
+    pk, ok = peer.get("fused_kernels") or {}, ours.get("fused_kernels") or {}
+    parts = [f"{k.split(':')[-1]} {pk.get(k, 0) - ok.get(k, 0):+d}" for k in sorted(set(pk) | set(ok))
+             if pk.get(k, 0) != ok.get(k, 0)]
+    return ", ".join(parts) + f"; ops after ORT {peer.get('ops')} vs {ours.get('ops')}"
+
+
+def behind(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> list[str]:
+    """One line per (model, thread count) where a peer beats graphsub alone: by how much, and what ONNX Runtime ran
+    differently in the peer's variant (the input to the next round of rules)."""
+    out = []
+    for r in records:
+        for n in threads:
+            g = gap(r, n)
+            if g is None:
+                continue
+            name, theirs, mine = g
+            out.append(f"- {r['model']} at {n} thread(s): {name} {theirs:.2f}x vs graphsub {mine:.2f}x -- "
+                       f"{kernel_diff(r['tools'][name], r['tools'][GRAPHSUB])}")
+    return out
 
 
 def failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -205,6 +252,8 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
             if g is not None:
                 parts.append(f"- geometric mean, {t}: {g:.3f}x\n")
         parts.append("\n")
+    lag = behind(records, threads)
+    parts += ["## Where a peer beats graphsub\n\n", "\n".join(lag) if lag else "nowhere", "\n\n"]
     parts += ["## Fused kernels after ONNX Runtime's optimizer\n\n", kernel_table(records), "\n"]
     fails = failures(records)
     parts += ["## Failures\n\n", "\n".join(fails) if fails else "none", "\n"]
@@ -216,5 +265,20 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
     return files
 
 
-__all__ = ["best_tool", "cell", "failures", "gap", "geomean", "json_rows", "kernel_table", "kernels", "plot",
-           "speedup", "speedup_table", "tools_of", "write_tables"]
+__all__ = [
+    "behind",
+    "best_tool",
+    "cell",
+    "failures",
+    "gap",
+    "geomean",
+    "json_rows",
+    "kernel_diff",
+    "kernel_table",
+    "kernels",
+    "plot",
+    "speedup",
+    "speedup_table",
+    "tools_of",
+    "write_tables",
+]
