@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import pytest
+from onnx import TensorProto, helper
 
 from graphsub import zoo
 from graphsub.data import materialize, random_inputs, random_weights
 from graphsub.equivalence import compare_arrays, equivalent
-from graphsub.errors import ExecutionError, VerificationError
+from graphsub.errors import ExecutionError, ReferenceFailed, VerificationError
 from graphsub.execute import run
-from graphsub.frontends.onnx_io import to_onnx
+from graphsub.frontends.onnx_io import from_onnx, to_onnx
 from graphsub.frontends.ort import run_model
 from graphsub.ir import Builder, Graph
 
@@ -90,3 +93,44 @@ def test_executor_errors_name_the_problem() -> None:
         run(g, {"x": x.astype(np.float64)}, w)
     with pytest.raises(ExecutionError, match="unknown input"):
         run(g, {"x": x, "z": x}, w)
+
+
+def embed_layernorm_model() -> onnx.ModelProto:
+    """BERT's embedding as onnxruntime's transformer optimizer writes it: int64 ids cast to int32 for one
+    com.microsoft EmbedLayerNormalization, which graphsub keeps opaque and onnxruntime checks ids against its
+    tables."""
+    rng = np.random.default_rng(0)
+    tables = {"word": (30, 8), "pos": (16, 8), "seg": (2, 8)}
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n) for n, s in tables.items()]
+    inits += [onnx.numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+              onnx.numpy_helper.from_array(np.zeros(8, np.float32), "beta")]
+    casts = [helper.make_node("Cast", [n], [n + "_int32"], to=TensorProto.INT32) for n in ("ids", "segments")]
+    node = helper.make_node("EmbedLayerNormalization", ["ids_int32", "segments_int32", "word", "pos", "seg", "gamma",
+                                                        "beta"], ["y", "mask_index"], domain="com.microsoft")
+    ints = [helper.make_tensor_value_info(n, TensorProto.INT64, (2, 16)) for n in ("ids", "segments")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 16, 8))
+    graph = helper.make_graph([*casts, node], "emb", ints, [y], initializer=inits)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def test_ids_fed_to_an_opaque_embedding_stay_in_its_tables() -> None:
+    g = from_onnx(embed_layernorm_model())
+    assert [n.sig.attr["op_type"] for n in g.nodes.values() if n.sig.op == "opaque"] == ["EmbedLayerNormalization"]
+    for seed in range(5):
+        feeds = random_inputs(g, seed)
+        assert feeds["ids"].min() >= 0 and feeds["ids"].max() < 30 and feeds["ids"].max() >= 2
+        assert set(np.unique(feeds["segments"])) <= {0, 1}
+    assert equivalent(g, g, trials=3).equivalent  # the reference runs: a rewrite of it could be verified
+
+
+def test_a_reference_that_cannot_run_is_not_blamed_on_a_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphsub.optimize.verification import check
+
+    g = materialize(from_onnx(embed_layernorm_model()), seed=0)
+    bad = {"ids": np.full((2, 16), 99, np.int64), "segments": np.zeros((2, 16), np.int64)}
+    with pytest.raises(ReferenceFailed, match="original model fails on random inputs"):
+        equivalent(g, g, inputs=bad)
+    monkeypatch.setattr("graphsub.equivalence.random_inputs", lambda graph, seed: bad)
+    with pytest.raises(ReferenceFailed):  # check() no longer reports it as the candidate breaking an output
+        check(g, g, [0, 1])

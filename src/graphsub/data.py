@@ -34,8 +34,30 @@ def _rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed & 0xFFFFFFFF, stable_digest(name) & 0xFFFFFFFF])
 
 
+#: Integer inputs of operators graphsub keeps opaque that index a table: (domain, op_type) -> {ONNX input
+#: position of the indices: (ONNX input position of the table, axis)}.  Random indices must stay in range, or
+#: the reference model itself fails (onnxruntime checks them) and no rewrite of it can be verified.
+OPAQUE_INDEX_INPUTS: dict[tuple[str, str], dict[int, tuple[int, int]]] = {
+    ("com.microsoft", "EmbedLayerNormalization"): {0: (2, 0), 1: (4, 0), 8: (3, 0)},
+}
+
+
+def _opaque_role(sig: OpSig, slot: int) -> str:
+    table = OPAQUE_INDEX_INPUTS.get((str(sig.attr.get("domain", "")), str(sig.attr.get("op_type", ""))))
+    slots = list(sig.attr.get("input_slots", ()))
+    if not table or slot >= len(slots) or slots[slot] not in table:
+        return "any"
+    data_pos, axis = table[slots[slot]]
+    if data_pos not in slots:  # an optional table left out: the indices are ignored
+        return "index:1"
+    data = sig.in_types[slots.index(data_pos)]
+    return f"index:{data.shape[axis % data.rank] if data.rank else 1}"
+
+
 def slot_role(sig: OpSig, slot: int) -> str:
     """Role of input ``slot`` of a node with signature ``sig`` (``index`` resolved to a range)."""
+    if sig.op == "opaque":
+        return _opaque_role(sig, slot)
     role = sig.opdef.role(slot)
     if role == "index":
         axis = int(sig.attr.get("axis", 0))
@@ -84,8 +106,33 @@ def random_array(
     return np.asarray(arr, dtype=dt)
 
 
+#: Operators that pass integer values through unchanged (only their type or layout changes): indices fed through
+#: them are still indices (exporters cast ``input_ids`` to int32 before an embedding).
+_PASS_VALUES = frozenset({"cast", "identity", "reshape", "squeeze", "unsqueeze", "flatten", "expand", "transpose"})
+
+
+def _index_role(graph: Graph, nid: int, depth: int = 4) -> str | None:
+    """The index role of the first consumer that uses ``nid``'s values as indices, directly or through
+    :data:`_PASS_VALUES` operators; ``None`` when none does."""
+    for cid, slot in graph.users(nid):
+        sig = graph.nodes[cid].sig
+        role = slot_role(sig, slot)
+        if role.startswith("index"):
+            return role
+        if depth and slot == 0 and sig.op in _PASS_VALUES:
+            inner = _index_role(graph, cid, depth - 1)
+            if inner is not None:
+                return inner
+    return None
+
+
 def _leaf_context(graph: Graph, nid: int) -> tuple[str, float]:
-    """Role and scale for leaf ``nid`` from its first consumer."""
+    """Role and scale for leaf ``nid`` from its first consumer, or the index range of the first one that uses it
+    as indices (indices must stay in range for every consumer)."""
+    if graph.nodes[nid].sig.out_types[0].dtype not in FLOAT_DTYPES:
+        index = _index_role(graph, nid)
+        if index is not None:
+            return index, 1.0
     for cid, slot in graph.users(nid):
         sig = graph.nodes[cid].sig
         role = slot_role(sig, slot)

@@ -48,6 +48,11 @@ class ExecutionError(GraphsubError):
     """A graph could not be executed (missing inputs, missing weight data, op failure)."""
 
 
+class ReferenceFailed(VerificationError):
+    """The reference (original) graph itself cannot run on the generated inputs, so nothing can be verified
+    against it: no rewrite is to blame."""
+
+
 class BudgetExceeded(GraphsubError):
     """A time, memory or size budget was exhausted."""
 
@@ -60,6 +65,7 @@ __all__ = [
     "GraphError",
     "GraphsubError",
     "ImportError_",
+    "ReferenceFailed",
     "RuleError",
     "ShapeError",
     "VerificationError",

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from graphsub.errors import ExecutionError, ExportError, GraphsubError, VerificationError
+from graphsub.errors import ExecutionError, ExportError, GraphsubError, ReferenceFailed, VerificationError
 from graphsub.ir.graph import Graph
 from graphsub.optimize.result import Failure
 from graphsub.rules.replay import replay
@@ -32,13 +32,16 @@ def check(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: flo
           atol: float = 1e-5, threads: int | None = None) -> tuple[bool, float, str]:
     """Compare ``candidate`` with ``reference`` (both with weight data) on random inputs for every
     seed: ``(equivalent, max abs diff, worst output)``.  A candidate with a different interface, or
-    one that cannot be exported or run, fails (the third item then says why)."""
+    one that cannot be exported or run, fails (the third item then says why).  Raises ReferenceFailed when the
+    reference itself cannot run on the random inputs."""
     from graphsub.equivalence import equivalent
 
     worst_diff, worst_out = 0.0, ""
     for s in seeds:
         try:
             rep = equivalent(reference, candidate, seed=s, trials=1, rtol=rtol, atol=atol, threads=threads)
+        except ReferenceFailed:
+            raise  # not the candidate's fault: no substitution is to blame
         except (VerificationError, ExportError, ExecutionError) as e:
             return False, float("inf"), f"<{type(e).__name__}: {e}>"
         if rep.max_abs_diff >= worst_diff or not rep.equivalent:

@@ -138,17 +138,24 @@ def kernel_table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_diff(peer: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
-    """What ONNX Runtime ran differently: fused kernels the peer's variant has more (+) or fewer (-) of than
-    graphsub's, and the op counts after ORT.
+def kernel_diff(peer: Mapping[str, Any], ours: Mapping[str, Any], limit: int = 10) -> str:
+    """What ONNX Runtime ran differently: ops of each type (fused kernels included) the peer's variant has more
+    (+) or fewer (-) of than graphsub's after ORT's own optimization (the op histogram where recorded, else the
+    fused kernels), and the op counts.  When nothing differs, no rewrite explains the gap: it says so.
 
     >>> kernel_diff({"ops": 38, "fused_kernels": {"Attention": 4, "FusedMatMul": 0}},
     ...             {"ops": 150, "fused_kernels": {"FusedMatMul": 4}})
     'Attention +4, FusedMatMul -4; ops after ORT 38 vs 150'
+    >>> kernel_diff({"ops": 5, "op_histogram": {"Conv": 5}}, {"ops": 5, "op_histogram": {"Conv": 5}})
+    'identical ops after ORT (5): no rewrite explains the gap (timing noise or node order)'
     """
-    pk, ok = peer.get("fused_kernels") or {}, ours.get("fused_kernels") or {}
-    parts = [f"{k.split(':')[-1]} {pk.get(k, 0) - ok.get(k, 0):+d}" for k in sorted(set(pk) | set(ok))
-             if pk.get(k, 0) != ok.get(k, 0)]
+    key = "op_histogram" if "op_histogram" in peer and "op_histogram" in ours else "fused_kernels"
+    pk, ok = peer.get(key) or {}, ours.get(key) or {}
+    diffs = sorted(((k, pk.get(k, 0) - ok.get(k, 0)) for k in set(pk) | set(ok) if pk.get(k, 0) != ok.get(k, 0)),
+                   key=lambda kv: (":" not in kv[0] and key == "op_histogram", -abs(kv[1]), kv[0]))
+    if not diffs and peer.get("ops") == ours.get("ops"):
+        return f"identical ops after ORT ({peer.get('ops')}): no rewrite explains the gap (timing noise or node order)"
+    parts = [f"{k.split(':')[-1]} {d:+d}" for k, d in diffs[:limit]] + (["..."] if len(diffs) > limit else [])
     return ", ".join(parts) + f"; ops after ORT {peer.get('ops')} vs {ours.get('ops')}"
 
 
