@@ -40,10 +40,14 @@ def speedup(o: Mapping[str, Any], threads: int) -> float | None:
 
 
 def best_tool(rec: Mapping[str, Any], threads: int) -> str | None:
-    """The verified tool with the highest speedup over ONNX Runtime alone at ``threads`` (the baseline on ties)."""
-    scored = [(speedup(o, threads) or 0.0, t != BASELINE, t) for t, o in rec["tools"].items()
-              if o.get("verified") and speedup(o, threads) is not None]
-    return max(scored, key=lambda x: (x[0], not x[1]))[2] if scored else None
+    """The verified tool with the highest speedup over ONNX Runtime alone at ``threads`` among those that beat it
+    beyond the noise (:func:`beats`); the baseline when none does; None when the baseline was not timed."""
+    base = rec["tools"].get(BASELINE, {})
+    if speedup(base, threads) is None:
+        return None
+    scored = [(speedup(o, threads) or 0.0, t) for t, o in rec["tools"].items()
+              if t != BASELINE and o.get("verified") and speedup(o, threads) is not None and beats(o, base, threads)]
+    return max(scored, key=lambda x: (x[0], "+" not in x[1], x[1]))[1] if scored else BASELINE  # ties: one tool
 
 
 #: a variant beats another only when it is faster in this share of the paired rounds ...
@@ -123,9 +127,35 @@ def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
                   else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x")
         row = [r["model"], "-" if base is None else f"{base:.2f}", spread,
                *(cell(r["tools"].get(t), threads) for t in tools),
-               best_tool(r, threads) or "-", behind]
+               _best_cell(r, threads), behind]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _best_cell(rec: Mapping[str, Any], threads: int) -> str:
+    best = best_tool(rec, threads)
+    return "-" if best is None else f"{BASELINE} (no tool beyond noise)" if best == BASELINE else best
+
+
+def composition(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> list[str]:
+    """Where graphsub run after a peer changed the peer's output: one line per (model, peer, thread count) saying
+    whether it was faster or slower than the peer's output beyond the noise (:func:`beats`), or within it."""
+    out = []
+    for r in records:
+        for t, o in r["tools"].items():
+            peer = t.partition("+")[2]
+            p = r["tools"].get(peer, {})
+            if not (t.startswith(GRAPHSUB + "+") and o.get("verified") and p.get("verified")) or o.get("same_as"):
+                continue
+            for n in threads:
+                if speedup(o, n) is None or speedup(p, n) is None:
+                    continue
+                up, down = beats(o, p, n), beats(p, o, n)
+                verdict = (f"faster than {peer} alone by {up:.2f}x" if up else
+                           f"SLOWER than {peer} alone by {down:.2f}x" if down else f"within noise of {peer} alone")
+                out.append(f"- {r['model']} at {n} thread(s): {t} {speedup(o, n):.2f}x vs {peer} "
+                           f"{speedup(p, n):.2f}x -- {verdict}")
+    return out
 
 
 def kernel_table(records: Sequence[Mapping[str, Any]]) -> str:
@@ -185,9 +215,10 @@ def failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
                     f"does not load: {o.get('check_error', '')}" if not o.get("loads") else
                     f"wrong outputs (max abs diff {o.get('max_abs_diff', float('nan')):.3g})"
                     if not o.get("verified") else "")
-            if what:
-                out.append(f"- {r['model']} / {t}: {what}. Reproduce: `graphsub bench suite --models {r['path']} "
-                           f"--peers {t.partition('+')[2] or t} --no-resume`")
+            if what:  # a suite model by its id (the path is this machine's cache), a user's file by its path
+                model = r["path"] if r.get("family") == "user" else r["model"]
+                out.append(f"- {r['model']} / {t}: {what}. Reproduce: `graphsub bench suite --models {model} "
+                           f"--peers {t.partition('+')[2] or t} --name repro --no-resume`")
     return out
 
 
@@ -261,6 +292,9 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
         parts.append("\n")
     lag = behind(records, threads)
     parts += ["## Where a peer beats graphsub\n\n", "\n".join(lag) if lag else "nowhere", "\n\n"]
+    comp = composition(records, threads)
+    parts += ["## graphsub after a peer (where it changed the peer's output)\n\n",
+              "\n".join(comp) if comp else "graphsub kept every peer's output unchanged", "\n\n"]
     parts += ["## Fused kernels after ONNX Runtime's optimizer\n\n", kernel_table(records), "\n"]
     fails = failures(records)
     parts += ["## Failures\n\n", "\n".join(fails) if fails else "none", "\n"]
@@ -276,6 +310,7 @@ __all__ = [
     "behind",
     "best_tool",
     "cell",
+    "composition",
     "failures",
     "gap",
     "geomean",

@@ -1,0 +1,60 @@
+"""The suite's tables judge speedups against the noise: a tool is best, ahead of graphsub, or better or worse
+than the peer it follows only when it is faster in most paired rounds by a clear median ratio."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from graphsub.bench.suite.table import beats, best_tool, composition, gap, kernel_diff, write_tables
+
+
+def variant(rounds: list[float], base: list[float], **extra: Any) -> dict[str, Any]:
+    ratios = sorted(b / r for r, b in zip(rounds, base, strict=True))
+    timing = {"ms": sorted(rounds)[len(rounds) // 2], "speedup": ratios[len(ratios) // 2], "rounds_ms": rounds}
+    return {"status": "ok", "loads": True, "verified": True, "timing": {"1": timing}, **extra}
+
+
+BASE = [10.0, 10.0, 10.0, 10.0, 10.0]
+
+
+def record(**tools: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "m", "path": "m.onnx", "threads": [1], "tools": {"ort": variant(BASE, BASE), **tools}}
+
+
+def test_noise_is_not_a_win() -> None:
+    noisy = variant([9.0, 10.5, 9.9, 10.2, 9.6], BASE)  # faster by 4% median, but in 3 of 5 rounds only
+    assert beats(noisy, record()["tools"]["ort"], 1) is None
+    assert best_tool(record(onnxsim=noisy), 1) == "ort"
+    clear = variant([9.0, 9.1, 8.9, 9.2, 9.0], BASE)
+    assert beats(clear, record()["tools"]["ort"], 1) is not None
+    assert best_tool(record(onnxsim=noisy, onnxslim=clear), 1) == "onnxslim"
+
+
+def test_a_peer_is_ahead_of_graphsub_only_beyond_the_noise() -> None:
+    ours = variant(BASE, BASE)
+    assert gap(record(graphsub=ours, onnxsim=variant([9.9, 9.8, 10.0, 9.9, 9.8], BASE)), 1) is None  # 1.01x
+    name, theirs, mine = gap(record(graphsub=ours, onnxsim=variant([8.0, 8.1, 8.0, 7.9, 8.0], BASE)), 1) or ("", 0, 0)
+    assert name == "onnxsim" and theirs > 1.2 and mine == 1.0
+
+
+def test_composition_reports_graphsub_after_a_peer_against_that_peer() -> None:
+    peer = variant([9.0] * 5, BASE)
+    rec = record(onnxsim=peer, **{"graphsub+onnxsim": variant([9.6] * 5, BASE),
+                                  "graphsub+onnxslim": variant([9.6] * 5, BASE, same_as="onnxslim"),
+                                  "onnxslim": variant([9.6] * 5, BASE)})
+    lines = composition([rec], [1])
+    assert len(lines) == 1 and "SLOWER than onnxsim alone by 1.07x" in lines[0]  # same_as the peer: not listed
+    rec["tools"]["graphsub+onnxsim"] = variant([8.0] * 5, BASE)
+    assert "faster than onnxsim alone by 1.12x" in composition([rec], [1])[0]
+
+
+def test_gaps_are_explained_by_the_ops_after_ort(tmp_path: Path) -> None:
+    peer = {"ops": 38, "op_histogram": {"com.microsoft:Attention": 4, "MatMul": 12}}
+    ours = {"ops": 150, "op_histogram": {"MatMul": 60, "Reshape": 64, "Softmax": 4, "Add": 22}}
+    line = kernel_diff(peer, ours)
+    assert line.startswith("Attention +4, Reshape -64, MatMul -48") and line.endswith("ops after ORT 38 vs 150")
+    rec = record(graphsub=variant(BASE, BASE, **ours), onnxscript=variant([8.0] * 5, BASE, **peer))
+    md = Path(write_tables([rec], tmp_path, "t", plots=False)["markdown"]).read_text()
+    assert "m at 1 thread(s): onnxscript 1.25x vs graphsub 1.00x -- Attention +4" in md
+    assert "| onnxscript | behind onnxscript: 1.00x vs 1.25x |" in md
