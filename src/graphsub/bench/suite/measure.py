@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.bench.records import load_avg
+
 
 def all_cores() -> int:
     """The number of cores this process may run on (what "all cores" means in the suite)."""
@@ -111,13 +113,6 @@ def summarize(rounds: Mapping[str, Sequence[float]], baseline: str) -> dict[str,
     return out
 
 
-def _load_avg() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
-
-
 def time_variants(paths: Mapping[str, Path], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
                   budget_ms: float = 300.0) -> TimingRun:
     """Time every model of ``paths`` (variant name -> ONNX file) on ``feeds`` under ``ORT_ENABLE_ALL`` with
@@ -126,7 +121,7 @@ def time_variants(paths: Mapping[str, Path], feeds: Mapping[str, np.ndarray], *,
     from graphsub.cost.measured import time_session
     from graphsub.frontends.ort import make_session
 
-    before = _load_avg()
+    before = load_avg()
     sessions = {name: make_session(str(p), optimization="all", threads=threads) for name, p in paths.items()}
     names = list(sessions)
     per_round: dict[str, list[float]] = {n: [] for n in names}
@@ -135,7 +130,7 @@ def time_variants(paths: Mapping[str, Path], feeds: Mapping[str, np.ndarray], *,
         for name in names[k:] + names[:k]:  # rotate who goes first
             t = time_session(sessions[name], feeds, budget_ms=budget_ms, warmup=2, min_repeats=5, max_repeats=10_000)
             per_round[name].append(t.median_ms)
-    return TimingRun(threads, per_round, before, _load_avg())
+    return TimingRun(threads, per_round, before, load_avg())
 
 
 __all__ = ["TimingRun", "all_cores", "make_feeds", "parse_threads", "summarize", "time_variants"]
