@@ -52,6 +52,8 @@ def fake_timing(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[bytes | 
 
     def install(fn: Callable[[bytes | str], float] = _node_count) -> None:
         monkeypatch.setattr("graphsub.optimize.timing.time_model", lambda model, feeds, **kw: fn(model))
+        monkeypatch.setattr("graphsub.optimize.timing.session_timer",
+                            lambda model, feeds, **kw: lambda: fn(model))
 
     install()
     return install

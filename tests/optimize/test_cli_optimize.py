@@ -13,7 +13,7 @@ from graphsub.cli import app
 from graphsub.rules.rule import Rule
 
 runner = CliRunner()
-FAST = ("--cost", "roofline:cpu", "--budget", "5", "--k", "4")
+FAST = ("--cost", "roofline:cpu", "--budget", "5", "--k", "4", "--peers", "none", "--eqsat-budget", "0")
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -27,7 +27,7 @@ def test_json_fields(model_path: Path, tmp_path: Path, fake_timing: Callable[...
     assert code == 0, text
     d = json.loads(text)
     for key in ("verified", "max_abs_diff", "latency_ms_before", "latency_ms_after", "speedup_ort_all",
-                "speedup_ort_disabled", "written", "applied", "kept_original", "decision"):
+                "chosen", "candidates", "threads", "written", "applied", "kept_original", "decision"):
         assert key in d
     assert d["verified"] and d["written"] == str(out) and out.exists()
     assert d["applied"] and {"rule", "nodes", "cost"} <= set(d["applied"][0])
@@ -40,7 +40,7 @@ def test_human_output_says_when_original_is_kept(model_path: Path, tmp_path: Pat
     code, text = invoke(str(model_path), "-o", str(out), *FAST)
     assert code == 0, text
     text = " ".join(text.split())  # the console wraps lines
-    assert "ORT_ENABLE_ALL" in text and "ORT_DISABLE_ALL" in text
+    assert "ORT_ENABLE_ALL" in text and "candidates" in text and "search" in text
     assert "kept the original" in text and "wrote the original model" in text
     assert out.read_bytes() == model_path.read_bytes()
 
@@ -70,6 +70,10 @@ def test_error_exit_codes(model_path: Path, tmp_path: Path) -> None:
     assert invoke(str(model_path), "-o", str(tmp_path / "o.onnx"), "--algo", "nope")[0] == 2
     assert invoke(str(model_path), "-o", str(tmp_path / "o.onnx"), "--rules", "nope")[0] == 2
     assert invoke(str(model_path), "-o", str(tmp_path / "o.onnx"), "--cost", "nope")[0] == 2
+    assert invoke(str(model_path), "-o", str(tmp_path / "o.onnx"), "--peers", "nope")[0] == 2
+    for bad in (("--threads", "0"), ("--eqsat-budget", "-1"), ("--on-top-budget", "nan"), ("--min-speedup", "nan"),
+                ("--budget", "nan")):
+        assert invoke(str(model_path), "-o", str(tmp_path / "o.onnx"), *bad)[0] == 2, bad
     assert invoke(str(tmp_path / "missing.onnx"), "-o", str(tmp_path / "o.onnx"))[0] == 3
     assert invoke("zoo:no_such_model", "-o", str(tmp_path / "o.onnx"))[0] == 3
     assert invoke(str(model_path), "-o", str(tmp_path / "no" / "dir" / "o.onnx"))[0] == 4

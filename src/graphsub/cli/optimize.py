@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,7 +30,8 @@ from graphsub.errors import ExportError, ImportError_, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
 from graphsub.spec import ModelSpec
 
-PHASES = {"load": "loading", "search": "searching", "verify": "verifying in onnxruntime",
+PHASES = {"load": "loading", "search": "searching",
+          "portfolio": "building candidates (eqsat, peers, spelling)", "verify": "verifying in onnxruntime",
           "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing",
           "report": "writing the report"}
 
@@ -45,9 +47,23 @@ def optimize_cmd(
     cost: Annotated[str, typer.Option("--cost", help="Cost model guiding the search: fused[min] (fusion-aware "
                                                      "measured ORT_ENABLE_ALL costs, minimum of repeats), fused "
                                                      "(median), measured, roofline:cpu, flops, ...")] = "fused[min]",
-    budget: Annotated[float, typer.Option("--budget", help="Search time budget in seconds.")] = 30.0,
+    budget: Annotated[float, typer.Option("--budget", help="Time budget of the main search in seconds (the "
+                                                          "portfolio adds --eqsat-budget and --on-top-budget per "
+                                                          "peer).")] = 15.0,
     k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
-    threads: Annotated[int, typer.Option("--threads", help="onnxruntime threads for costs and timing.")] = 1,
+    threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads the model is "
+                                                                  "timed and chosen at (default: every core, "
+                                                                  "as onnxruntime itself).")] = None,
+    peers: Annotated[str, typer.Option("--peers", help="Peers whose passes make portfolio candidates: auto (the "
+                                                       "installed ones of onnxscript, onnxslim, onnxsim, "
+                                                       "onnxoptimizer), none, or a comma-separated list.")] = "auto",
+    eqsat_budget: Annotated[float, typer.Option("--eqsat-budget", help="Seconds of equality saturation for a "
+                                                                       "portfolio candidate (0: none).")] = 6.0,
+    on_top_budget: Annotated[float, typer.Option("--on-top-budget", help="Seconds of search on top of each "
+                                                                         "peer's output (0: none).")] = 3.0,
+    spelling: Annotated[bool, typer.Option("--spelling/--no-spelling", help="Also try each candidate with the "
+                                                                            "ort-spelling rules (steer onnxruntime's "
+                                                                            "own fusions).")] = True,
     keep_slower: Annotated[bool, typer.Option("--keep-slower", help="Write the optimized model even when it is "
                                                                     "not faster under ORT_ENABLE_ALL.")] = False,
     min_speedup: Annotated[float, typer.Option("--min-speedup", help="Speedup under ORT_ENABLE_ALL needed to "
@@ -67,9 +83,13 @@ def optimize_cmd(
 
     2. Verify against the input in onnxruntime on random inputs; on failure, name the bad substitution.
 
-    3. Time both under ORT_ENABLE_ALL and ORT_DISABLE_ALL (median of repeats, fixed threads).
+    3. Portfolio: more candidates from equality saturation, the installed peers (with graphsub's search on
+    top) and the ort-spelling pass; each is verified against the input, and the verified ones are timed
+    side by side under ORT_ENABLE_ALL at --threads (rounds in rotating order; a short screening round first
+    when there are many).
 
-    4. Write OUTPUT atomically: the optimized model if faster under ORT_ENABLE_ALL, else the original.
+    4. Write OUTPUT atomically: the fastest verified candidate if it is faster than the input (by
+    --min-speedup, in 80% of the rounds), else the original.
 
     5. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
 
@@ -81,8 +101,18 @@ def optimize_cmd(
 
     if algo not in ALGORITHMS:
         fail(Exit.USAGE, f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}", as_json)
-    if budget <= 0 or threads < 1 or seeds < 1:
+    if not budget > 0 or (threads is not None and threads < 1) or seeds < 1:
         fail(Exit.USAGE, "--budget, --threads and --seeds must be positive", as_json)
+    if not (eqsat_budget >= 0 and on_top_budget >= 0 and math.isfinite(eqsat_budget + on_top_budget + budget)):
+        fail(Exit.USAGE, "--eqsat-budget and --on-top-budget must be finite and >= 0, --budget finite", as_json)
+    if not min_speedup > 0 or not math.isfinite(min_speedup):
+        fail(Exit.USAGE, "--min-speedup must be a positive number", as_json)
+    from graphsub.optimize.pipeline import default_threads
+    from graphsub.optimize.portfolio import resolve_peers
+
+    threads = threads or default_threads()
+    with exits(as_json, default=Exit.USAGE):
+        resolve_peers(peers)
     spec = parse_spec(model, as_json)
     confirm_output(spec, output, as_json)
     if report_path is not None:
@@ -93,7 +123,8 @@ def optimize_cmd(
     shapes = parse_shapes(input_shape)
     kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
                           "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
-                          "keep_slower": keep_slower, "min_speedup": min_speedup}
+                          "keep_slower": keep_slower, "min_speedup": min_speedup, "peers": peers,
+                          "eqsat_s": eqsat_budget, "on_top_s": on_top_budget, "spelling": spelling}
     progress = _progress_bar(budget, as_json)
     with progress, exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), (ExportError, Exit.CANNOT_WRITE),
                          (OSError, Exit.CANNOT_WRITE)):
@@ -176,13 +207,12 @@ def _print_human(res: OptimizeResult) -> None:
             out.print(f"wrote the report to {res.report}")
         return
     out.print(f"verified on {len(res.seeds)} random input draw(s): max abs diff {res.max_abs_diff:.3g}")
-    if res.latency_ms:
-        table = Table("onnxruntime level", "before (ms)", "after (ms)", "speedup",
-                      title=f"median latency, {res.threads} thread(s)")
-        for level, label in (("all", "ORT_ENABLE_ALL"), ("disable", "ORT_DISABLE_ALL")):
-            lat = res.latency_ms[level]
-            table.add_row(label, f"{lat['before']:.3f}", f"{lat['after']:.3f}", f"{res.speedup(level):.3f}x")
-        out.print(table)
+    if res.candidates:
+        _print_candidates(res)
+    elif res.latency_ms:
+        lat = res.latency_ms["all"]
+        out.print(f"median latency under ORT_ENABLE_ALL, {res.threads} thread(s): {lat['before']:.3f} ms -> "
+                  f"{lat['after']:.3f} ms ({res.speedup('all'):.3f}x)")
     colour = "yellow" if res.kept_original else "green"
     out.print(f"[{colour}]{res.decision}[/]")
     if res.written:
@@ -190,6 +220,32 @@ def _print_human(res: OptimizeResult) -> None:
         out.print(f"wrote {what} to {res.written}")
     if res.report:
         out.print(f"wrote the report to {res.report}")
+
+
+def _print_candidates(res: OptimizeResult) -> None:
+    """The portfolio: per candidate, where it came from, whether it verified, and its speed."""
+    table = Table("candidate", "graphsub substitutions", "verified", "ms", "speedup", "faster rounds",
+                  title=f"candidates under ORT_ENABLE_ALL, {res.threads} thread(s) "
+                        f"(original: {res.latency_ms['all']['before']:.3f} ms)" if res.latency_ms else "candidates")
+    for c in res.candidates:
+        d = c.to_dict()
+        if c.same_as:
+            speed = (f"same file as {c.same_as}", "", "")
+        elif d["ms"] is not None:
+            speed = (f"{d['ms']:.3f}", f"{c.speedup:.3f}x", f"{c.faster_rounds:.0%}")
+        elif c.screen_ratio is not None:
+            speed = ("", f"~{c.screen_ratio:.2f}x", "screened out")
+        else:
+            speed = ("", "", "")
+        mark = "[green]yes[/]" if c.verified else ("[red]no[/]" if c.verified is False else "")
+        name = f"[bold]{c.name}[/]" if c.name == res.chosen else c.name
+        table.add_row(name, str(len(c.steps)), mark, *speed)
+    out.print(table)
+    for c in res.candidates:
+        if c.verified is False and not c.same_as:
+            err.print(f"[yellow]{c.name}[/]: not verified, not timed: {c.error}")
+    for n in res.portfolio_notes:
+        err.print(f"[yellow]portfolio[/]: {n}")
 
 
 __all__ = ["optimize_cmd"]

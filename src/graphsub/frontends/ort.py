@@ -27,7 +27,7 @@ def make_session(
     """An onnxruntime CPU session for ``model`` (proto, serialized bytes or file path)."""
     so = ort.SessionOptions()
     so.graph_optimization_level = OPT_LEVELS[optimization]
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures raise (with ORT's message); nothing is printed
     if threads is not None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1

@@ -79,6 +79,44 @@ for _name, (_onnx, _fn, _doc) in _BINARY.items():
     ))
 
 
+def _sum_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
+    shape = ins[0].shape
+    for t in ins[1:]:
+        if t.dtype != ins[0].dtype:
+            raise ShapeError(f"sum: dtype mismatch {ins[0].dtype} vs {t.dtype}")
+        shape = broadcast_shapes("sum", shape, t.shape)
+    return (TensorType(shape, ins[0].dtype),)
+
+
+def _sum_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> tuple[np.ndarray]:
+    out = np.asarray(xs[0] + xs[1])
+    for x in xs[2:]:
+        out = out + x
+    return (out.astype(xs[0].dtype),)
+
+
+def _sum_import(ctx: OnnxImportCtx) -> Imported:
+    if not 2 <= ctx.num_inputs <= 3 or not all(ctx.has_input(i) for i in range(ctx.num_inputs)):
+        raise Unsupported(f"Sum with {ctx.num_inputs} inputs (graphsub models 2 or 3)")
+    return Imported("sum", {}, tuple(range(ctx.num_inputs)))
+
+
+# ONNX Sum: the same arithmetic as add, but a different op to onnxruntime, whose fusions (SkipLayerNormalization,
+# Gemm bias, ...) look for Add only; the ``ort-spelling`` rules use it to choose which of them happen.
+register(OpDef(
+    name="sum", family="elementwise",
+    doc="Elementwise x + y (+ z) with numpy broadcasting, as ONNX Sum (which onnxruntime does not fuse).",
+    inputs=("x", "y", "z"), min_inputs=2, attrs=(),
+    infer=_sum_infer, reference=_sum_ref, flops=ONE,
+    onnx_import={"Sum": _sum_import}, onnx_export=simple_export("Sum"),
+    elementwise=True,
+    samples=(
+        Sample((f32(2, 3, 4), f32(2, 3, 4))),
+        Sample((f32(2, 3, 4), f32(2, 3, 4), f32(4,)), note="three inputs, broadcast"),
+    ),
+))
+
+
 def _smul_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
     if ins[1].numel != 1:
         raise ShapeError(f"smul: second input must be a scalar, got {ins[1]}")

@@ -24,6 +24,7 @@ cost models, it ranks measured ``ORT_ENABLE_ALL`` latencies best (Spearman 0.994
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from typing import Any
 
 from graphsub.ir.graph import Graph
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.timing import decide, measure
+from graphsub.optimize.timing import decide, time_candidates
 from graphsub.optimize.verification import bisect, check, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
@@ -42,6 +43,11 @@ from graphsub.spec import ModelSpec, Shapes, check_output
 DEFAULT_ALGO = "taso"
 DEFAULT_COST = "fused[min]"  # the minimum of repeats: far more repeatable than the median on a loaded machine
 DEFAULT_RULES = "default"
+DEFAULT_BUDGET_S = 15.0  # the main search; the portfolio adds DEFAULT_EQSAT_S and DEFAULT_ON_TOP_S per peer
+DEFAULT_EQSAT_S = 6.0
+DEFAULT_ON_TOP_S = 3.0
+#: with more verified candidates than this, one short screening round picks the ones timed side by side
+FINALISTS = 5
 
 #: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write
 ProgressFn = Callable[[str, float, float | None], None]
@@ -84,41 +90,51 @@ def optimize(
     budget: Budget | None = None,
     seed: int = 0,
     seeds: int = 3,
-    threads: int = 1,
+    threads: int | None = None,
     keep_slower: bool = False,
     min_speedup: float = 1.03,
-    timing_budget_ms: float = 300.0,
+    timing_budget_ms: float = 200.0,
     measure_latency: bool = True,
     input_shapes: Shapes | None = None,
     rtol: float = 1e-4,
     atol: float = 1e-5,
     progress: ProgressFn | None = None,
+    peers: str | Sequence[str] = "auto",
+    eqsat_s: float = DEFAULT_EQSAT_S,
+    on_top_s: float = DEFAULT_ON_TOP_S,
+    spelling: bool = True,
     **search_params: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
     verified, write the chosen model there.
 
-    The optimized model is chosen when it is verified and faster under ``ORT_ENABLE_ALL`` (median
-    speedup above ``min_speedup``, faster in 80% of the timing rounds; always, with ``keep_slower``);
-    otherwise the original is chosen (and written, byte for byte for a file input).  Nothing is
-    written when verification fails.
+    ``threads``: the intra-op thread count the decision is made at (default: every core, ONNX Runtime's own
+    default). With ``measure_latency`` the portfolio (:mod:`graphsub.optimize.portfolio`: ``eqsat_s`` seconds of
+    equality saturation, the ``peers``, ``on_top_s`` seconds of search on top of each, the ``spelling`` pass) is
+    verified and timed with the search's result, and the fastest verified candidate is chosen when it is faster
+    under ``ORT_ENABLE_ALL`` (median speedup above ``min_speedup``, faster in 80% of the timing rounds; with
+    ``keep_slower`` the fastest one whatever its speed); otherwise the original is chosen (and written, byte for
+    byte for a file input). Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
     the input file), ExportError/OSError when the output cannot be written.
     """
     from graphsub.cost import get_model
     from graphsub.data import materialize
+    from graphsub.optimize.portfolio import resolve_peers
     from graphsub.search import search
 
+    threads = threads or default_threads()
     run = _Run(progress or (lambda phase, elapsed, best: None))
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
         check_output(spec, output)
+    peer_list = resolve_peers(peers) if measure_latency else ()
     with run.step("load", "load_s"):
         name, graph = load_input(model, input_shapes)
         rule_list = resolve_rules(rules)
         cm = get_model(cost, threads=threads, progress=False)
     with run.step("search", "search_s"):
-        result = search(graph, rule_list, cm, budget or Budget(time_s=30.0), seed, algo=algo,
+        result = search(graph, rule_list, cm, budget or Budget(time_s=DEFAULT_BUDGET_S), seed, algo=algo,
                         progress=lambda elapsed, best: run.note("search", elapsed, best), **search_params)
     with run.step("verify", "verify_s", result.best_cost):
         ref = materialize(graph, seed)
@@ -135,16 +151,121 @@ def optimize(
         return _finish(res, run)
     source = _source(spec, ref)
     exported = _export(final) if result.sequence else None
-    if measure_latency:
-        with run.step("time", "time_s"):
-            _time(res, graph, source, exported, seed=seed, threads=threads, budget_ms=timing_budget_ms)
-    res.kept_original, res.decision = decide(bool(result.sequence), res.latency_ms, keep_slower=keep_slower,
-                                             min_speedup=min_speedup)
-    res.graph = ref if res.kept_original else final
+    if not measure_latency:
+        res.kept_original, res.decision = decide(bool(result.sequence), {}, keep_slower=keep_slower,
+                                                 min_speedup=min_speedup)
+        res.graph = ref if res.kept_original else final
+        chosen_data = None if exported is None else bytes(exported.SerializeToString())
+    else:
+        settings = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
+                             keep_slower=keep_slower, budget_ms=timing_budget_ms, peers=peer_list, eqsat_s=eqsat_s,
+                             on_top_s=on_top_s, spelling=spelling)
+        chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
     if output is not None:
         with run.step("write", "write_s"):
-            _write(res, output, source, exported)
+            _write(res, output, source, chosen_data)
     return _finish(res, run)
+
+
+def default_threads() -> int:
+    """All cores this process may run on: ONNX Runtime's own default for intra-op threads."""
+    from graphsub.bench.suite.measure import all_cores
+
+    return all_cores()
+
+
+@dataclass(frozen=True)
+class _Settings:
+    seed: int
+    seeds: tuple[int, ...]
+    threads: int
+    rtol: float
+    atol: float
+    min_speedup: float
+    keep_slower: bool
+    budget_ms: float
+    peers: tuple[str, ...]
+    eqsat_s: float
+    on_top_s: float
+    spelling: bool
+
+
+def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
+               rule_list: Sequence[Rule], cm: Any, st: _Settings) -> bytes | None:
+    """Collect, verify and time the candidates; record them and the decision in ``res``; the chosen model's bytes
+    (None: the original)."""
+    from graphsub.data import random_inputs
+    from graphsub.optimize import portfolio as pf
+    from graphsub.rules.library import get_set
+
+    ref = res.original
+    port = pf.Portfolio()
+    if exported is not None:
+        port.add(pf.Candidate("search", bytes(exported.SerializeToString()), res.optimized, pf.ORIGINAL,
+                              res.search.sequence, res.search.wall_time_s, True, res.max_abs_diff))
+    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=get_set("ort-spelling") if st.spelling
+                         else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s)
+    with run.step("portfolio", "portfolio_s"):
+        pf.collect(port, ref, source, sources, note=lambda what: run.note("portfolio", 0.0, None))
+    with run.step("verify", "verify_candidates_s"):
+        feeds = [(s, random_inputs(graph, s)) for s in st.seeds]
+        pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",))
+    timed = [c for c in port.distinct if c.verified]
+    if timed:
+        with run.step("time", "time_s"):
+            if len(timed) > FINALISTS:  # race: two short rounds for all, then the fastest few side by side
+                screen = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
+                                         threads=st.threads, budget_ms=st.budget_ms / 2, rounds=2)
+                for c in timed:
+                    c.screen_ratio = statistics.median(
+                        b / v for b, v in zip(screen[pf.ORIGINAL], screen[c.name], strict=True))
+                timed = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))[:FINALISTS]
+            rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
+                                     threads=st.threads, budget_ms=st.budget_ms)
+            pf.record_timing(port, rounds)
+    res.candidates = port.candidates
+    res.portfolio_notes = port.notes
+    chosen = pf.best_timed(port) if st.keep_slower else pf.choose(port, st.min_speedup)
+    shown = chosen or pf.best_timed(port)
+    if shown is not None:
+        res.latency_ms = {"all": {"before": statistics.median(port.original_rounds),
+                                  "after": statistics.median(shown.rounds_ms),
+                                  "rounds": list(zip(port.original_rounds, shown.rounds_ms, strict=True))}}
+    res.kept_original = chosen is None
+    res.chosen = "original" if chosen is None else chosen.name
+    res.decision = _decision(chosen, shown, st)
+    if chosen is not None and chosen.graph is not None:
+        res.optimized = chosen.graph
+    res.graph = ref if chosen is None else (chosen.graph or ref)
+    return None if chosen is None else chosen.data
+
+
+def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
+    if chosen is not None:
+        extra = " (--keep-slower)" if st.keep_slower and (chosen.speedup or 0) <= st.min_speedup else ""
+        return f"kept {chosen.name}: {chosen.speedup:.3f}x faster under ORT_ENABLE_ALL at {st.threads} thread(s){extra}"
+    if shown is None:
+        return "no verified candidate differs from the original; kept the original"
+    return (f"no candidate is faster under ORT_ENABLE_ALL at {st.threads} thread(s) (best: {shown.name}, "
+            f"{shown.speedup:.3f}x; needed > {st.min_speedup:g}x and faster in 80% of the timing rounds); kept the "
+            "original (--keep-slower writes the fastest candidate anyway)")
+
+
+def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings) -> Any:
+    """The portfolio's ``search_fn``: graphsub's search on any graph (an imported peer output too), its best graph
+    finalized with the graph's weights. Equality saturation prices ops one by one (``measured[min]``)."""
+    from graphsub.cost import get_model
+    from graphsub.data import materialize
+    from graphsub.search import search
+
+    def fn(g: Graph, budget_s: float, algo: str) -> tuple[Graph, tuple[Any, ...]]:
+        model = get_model("measured[min]", threads=st.threads, progress=False) if algo == "eqsat" else cm
+        r = search(g, rule_list, model, Budget(time_s=budget_s), st.seed, algo=algo)
+        if not r.sequence:
+            return g, ()
+        return finalize(materialize(g, st.seed), r.best, st.seed), r.sequence
+
+    return fn
 
 
 def _source(spec: ModelSpec | None, ref: Graph) -> bytes | str:
@@ -161,19 +282,11 @@ def _export(graph: Graph) -> Any:
     return export_graph(graph)
 
 
-def _time(res: OptimizeResult, graph: Graph, source: bytes | str, exported: Any, *, seed: int, threads: int,
-          budget_ms: float) -> None:
-    from graphsub.data import random_inputs
+def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: bytes | None) -> None:
+    from graphsub.optimize.output import write_bytes, write_original
 
-    after = exported.SerializeToString() if exported is not None else source
-    res.latency_ms = measure(source, after, random_inputs(graph, seed), threads=threads, budget_ms=budget_ms)
-
-
-def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, exported: Any) -> None:
-    from graphsub.optimize.output import write_optimized, write_original
-
-    if exported is not None and not res.kept_original:
-        write_optimized(exported, output)
+    if chosen is not None and not res.kept_original:
+        write_bytes(chosen, output)
     else:
         write_original(source, output)
     res.written = os.fspath(output)
@@ -184,4 +297,5 @@ def _finish(res: OptimizeResult, run: _Run) -> OptimizeResult:
     return res
 
 
-__all__ = ["DEFAULT_ALGO", "DEFAULT_COST", "DEFAULT_RULES", "ProgressFn", "load_input", "optimize"]
+__all__ = ["DEFAULT_ALGO", "DEFAULT_BUDGET_S", "DEFAULT_COST", "DEFAULT_RULES", "ProgressFn", "default_threads",
+           "load_input", "optimize"]

@@ -60,6 +60,9 @@ class OptimizeResult:
     cost_model: str = ""
     rules: tuple[Rule, ...] = field(default=(), repr=False)  # to replay the sequence (report pictures)
     report: str | None = None  # where the HTML report was written
+    candidates: list[Any] = field(default_factory=list)  # the portfolio (graphsub.optimize.portfolio.Candidate)
+    portfolio_notes: list[str] = field(default_factory=list)  # sources that made no candidate, and why
+    chosen: str = ""  # the candidate written ("original" when none was faster); "" when nothing was timed
 
     def speedup(self, level: str) -> float | None:
         """``before / after`` latency under ``level`` (``all`` or ``disable``); None if not timed."""
@@ -67,8 +70,15 @@ class OptimizeResult:
         return lat["before"] / lat["after"] if lat and lat["after"] > 0 else None
 
     @property
+    def chosen_candidate(self) -> Any:
+        return next((c for c in self.candidates if c.name == self.chosen), None)
+
+    @property
     def applied(self) -> list[dict[str, Any]]:
-        return [{"rule": s.rule, "nodes": list(s.nodes), "cost": s.cost} for s in self.search.sequence]
+        """graphsub's substitutions in the model chosen (the search's, without a portfolio)."""
+        cand = self.chosen_candidate
+        steps = self.search.sequence if not self.candidates else (cand.steps if cand is not None else ())
+        return [{"rule": s.rule, "nodes": list(s.nodes), "cost": _finite(s.cost)} for s in steps]
 
     def to_dict(self) -> dict[str, Any]:
         lat_all = self.latency_ms.get("all", {})
@@ -105,6 +115,9 @@ class OptimizeResult:
             "rule_set": self.rule_set,
             "cost_model": self.cost_model,
             "report": self.report,
+            "chosen": self.chosen or None,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "portfolio_notes": self.portfolio_notes,
         }
 
 

@@ -13,7 +13,7 @@ at a fixed thread count.  The optimized model is preferred only when it is faste
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,33 @@ def time_model(model: bytes | str, feeds: dict[str, np.ndarray], *, level: str, 
 
     sess = make_session(model, optimization=level, threads=threads)
     return time_session(sess, feeds, budget_ms=budget_ms, warmup=3, min_repeats=7, max_repeats=100_000).median_ms
+
+
+def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
+                  budget_ms: float) -> Callable[[], float]:
+    """A function that times ``model`` once more (median latency in ms over a ``budget_ms`` budget) on a session
+    created now, under ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads, as users run it."""
+    from graphsub.cost.measured import time_session
+    from graphsub.frontends.ort import make_session
+
+    sess = make_session(model, optimization="all", threads=threads)
+    return lambda: time_session(sess, feeds, budget_ms=budget_ms, warmup=5, min_repeats=5,
+                                max_repeats=100_000).median_ms
+
+
+def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarray], *, threads: int,
+                    budget_ms: float, rounds: int = 5) -> dict[str, list[float]]:
+    """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
+    rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
+    created once, before the first round. A model that cannot be loaded or run raises ExecutionError."""
+    timers = {name: session_timer(m, feeds, threads=threads, budget_ms=budget_ms) for name, m in models.items()}
+    names = list(timers)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            out[name].append(timers[name]())
+    return out
 
 
 def measure(before: bytes | str, after: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
@@ -77,4 +104,4 @@ def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower:
                   "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
 
 
-__all__ = ["LEVELS", "consistent", "decide", "measure", "time_model"]
+__all__ = ["LEVELS", "consistent", "decide", "measure", "session_timer", "time_candidates", "time_model"]

@@ -113,16 +113,17 @@ def summarize(rounds: Mapping[str, Sequence[float]], baseline: str) -> dict[str,
     return out
 
 
-def time_variants(paths: Mapping[str, Path], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
+def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
                   budget_ms: float = 300.0) -> TimingRun:
-    """Time every model of ``paths`` (variant name -> ONNX file) on ``feeds`` under ``ORT_ENABLE_ALL`` with
-    ``threads`` intra-op threads, in ``rounds`` alternating rounds (see the module docstring).  Raises
-    ExecutionError when a model cannot be loaded or run (check loading first)."""
+    """Time every model of ``paths`` (variant name -> ONNX file or serialized model) on ``feeds`` under
+    ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads, in ``rounds`` alternating rounds (see the module
+    docstring).  Raises ExecutionError when a model cannot be loaded or run (check loading first)."""
     from graphsub.cost.measured import time_session
     from graphsub.frontends.ort import make_session
 
     before = load_avg()
-    sessions = {name: make_session(str(p), optimization="all", threads=threads) for name, p in paths.items()}
+    sessions = {name: make_session(p if isinstance(p, bytes) else str(p), optimization="all", threads=threads)
+                for name, p in paths.items()}
     names = list(sessions)
     per_round: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):

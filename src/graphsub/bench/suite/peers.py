@@ -422,32 +422,49 @@ def check_output(
 ) -> OutputCheck:
     """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the random
     inputs :func:`make_feeds` draws from ``inputs`` for each seed? Never raises for a bad candidate."""
-    checker_ok, checker_error = _checker(Path(candidate))
+    return check_feeds(original, candidate, [(seed, make_feeds(inputs, seed)) for seed in seeds], rtol=rtol,
+                       atol=atol, checker=_checker(Path(candidate)))
+
+
+def check_feeds(
+    original: Path | bytes,
+    candidate: Path | bytes,
+    feeds: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+    *,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+    checker: tuple[bool, str] = (True, ""),
+) -> OutputCheck:
+    """:func:`check_output` on given ``(seed, feeds)`` draws, for models as files or serialized bytes (``checker``:
+    the onnx checker's verdict on the candidate, when it was run). Never raises for a bad candidate."""
+    checker_ok, checker_error = checker
     inf = float("inf")
 
     def result(loads: bool, verified: bool, diff: float, error: str = "") -> OutputCheck:
         return OutputCheck(loads, verified, diff, error, checker_ok, checker_error)
 
+    def src(m: Path | bytes) -> bytes | str:
+        return m if isinstance(m, bytes) else str(m)
+
     try:
-        cand = make_session(str(candidate), optimization="all", threads=1)
+        cand = make_session(src(candidate), optimization="all", threads=1)
     except ExecutionError as e:
         return result(False, False, inf, _one_line(str(e)))
     try:
-        ref = make_session(str(original), optimization="disable", threads=1)
+        ref = make_session(src(original), optimization="disable", threads=1)
     except ExecutionError as e:
         return result(True, False, inf, f"the original does not load: {_one_line(str(e))}")
     pairs = _pairs(ref, cand)
     if isinstance(pairs, str):
         return result(True, False, inf, pairs)
     worst, first_error = 0.0, ""
-    for seed in seeds:
-        feeds = make_feeds(inputs, seed)
+    for seed, feed in feeds:
         try:
-            want = run_session(ref, _feed(ref, feeds))
+            want = run_session(ref, _feed(ref, feed))
         except ExecutionError as e:
             return result(True, False, inf, f"the original fails to run: {_one_line(str(e))}")
         try:
-            got = run_session(cand, _feed(cand, feeds))
+            got = run_session(cand, _feed(cand, feed))
         except ExecutionError as e:
             return result(True, False, inf, _one_line(str(e)))
         for name, ri, ci in pairs:
@@ -521,6 +538,7 @@ __all__ = [
     "PeerNotInstalled",
     "PeerResult",
     "PeerStatus",
+    "check_feeds",
     "check_output",
     "ort_view",
     "require_library",

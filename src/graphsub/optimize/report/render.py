@@ -2,7 +2,7 @@
 
 Sections (each a ``<section id=...>``): ``summary`` (model, verdict, what was written and why, search
 settings), ``performance`` (cost and measured onnxruntime latency before/after under
-``ORT_ENABLE_ALL`` and ``ORT_DISABLE_ALL``, with speedups), ``histogram`` (op counts before vs
+``ORT_ENABLE_ALL``, with speedups, and the portfolio of candidates), ``histogram`` (op counts before vs
 after), ``substitutions`` (step, rule, where, cost delta, cumulative cost), ``trace`` (best cost vs
 search time) and ``regions`` (pictures of the changed regions, first ``max_pictures`` steps).
 
@@ -147,7 +147,26 @@ def _performance(res: OptimizeResult) -> str:
                 + (f", median over {rounds} alternating rounds" if rounds else "") + ". Speedup = before / after."
                 "</p>")
     table = _table(["", "before", "after", "speedup"], cost_rows + lat_rows, numeric=(1, 2, 3))
-    return f'<section id="performance"><h2>Cost and latency</h2>{table}{note}</section>'
+    return f'<section id="performance"><h2>Cost and latency</h2>{table}{note}{_candidates(res)}</section>'
+
+
+def _candidates(res: OptimizeResult) -> str:
+    """The portfolio: every candidate, its source, verification and measured speed (the chosen one in bold)."""
+    if not res.candidates:
+        return ""
+    rows = []
+    for c in res.candidates:
+        d = c.to_dict()
+        name = f"<b>{_e(c.name)}</b>" if c.name == res.chosen else _e(c.name)
+        verdict = "same file as " + _e(c.same_as) if c.same_as else {True: "yes", False: "no: " + _e(c.error),
+                                                                      None: ""}[c.verified]
+        rows.append([name, _e(", ".join(c.rules[:6]) + (" ..." if len(c.rules) > 6 else "")), verdict,
+                     _num(d["ms"], ".4g") if d["ms"] is not None else "", _ratio(c.speedup),
+                     "" if c.faster_rounds is None else f"{c.faster_rounds:.0%}"])
+    table = _table(["candidate", "graphsub rules", "verified", "ms", "speedup", "faster rounds"], rows,
+                   numeric=(3, 4, 5))
+    notes = "".join(f"<li>{_e(n)}</li>" for n in res.portfolio_notes)
+    return f"<h3>Candidates</h3>{table}" + (f'<ul class="muted small">{notes}</ul>' if notes else "")
 
 
 def _histogram(res: OptimizeResult) -> str:

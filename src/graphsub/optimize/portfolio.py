@@ -1,0 +1,327 @@
+"""The portfolio step of :func:`graphsub.optimize.optimize`: several distinct candidates, each verified against the
+original and timed end to end, side by side, in ONNX Runtime as the user will run it; the fastest verified one wins.
+
+A cost model ranks graphs well within what it models, but ONNX Runtime rewrites every graph again at session
+creation (``ORT_ENABLE_ALL``), and some of its fusions are slower than what they replace on a given machine and
+thread count (``benchmarks/results/ort_fusion_ablation.json``). So :func:`collect` makes candidates from several
+sources and lets the clock decide:
+
+* ``search``: graphsub's search (the ``--algo`` and ``--cost`` given), already verified by the pipeline;
+* ``eqsat``: equality saturation over the same rules and cost (a different search, often a different graph);
+* ``PEER``: the original passed through a peer's passes where that library is installed (``onnxscript``'s
+  ``optimize_for_ort``, ``onnxslim``, ``onnxsim``, ``onnxoptimizer``), each in a fresh process with a timeout
+  (:func:`graphsub.bench.suite.peers.run_peer`; a peer that fails or hangs is only a missing candidate);
+* ``PEER+search``: graphsub's search on top of a peer's output;
+* ``X+spelling`` for each of the above: the ``ort-spelling`` rules (:mod:`graphsub.rules.library.ort_spelling`)
+  applied everywhere, which change only which of ONNX Runtime's own fusions happen (``Add -> LayerNormalization``
+  spelled with ``Sum``, so that it stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone).
+
+Every candidate is compared with the original on the pipeline's random inputs (:func:`verify`); one that differs,
+does not load or does not run is dropped and reported, never timed. Identical files are kept once. :func:`choose`
+keeps the fastest verified candidate that is faster than the original by more than ``min_speedup`` in at least 80%
+of the rounds (:func:`graphsub.optimize.timing.consistent`), else the original.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.rules.rule import Rule
+from graphsub.search.base import Step
+
+#: peers a portfolio may use, with the module that must be importable, in the order they run
+PEER_MODULES: dict[str, str] = {"onnxscript": "onnxscript.rewriter.ort_fusions", "onnxslim": "onnxslim",
+                                "onnxsim": "onnxsim", "onnxoptimizer": "onnxoptimizer"}
+ORIGINAL = "original"
+
+
+@dataclass
+class Candidate:
+    """One model the portfolio may keep. ``data`` is the serialized ONNX model; ``graph`` is set when graphsub
+    can represent it (then search and spelling can work on top of it); ``steps`` are graphsub's substitutions
+    that made it from its ``base`` (the candidate it was built on, or the original)."""
+
+    name: str
+    data: bytes
+    graph: Graph | None = None
+    base: str = ORIGINAL
+    steps: tuple[Step, ...] = ()
+    seconds: float = 0.0
+    verified: bool | None = None
+    max_abs_diff: float = math.nan
+    error: str = ""
+    same_as: str = ""  # a candidate with the same file (not timed twice)
+    rounds_ms: list[float] = field(default_factory=list)
+    speedup: float | None = None
+    faster_rounds: float | None = None
+    screen_ratio: float | None = None  # original / candidate in the screening round, when there was one
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def rules(self) -> list[str]:
+        """The rules behind it, in order of first use (its base's too, when the base is graphsub's)."""
+        return list(dict.fromkeys(s.rule for s in self.steps))
+
+    def to_dict(self) -> dict[str, Any]:
+        ms = statistics.median(self.rounds_ms) if self.rounds_ms else None
+        return {"name": self.name, "base": self.base, "verified": self.verified,
+                "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None,
+                "error": self.error, "same_as": self.same_as or None, "ms": ms, "speedup": self.speedup,
+                "faster_rounds": self.faster_rounds, "screen_ratio": self.screen_ratio, "rounds_ms": self.rounds_ms,
+                "seconds": self.seconds,
+                "substitutions": len(self.steps), "rules": self.rules,
+                "ops": None if self.graph is None else self.graph.num_ops}
+
+
+def installed_peers() -> tuple[str, ...]:
+    """The peers of :data:`PEER_MODULES` whose library this Python can import."""
+    out = []
+    for name, module in PEER_MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            out.append(name)
+    return tuple(out)
+
+
+def resolve_peers(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """``"auto"``: the installed peers; ``"none"`` or empty: none; else a comma-separated list (or a sequence) of
+    names from :data:`PEER_MODULES`. Raises GraphsubError for an unknown name.
+
+    >>> resolve_peers("none"), resolve_peers("onnxsim, onnxslim")
+    ((), ('onnxsim', 'onnxslim'))
+    """
+    names = [p.strip() for p in spec.split(",")] if isinstance(spec, str) else list(spec)
+    names = [n for n in names if n]
+    if names in (["auto"],):
+        return installed_peers()
+    if names in ([], ["none"]):
+        return ()
+    bad = [n for n in names if n not in PEER_MODULES]
+    if bad:
+        raise GraphsubError(f"unknown peer(s) {', '.join(bad)}; known: auto, none, {', '.join(PEER_MODULES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def rewrite_everywhere(graph: Graph, rules: Sequence[Rule], limit: int = 10_000) -> tuple[Graph, tuple[Step, ...]]:
+    """Apply ``rules`` wherever they match, first match first, until none does (at most ``limit`` times); the graph
+    and the substitutions applied. For rules that cannot re-enable themselves (the ``ort-spelling`` ones)."""
+    from graphsub.rules.apply import apply
+    from graphsub.rules.match import find_all
+
+    steps: list[Step] = []
+    while len(steps) < limit:
+        matches = find_all(graph, rules)
+        if not matches:
+            break
+        sub = apply(graph, matches[0])
+        graph = sub.graph
+        steps.append(Step(matches[0].rule.name, tuple(n for _, n in matches[0].nodes), math.nan))
+    return graph, tuple(steps)
+
+
+def export_bytes(graph: Graph) -> bytes:
+    """The serialized ONNX model of a graph with data for every weight."""
+    from graphsub.frontends.onnx_export import export_graph
+
+    return bytes(export_graph(graph).SerializeToString())
+
+
+@dataclass
+class Portfolio:
+    """What :func:`collect` gathers: the candidates in the order they were made, and one line per source that made
+    none (a peer that failed, an import graphsub could not do)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    original_rounds: list[float] = field(default_factory=list)  # the original's per-round times (ms)
+
+    def add(self, cand: Candidate) -> Candidate:
+        for other in self.candidates:
+            if other.digest == cand.digest:
+                cand.same_as = other.name
+                break
+        self.candidates.append(cand)
+        return cand
+
+    @property
+    def distinct(self) -> list[Candidate]:
+        return [c for c in self.candidates if not c.same_as]
+
+
+@dataclass(frozen=True)
+class Sources:
+    """How to make candidates: ``search_fn(graph, budget_s, algo)`` runs graphsub's search (returning the best graph
+    with data and its steps), ``spelling`` the rules of the spelling pass, ``peers`` the peers to run."""
+
+    search_fn: Callable[[Graph, float, str], tuple[Graph, tuple[Step, ...]]]
+    spelling: Sequence[Rule]
+    peers: tuple[str, ...] = ()
+    eqsat_s: float = 0.0
+    on_top_s: float = 0.0
+    peer_timeout_s: float = 120.0
+
+
+def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sources,
+            note: Callable[[str], None] = lambda what: None) -> Portfolio:
+    """Add candidates to ``portfolio`` (which holds the pipeline's ``search`` candidate, if any): eqsat, the spelling
+    pass on each graph candidate, and each peer with graphsub on top (see the module docstring)."""
+    graph_bases: list[tuple[str, Graph, tuple[Step, ...]]] = [(ORIGINAL, ref, ())]
+    graph_bases += [(c.name, c.graph, c.steps) for c in portfolio.distinct if c.graph]
+    if sources.eqsat_s > 0:
+        note("eqsat")
+        _try(portfolio, "eqsat", lambda: _searched("eqsat", ORIGINAL, ref, sources, sources.eqsat_s, "eqsat"))
+        eq = portfolio.candidates[-1] if portfolio.candidates and portfolio.candidates[-1].name == "eqsat" else None
+        if eq is not None and eq.graph is not None:
+            graph_bases.append(("eqsat", eq.graph, eq.steps))
+    for base, graph, steps in graph_bases:
+        _try(portfolio, f"{base}+spelling", functools.partial(_spelled, base, graph, steps, sources))
+    if sources.peers:
+        shapes = {ref.nodes[n].sig.attr["name"]: ref.nodes[n].sig.out_types[0].shape for n in ref.inputs}
+        with tempfile.TemporaryDirectory(prefix=".graphsub-peers-") as tmp:
+            src = Path(tmp) / "original.onnx"
+            if isinstance(source, bytes):
+                src.write_bytes(source)
+            else:
+                src = Path(source)
+            for peer in sources.peers:
+                note(peer)
+                _peer(portfolio, peer, src, Path(tmp), shapes, sources)
+    return portfolio
+
+
+def _try(portfolio: Portfolio, name: str, make: Callable[[], Candidate | None]) -> None:
+    """Add what ``make`` returns; a GraphsubError (or an export that fails) becomes a note, not a failure."""
+    try:
+        cand = make()
+    except GraphsubError as e:
+        portfolio.notes.append(f"{name}: {e}")
+        return
+    if cand is not None:
+        portfolio.add(cand)
+
+
+def _searched(name: str, base: str, graph: Graph, sources: Sources, budget_s: float, algo: str) -> Candidate | None:
+    t = time.perf_counter()
+    best, steps = sources.search_fn(graph, budget_s, algo)
+    if not steps:
+        return None
+    return Candidate(name, export_bytes(best), best, base, steps, time.perf_counter() - t)
+
+
+def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources) -> Candidate | None:
+    t = time.perf_counter()
+    spelled, new = rewrite_everywhere(graph, sources.spelling)
+    if not new:
+        return None
+    name = "spelling" if base == ORIGINAL else f"{base}+spelling"
+    return Candidate(name, export_bytes(spelled), spelled, base, steps + new, time.perf_counter() - t)
+
+
+def _peer(portfolio: Portfolio, peer: str, src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
+          sources: Sources) -> None:
+    """Run ``peer`` on ``src``; add its output, and graphsub's search and spelling on top of it."""
+    from graphsub.bench.suite.peers import PeerInput, run_peer
+
+    dst = tmp / f"{peer}.onnx"
+    res = run_peer(peer, src, dst, PeerInput(transformer=None, input_shapes=dict(shapes)),
+                   timeout_s=sources.peer_timeout_s)
+    if res.status != "ok":
+        portfolio.notes.append(f"{peer}: {res.status}: {res.error}")
+        return
+    if any(p.name != dst.name for p in tmp.iterdir() if p.name.startswith(dst.stem + ".")):
+        portfolio.notes.append(f"{peer}: wrote external data; not a candidate")
+        return
+    cand = portfolio.add(Candidate(peer, dst.read_bytes(), base=ORIGINAL, seconds=res.seconds))
+    if cand.same_as:
+        return
+    try:
+        from graphsub.frontends.onnx_io import load
+
+        graph = load(dst, input_shapes=shapes)
+    except (GraphsubError, ValueError) as e:
+        portfolio.notes.append(f"{peer}: graphsub cannot import its output ({e}); no search on top")
+        return
+    cand.graph = graph
+    bases: list[tuple[str, Graph, tuple[Step, ...]]] = [(peer, graph, ())]
+    if sources.on_top_s > 0:
+        _try(portfolio, f"{peer}+search",
+             lambda: _searched(f"{peer}+search", peer, graph, sources, sources.on_top_s, "taso"))
+        top = portfolio.candidates[-1]
+        if top.name == f"{peer}+search" and top.graph is not None and not top.same_as:
+            bases.append((top.name, top.graph, top.steps))
+    for base, g, steps in bases:
+        _try(portfolio, f"{base}+spelling", functools.partial(_spelled, base, g, steps, sources))
+
+
+def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int, Mapping[str, np.ndarray]]], *,
+           rtol: float, atol: float, skip: Sequence[str] = ()) -> None:
+    """Compare every distinct candidate not in ``skip`` (already verified) with the original on ``feeds``
+    (``(seed, inputs)`` draws) in ONNX Runtime; candidates with the same file inherit the verdict."""
+    from graphsub.bench.suite.peers import check_feeds
+
+    original: Path | bytes = source if isinstance(source, bytes) else Path(source)
+    for c in portfolio.distinct:
+        if c.name in skip:
+            continue
+        chk = check_feeds(original, c.data, feeds, rtol=rtol, atol=atol)
+        c.verified, c.max_abs_diff, c.error = chk.verified, chk.max_abs_diff, chk.error
+    by_name = {c.name: c for c in portfolio.candidates}
+    for c in portfolio.candidates:
+        if c.same_as:
+            twin = by_name[c.same_as]
+            c.verified, c.max_abs_diff, c.error = twin.verified, twin.max_abs_diff, twin.error
+
+
+def record_timing(portfolio: Portfolio, rounds: Mapping[str, Sequence[float]]) -> None:
+    """Store the per-round medians of :func:`graphsub.optimize.timing.time_candidates` (keyed by candidate name,
+    plus :data:`ORIGINAL`) in the candidates, with their speedup (median of the per-round ratios) and the share of
+    rounds in which they were faster than the original; twins share their timing."""
+    base = portfolio.original_rounds = list(rounds[ORIGINAL])
+    by_name = {c.name: c for c in portfolio.candidates}
+    for c in portfolio.candidates:
+        own = rounds.get(c.same_as or c.name)
+        if own is None or (c.same_as and by_name[c.same_as].verified is not True):
+            continue
+        c.rounds_ms = list(own)
+        c.speedup = statistics.median(b / v for b, v in zip(base, own, strict=True) if v > 0)
+        c.faster_rounds = sum(v < b for b, v in zip(base, own, strict=True)) / len(own)
+
+
+def choose(portfolio: Portfolio, min_speedup: float) -> Candidate | None:
+    """The fastest timed, verified candidate that beats the original by more than ``min_speedup`` in at least 80%
+    of the rounds; None (keep the original) when there is none."""
+    from graphsub.optimize.timing import consistent
+
+    ok = [c for c in portfolio.distinct if c.verified and c.speedup is not None and c.speedup > min_speedup
+          and consistent(list(zip(portfolio.original_rounds, c.rounds_ms, strict=True)))]
+    return max(ok, key=lambda c: c.speedup or 0.0, default=None)
+
+
+def best_timed(portfolio: Portfolio) -> Candidate | None:
+    """The timed verified candidate with the highest speedup (reported when none is chosen)."""
+    timed = [c for c in portfolio.distinct if c.verified and c.speedup is not None]
+    return max(timed, key=lambda c: c.speedup or 0.0, default=None)
+
+
+__all__ = ["ORIGINAL", "PEER_MODULES", "Candidate", "Portfolio", "Sources", "best_timed", "choose", "collect",
+           "export_bytes", "installed_peers", "record_timing", "resolve_peers", "rewrite_everywhere", "verify"]

@@ -1,0 +1,140 @@
+"""The portfolio of `graphsub optimize`: candidates from several sources, each verified, timed side by side, the
+fastest verified one kept (the original included)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphsub.errors import GraphsubError
+from graphsub.optimize import optimize
+from graphsub.optimize.portfolio import installed_peers, resolve_peers, rewrite_everywhere
+from graphsub.rules.library import get_set
+
+QUIET = {"cost": "roofline:cpu", "eqsat_s": 0, "on_top_s": 0, "seeds": 2}
+
+
+def encoder_block(layers: int = 2) -> onnx.ModelProto:
+    """A residual block as exporters write it: ``h = LayerNorm(h @ W_i + b_i + h)`` ``layers`` times."""
+    rng = np.random.default_rng(0)
+    inits, nodes, h = [], [], "x"
+    for i in range(layers):
+        inits += [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.3, f"W{i}"),
+                  numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), f"b{i}"),
+                  numpy_helper.from_array(np.ones(16, np.float32), f"g{i}"),
+                  numpy_helper.from_array(np.zeros(16, np.float32), f"be{i}")]
+        nodes += [helper.make_node("MatMul", [h, f"W{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("Add", [f"a{i}", h], [f"r{i}"]),
+                  helper.make_node("LayerNormalization", [f"r{i}", f"g{i}", f"be{i}"], [f"h{i}"], axis=-1,
+                                   epsilon=1e-5)]
+        h = f"h{i}"
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 16])],
+                          [helper.make_tensor_value_info(h, TensorProto.FLOAT, [2, 8, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def block_path(tmp_path: Path) -> Path:
+    p = tmp_path / "block.onnx"
+    onnx.save(encoder_block(), str(p))
+    return p
+
+
+def _ops(model: bytes | str) -> list[str]:
+    m = onnx.load(model) if isinstance(model, str) else onnx.load_from_string(model)
+    return [n.op_type for n in m.graph.node]
+
+
+def test_spelling_rewrites_every_add_before_a_layernorm(block_path: Path) -> None:
+    from graphsub.frontends.onnx_io import load
+
+    g = load(block_path)
+    spelled, steps = rewrite_everywhere(g, get_set("ort-spelling"))
+    assert [s.rule for s in steps] == ["ortsp_ln_sum", "ortsp_ln_sum"]
+    assert spelled.op_histogram().get("sum") == 2 and spelled.op_histogram().get("add") == 2
+    assert rewrite_everywhere(spelled, get_set("ort-spelling"))[1] == ()  # a fixed point
+
+
+def test_the_measured_fastest_verified_candidate_is_written(block_path: Path, tmp_path: Path,
+                                                            fake_timing: Callable[..., None]) -> None:
+    """Timing that favours Sum (as ORT does on BERT-family encoders): the spelling candidate wins, verified."""
+    fake_timing(lambda model: 10.0 - _ops(model).count("Sum"))
+    out = tmp_path / "o.onnx"
+    res = optimize(block_path, output=out, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    assert res.verified and not res.kept_original and res.chosen == "spelling"
+    (cand,) = res.candidates
+    assert cand.verified and cand.speedup == pytest.approx(10 / 8) and cand.faster_rounds == 1.0
+    assert _ops(str(out)).count("Sum") == 2 and _ops(str(out)).count("LayerNormalization") == 2
+    d = res.to_dict()
+    assert d["chosen"] == "spelling" and [a["rule"] for a in d["applied"]] == ["ortsp_ln_sum"] * 2
+    assert d["threads"] >= 1 and d["latency_ms_after"] == 8.0
+
+
+def test_spelling_is_kept_out_when_slower(block_path: Path, tmp_path: Path,
+                                          fake_timing: Callable[..., None]) -> None:
+    fake_timing(lambda model: 10.0 + _ops(model).count("Sum"))
+    out = tmp_path / "o.onnx"
+    res = optimize(block_path, output=out, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    assert res.kept_original and res.chosen == "original" and out.read_bytes() == block_path.read_bytes()
+    res = optimize(block_path, rules=[], peers="none", spelling=False, **QUIET)  # type: ignore[arg-type]
+    assert res.candidates == [] and "no verified candidate" in res.decision
+
+
+def test_a_wrong_candidate_is_dropped_never_timed(block_path: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  fake_timing: Callable[..., None]) -> None:
+    """A peer whose output computes something else: reported as not verified, not timed, never written."""
+    from graphsub.bench.suite import peers
+
+    def wrong_peer(name: str, src: Path, dst: Path, meta: object, **kw: object) -> peers.PeerResult:
+        m = onnx.load(str(src))
+        for t in m.graph.initializer:
+            if t.name == "b0":
+                t.CopyFrom(numpy_helper.from_array(np.full(16, 5.0, np.float32), "b0"))
+        onnx.save(m, str(dst))
+        return peers.PeerResult(name, "ok", "", 0.1)
+
+    monkeypatch.setattr(peers, "run_peer", wrong_peer)
+    fake_timing(lambda model: 1.0 if b"\x00\x00\xa0@" in (model if isinstance(model, bytes) else b"") else 5.0)
+    out = tmp_path / "o.onnx"
+    res = optimize(block_path, output=out, rules=[], peers="onnxoptimizer", spelling=False,  # type: ignore[arg-type]
+                   **QUIET)
+    (cand,) = res.candidates
+    assert cand.name == "onnxoptimizer" and cand.verified is False and "outside tolerance" in cand.error
+    assert cand.rounds_ms == [] and res.kept_original and out.read_bytes() == block_path.read_bytes()
+
+
+def test_a_failing_peer_is_a_note(block_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  fake_timing: Callable[..., None]) -> None:
+    from graphsub.bench.suite import peers
+
+    monkeypatch.setattr(peers, "run_peer", lambda name, src, dst, meta, **kw: peers.PeerResult(
+        name, "failed", "timeout after 1 s", 1.0))
+    res = optimize(block_path, rules=[], peers="onnxsim", spelling=False, **QUIET)  # type: ignore[arg-type]
+    assert res.candidates == [] and res.portfolio_notes == ["onnxsim: failed: timeout after 1 s"]
+
+
+def test_real_peer_with_search_on_top(block_path: Path, tmp_path: Path, fake_timing: Callable[..., None]) -> None:
+    """onnxscript (a core dependency) runs in its own process; its output is verified and graphsub works on top."""
+    fake_timing(lambda model: float(len(_ops(model))))
+    res = optimize(block_path, output=tmp_path / "o.onnx", rules="cpu", peers="onnxscript",  # type: ignore[arg-type]
+                   **QUIET)
+    names = {c.name: c for c in res.candidates}
+    assert "onnxscript" in names and names["onnxscript"].verified
+    assert "onnxscript+spelling" in names or names["onnxscript"].graph is None
+    assert all(c.verified for c in res.candidates if not c.same_as)
+    assert res.verified and res.written
+
+
+def test_peer_names() -> None:
+    assert resolve_peers("none") == () and resolve_peers("") == ()
+    assert resolve_peers("auto") == installed_peers() and "onnxscript" in installed_peers()
+    assert resolve_peers(["onnxsim", "onnxsim"]) == ("onnxsim",)
+    with pytest.raises(GraphsubError, match="unknown peer"):
+        resolve_peers("onnxsim,nope")
