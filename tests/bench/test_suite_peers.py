@@ -18,8 +18,8 @@ import onnx.helper as oh
 import pytest
 from onnx import TensorProto
 
-from graphsub.bench.suite.measure import make_feeds
-from graphsub.bench.suite.peers import (
+from graphsub.bench.suite.measure import check_output, make_feeds
+from graphsub.optimize.peers import (
     FUSED_KERNELS,
     PEER_NAMES,
     PEERS,
@@ -27,7 +27,6 @@ from graphsub.bench.suite.peers import (
     PeerFailed,
     PeerInput,
     PeerResult,
-    check_output,
     ort_view,
     require_library,
     run_peer,

@@ -90,7 +90,7 @@ def test_a_wrong_candidate_is_dropped_never_timed(block_path: Path, tmp_path: Pa
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   fake_timing: Callable[..., None]) -> None:
     """A peer whose output computes something else: reported as not verified, not timed, never written."""
-    from graphsub.bench.suite import peers
+    from graphsub.optimize import peers
 
     def wrong_peer(name: str, src: Path, dst: Path, meta: object, **kw: object) -> peers.PeerResult:
         m = onnx.load(str(src))
@@ -112,7 +112,7 @@ def test_a_wrong_candidate_is_dropped_never_timed(block_path: Path, tmp_path: Pa
 
 def test_a_failing_peer_is_a_note(block_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   fake_timing: Callable[..., None]) -> None:
-    from graphsub.bench.suite import peers
+    from graphsub.optimize import peers
 
     monkeypatch.setattr(peers, "run_peer", lambda name, src, dst, meta, **kw: peers.PeerResult(
         name, "failed", "timeout after 1 s", 1.0))

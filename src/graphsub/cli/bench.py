@@ -90,9 +90,13 @@ def bench_cmd(
                                                                   "1,all).")] = None,
     peers: Annotated[str | None, typer.Option("--peers", help="suite: the peers to run, comma-separated (default: "
                                                               "all; graphsub runs alone and after each).")] = None,
+    compose: Annotated[bool, typer.Option("--after-peers/--alone", help="suite: also run graphsub on each peer's "
+                                                                         "output (default), or graphsub alone (its "
+                                                                         "portfolio runs the peers itself).")] = True,
     build: Annotated[bool, typer.Option("--build", help="suite: export the suite's models first (needs "
                                                         "`pip install -e .[suite]`; cached).")] = False,
-    budget: Annotated[float, typer.Option("--budget", help="suite: graphsub's search budget per run (s).")] = 30.0,
+    budget: Annotated[float, typer.Option("--budget", help="suite: graphsub's main search budget per run "
+                                                          "(s).")] = 15.0,
     rounds: Annotated[int, typer.Option("--rounds", help="suite: alternating timing rounds.")] = 7,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default benchmarks/results; "
                                                                "for a .jsonl: its directory).")] = None,
@@ -117,8 +121,8 @@ def bench_cmd(
     if preset == "suite":
         from graphsub.cli.suite import suite
 
-        suite(models=models, peers=peers, threads=threads, build=build, budget=budget, rounds=rounds, seed=seed,
-              out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json)
+        suite(models=models, peers=peers, compose=compose, threads=threads, build=build, budget=budget, rounds=rounds,
+              seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json)
         return
     if list_presets:
         _list_presets(as_json)

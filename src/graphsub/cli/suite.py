@@ -34,9 +34,9 @@ def _models(models: str | None, build: bool, as_json: bool) -> list[Any]:
     return chosen
 
 
-def _tools(peers: str | None, as_json: bool) -> list[str]:
-    from graphsub.bench.suite.peers import PEERS
+def _tools(peers: str | None, as_json: bool, compose: bool = True) -> list[str]:
     from graphsub.bench.suite.runner import default_tools
+    from graphsub.optimize.peers import PEERS
 
     names = split_list(peers) or list(PEERS)
     unknown = [p for p in names if p not in PEERS]
@@ -44,12 +44,13 @@ def _tools(peers: str | None, as_json: bool) -> list[str]:
         fail(Exit.USAGE, f"unknown peer(s) {unknown}; known: {', '.join(PEERS)}", as_json)
     if "ort" not in names:
         names.insert(0, "ort")  # the baseline every speedup is measured against
-    return default_tools(names)
+    tools = default_tools(names)
+    return tools if compose else [t for t in tools if "+" not in t]
 
 
-def suite(*, models: str | None, peers: str | None, threads: str | None, build: bool, budget: float, rounds: int,
-          seed: int, out_dir: Path | None, name: str | None, resume: bool, plots: bool, dry_run: bool,
-          as_json: bool) -> None:
+def suite(*, models: str | None, peers: str | None, compose: bool = True, threads: str | None, build: bool,
+          budget: float, rounds: int, seed: int, out_dir: Path | None, name: str | None, resume: bool, plots: bool,
+          dry_run: bool, as_json: bool) -> None:
     """Run the suite and print (or ``--json``) its table; writes ``OUT/NAME.jsonl``, ``.md`` and ``.png``."""
     from graphsub.bench.suite.measure import parse_threads
     from graphsub.bench.suite.runner import run_suite
@@ -61,7 +62,7 @@ def suite(*, models: str | None, peers: str | None, threads: str | None, build: 
         fail(Exit.USAGE, f"--threads: {e}", as_json)
     if budget <= 0 or rounds < 1:
         fail(Exit.USAGE, "--budget must be positive and --rounds at least 1", as_json)
-    tools = _tools(peers, as_json)
+    tools = _tools(peers, as_json, compose)
     chosen = _models(models, build, as_json)
     name = name or "suite"
     out_path = out_dir or Path("benchmarks/results")

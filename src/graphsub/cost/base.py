@@ -170,6 +170,36 @@ class Limits:
 # ----------------------------------------------------------------------------- constness
 
 
+#: binary ops whose operands commute: priced the same in either order (:func:`canonical_operands`)
+COMMUTATIVE = frozenset({"add", "mul", "sum"})
+
+
+def _operand_key(sig: OpSig, consts: tuple[bool, ...] | None, i: int) -> tuple[Any, ...]:
+    t = sig.in_types[i]
+    return (bool(consts[i]) if consts else False, t.shape, str(t.dtype))
+
+
+def canonical_operands(sig: OpSig, consts: tuple[bool, ...] | None) -> tuple[OpSig, tuple[bool, ...] | None, bool]:
+    """``(sig, consts, swapped)`` with the two operands of a commutative op in canonical order (constants
+    last, then by shape), so that ``add(x, y)`` and ``add(y, x)`` have one price: commuting is cost-neutral and no
+    search step is spent on it.
+
+    >>> from graphsub.ir.node import make_sig
+    >>> from graphsub.ops.types import TensorType
+    >>> a, b = TensorType((2, 3), "float32"), TensorType((3,), "float32")
+    >>> canonical_operands(make_sig("add", {}, (a, b)), None)[0] is canonical_operands(make_sig("add", {}, (b, a)),
+    ...                                                                                None)[0]
+    True
+    """
+    if sig.op not in COMMUTATIVE or len(sig.in_types) != 2:
+        return sig, consts, False
+    if _operand_key(sig, consts, 1) >= _operand_key(sig, consts, 0):
+        return sig, consts, False
+    from graphsub.ir.node import make_sig
+
+    return make_sig(sig.op, dict(sig.attrs), sig.in_types[::-1]), None if consts is None else consts[::-1], True
+
+
 def const_mask(graph: Graph, nid: int, wo: Mapping[int, bool] | None = None) -> tuple[bool, ...]:
     """Per input slot of node ``nid``: is that input a (folded) constant?"""
     wo = wo if wo is not None else weight_only_map(graph)
@@ -263,6 +293,7 @@ class SumCostModel:
 
     # -- per node ---------------------------------------------------------------------
     def node_cost(self, sig: OpSig, consts: tuple[bool, ...] | None = None) -> Cost:
+        sig, consts, _ = canonical_operands(sig, consts)
         key = (sig, consts)
         hit = self._memo.get(key)
         if hit is None:
@@ -356,6 +387,7 @@ class SumCostModel:
 
 
 __all__ = [
+    "COMMUTATIVE",
     "DIMS",
     "ZERO",
     "Cost",
@@ -364,6 +396,7 @@ __all__ = [
     "Limits",
     "OpCostRow",
     "SumCostModel",
+    "canonical_operands",
     "const_mask",
     "describe_sig",
 ]

@@ -75,4 +75,16 @@ def machine_key() -> str:
     return f"{cpu_model()} x{os.cpu_count() or 1}"
 
 
-__all__ = ["CACHE_ENV", "CACHE_FILE", "cache_dir", "cpu_model", "default_cache_path", "llc_bytes", "machine_key"]
+
+
+def all_cores() -> int:
+    """The number of cores this process may run on: ONNX Runtime's default intra-op thread count, and what "all
+    cores" means in the suite."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+__all__ = ["CACHE_ENV", "CACHE_FILE", "all_cores", "cache_dir", "cpu_model", "default_cache_path", "llc_bytes",
+           "machine_key"]

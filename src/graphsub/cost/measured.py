@@ -61,6 +61,7 @@ from graphsub.cost.base import (
     Limits,
     Objective,
     SumCostModel,
+    canonical_operands,
     const_mask,
     describe_sig,
 )
@@ -518,7 +519,8 @@ class MeasuredCostModel(SumCostModel):
     def _add_items(self, graph: Graph, nid: int, wo: Mapping[int, bool],
                    out: dict[tuple[str, str], tuple[str, Any]]) -> None:
         """Add the key run-time node ``nid`` is priced by (a one-node model) to ``out`` if new."""
-        sig, mask = graph.nodes[nid].sig, const_mask(graph, nid, wo)
+        sig, mask, _ = canonical_operands(graph.nodes[nid].sig, const_mask(graph, nid, wo))
+        assert mask is not None
         key = self.key_of(sig, mask)
         if key not in out:
             out[key] = (describe_sig(sig, 400), lambda s=sig, c=mask: one_node_graph(s, c))

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.cost.analytic import analytic_cost
-from graphsub.cost.base import ZERO, Cost, Limits, Objective, const_mask, describe_sig
+from graphsub.cost.base import ZERO, Cost, Limits, Objective, canonical_operands, const_mask, describe_sig
 from graphsub.cost.measured import MeasuredCostModel, OpTimeCache
 from graphsub.ir.analysis import expand, is_free, weight_only_map
 from graphsub.ir.builder import Builder, Value
@@ -146,8 +146,12 @@ def group_key(graph: Graph, group: Sequence[int], wo: Mapping[int, bool]) -> tup
     for i, nid in enumerate(group):
         node = graph.nodes[nid]
         slot = -1 if i == 0 else next(s for s, r in enumerate(node.inputs) if r.node == group[i - 1])
-        parts.append((node.sig.digest, slot))
-        masks.append("".join("c" if c else "x" for c in const_mask(graph, nid, wo)))
+        sig, mask, swapped = canonical_operands(node.sig, const_mask(graph, nid, wo))  # commuting is cost-neutral
+        assert mask is not None
+        if swapped and slot >= 0:
+            slot = 1 - slot
+        parts.append((sig.digest, slot))
+        masks.append("".join("c" if c else "x" for c in mask))
     return f"g{stable_digest('fusion-group', tuple(parts)) & 0xFFFFFFFFFFFFFFFF:016x}", "|".join(masks)
 
 

@@ -19,6 +19,7 @@ torch.Size([1, 6, 8, 8])
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -138,6 +139,7 @@ TORCH_OPS: dict[str, TorchFn] = {
     "ms_fused_conv": lambda xs, a: (_conv(xs[:3], a, _fused_conv_act(a), xs[3] if len(xs) > 3 else None),),
     "add": _binary(torch.add), "sub": _binary(torch.sub), "mul": _binary(torch.mul), "div": _binary(torch.div),
     "pow": _binary(torch.pow), "smul": _binary(torch.mul),
+    "sum": lambda xs, a: (functools.reduce(torch.add, xs),),
     "relu": _unary(torch.relu), "sigmoid": _unary(torch.sigmoid), "tanh": _unary(torch.tanh),
     "erf": _unary(torch.erf), "sqrt": _unary(torch.sqrt), "exp": _unary(torch.exp), "log": _unary(torch.log),
     "neg": _unary(torch.neg), "abs": _unary(torch.abs), "reciprocal": _unary(torch.reciprocal),

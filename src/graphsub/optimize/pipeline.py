@@ -169,7 +169,7 @@ def optimize(
 
 def default_threads() -> int:
     """All cores this process may run on: ONNX Runtime's own default for intra-op threads."""
-    from graphsub.bench.suite.measure import all_cores
+    from graphsub.cost.env import all_cores
 
     return all_cores()
 

@@ -10,7 +10,7 @@ sources and lets the clock decide:
 * ``eqsat``: equality saturation over the same rules and cost (a different search, often a different graph);
 * ``PEER``: the original passed through a peer's passes where that library is installed (``onnxscript``'s
   ``optimize_for_ort``, ``onnxslim``, ``onnxsim``, ``onnxoptimizer``), each in a fresh process with a timeout
-  (:func:`graphsub.bench.suite.peers.run_peer`; a peer that fails or hangs is only a missing candidate);
+  (:func:`graphsub.optimize.peers.run_peer`; a peer that fails or hangs is only a missing candidate);
 * ``PEER+search``: graphsub's search on top of a peer's output;
 * ``X+spelling`` for each of the above: the ``ort-spelling`` rules (:mod:`graphsub.rules.library.ort_spelling`)
   applied everywhere, which change only which of ONNX Runtime's own fusions happen (``Add -> LayerNormalization``
@@ -240,7 +240,7 @@ def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources)
 def _peer(portfolio: Portfolio, peer: str, src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
           sources: Sources) -> None:
     """Run ``peer`` on ``src``; add its output, and graphsub's search and spelling on top of it."""
-    from graphsub.bench.suite.peers import PeerInput, run_peer
+    from graphsub.optimize.peers import PeerInput, run_peer
 
     dst = tmp / f"{peer}.onnx"
     res = run_peer(peer, src, dst, PeerInput(transformer=None, input_shapes=dict(shapes)),
@@ -277,7 +277,7 @@ def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int,
            rtol: float, atol: float, skip: Sequence[str] = ()) -> None:
     """Compare every distinct candidate not in ``skip`` (already verified) with the original on ``feeds``
     (``(seed, inputs)`` draws) in ONNX Runtime; candidates with the same file inherit the verdict."""
-    from graphsub.bench.suite.peers import check_feeds
+    from graphsub.optimize.peers import check_feeds
 
     original: Path | bytes = source if isinstance(source, bytes) else Path(source)
     for c in portfolio.distinct:

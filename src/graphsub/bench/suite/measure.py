@@ -15,7 +15,6 @@ faster than the baseline.  The machine's load average is read before and after.
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,14 +24,9 @@ from typing import Any
 import numpy as np
 
 from graphsub.bench.records import load_avg
-
-
-def all_cores() -> int:
-    """The number of cores this process may run on (what "all cores" means in the suite)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+from graphsub.cost.env import all_cores
+from graphsub.optimize.peers import OutputCheck, check_feeds
+from graphsub.optimize.peers import checker_verdict as checker
 
 
 def parse_threads(text: str) -> list[int]:
@@ -87,6 +81,21 @@ def make_feeds(inputs: Sequence[Mapping[str, Any]], seed: int) -> dict[str, np.n
     return feeds
 
 
+def check_output(
+    original: Path,
+    candidate: Path,
+    inputs: Sequence[Mapping[str, Any]],
+    *,
+    seeds: Sequence[int] = (0, 1, 2),
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+) -> OutputCheck:
+    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the random
+    inputs :func:`make_feeds` draws from ``inputs`` for each seed? Never raises for a bad candidate."""
+    return check_feeds(original, candidate, [(seed, make_feeds(inputs, seed)) for seed in seeds], rtol=rtol,
+                       atol=atol, checker=checker(Path(candidate)))
+
+
 @dataclass(frozen=True)
 class TimingRun:
     """One side-by-side timing: per variant the median latency (ms) of each round, and the load averages."""
@@ -134,4 +143,4 @@ def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndar
     return TimingRun(threads, per_round, before, load_avg())
 
 
-__all__ = ["TimingRun", "all_cores", "make_feeds", "parse_threads", "summarize", "time_variants"]
+__all__ = ["TimingRun", "all_cores", "check_output", "make_feeds", "parse_threads", "summarize", "time_variants"]

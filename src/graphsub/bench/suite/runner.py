@@ -2,7 +2,7 @@
 
 For one model (:func:`run_model`):
 
-1. every peer of :data:`~graphsub.bench.suite.peers.PEERS` rewrites the original as its users run it (each in a
+1. every peer of :data:`~graphsub.optimize.peers.PEERS` rewrites the original as its users run it (each in a
    process of its own, so a crash or hang is a result, not an abort), and graphsub optimizes the original and each
    peer's output (``graphsub+PEER``: graphsub should compose -- never worse than the peer it follows);
 2. every output is checked against the original: does ONNX Runtime load it, and does it compute the same outputs on
@@ -65,7 +65,7 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
             seed: int) -> dict[str, dict[str, Any]]:
     """Run every tool on ``model``, each in a fresh process (a crash or hang is a result); per tool: ``status``,
     ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok)."""
-    from graphsub.bench.suite.peers import PEERS, PeerFn, PeerInput, run_peer
+    from graphsub.optimize.peers import PEERS, PeerFn, PeerInput, run_peer
 
     work.mkdir(parents=True, exist_ok=True)
     meta = PeerInput(transformer=model.transformer,
@@ -98,15 +98,21 @@ def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int
     res = optimize(src, output=dst, budget=Budget(time_s=budget_s), seed=seed)
     if not res.verified:
         raise RuntimeError(res.decision)
-    return {"decision": res.decision, "kept_original": res.kept_original, "applied": len(res.search.sequence),
-            "rules": sorted({s.rule for s in res.search.sequence}), "graphsub_ops": [res.original.num_ops,
-                                                                                    res.optimized.num_ops],
-            "graphsub_timings_s": res.timings_s}
+    chosen = res.chosen_candidate
+    return {"decision": res.decision, "kept_original": res.kept_original, "applied": len(res.applied),
+            "rules": sorted({a["rule"] for a in res.applied}), "graphsub_ops": [res.original.num_ops,
+                                                                               res.optimized.num_ops],
+            "graphsub_timings_s": res.timings_s, "threads": res.threads, "chosen": res.chosen,
+            "chosen_base": None if chosen is None else chosen.base,
+            "candidates": [{k: c.to_dict()[k] for k in ("name", "verified", "speedup", "faster_rounds", "screen_ratio",
+                                                         "same_as", "rules", "error")} for c in res.candidates],
+            "portfolio_notes": res.portfolio_notes}
 
 
 def inspect(model: SuiteInput, outcomes: dict[str, dict[str, Any]], seed: int) -> None:
     """Check every produced output against the original and read ONNX Runtime's view of it (in place)."""
-    from graphsub.bench.suite.peers import check_output, ort_view
+    from graphsub.bench.suite.measure import check_output
+    from graphsub.optimize.peers import ort_view
 
     for o in outcomes.values():
         if o["status"] != "ok":

@@ -48,7 +48,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from graphsub.bench.suite.measure import make_feeds
 from graphsub.equivalence import compare_arrays
 from graphsub.errors import ExecutionError
 from graphsub.frontends.ort import make_session, run_session
@@ -367,7 +366,7 @@ def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
     it was killed for time, exit code)."""
     payload, result = tmp / "peer.payload", tmp / "peer.result"
     payload.write_bytes(pickle.dumps((fn, str(src), str(out), meta)))
-    code = f"from graphsub.bench.suite.peers import _child_main; _child_main({str(payload)!r}, {str(result)!r})"
+    code = f"from graphsub.optimize.peers import _child_main; _child_main({str(payload)!r}, {str(result)!r})"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     timed_out = False
     with open(tmp / "peer.log", "wb") as log:
@@ -387,7 +386,7 @@ def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
 # --------------------------------------------------------------------------- verification of an output
 
 
-def _checker(path: Path) -> tuple[bool, str]:
+def checker_verdict(path: Path) -> tuple[bool, str]:
     try:
         onnx.checker.check_model(str(path))
     except Exception as e:  # onnx raises ValidationError and others
@@ -411,21 +410,6 @@ def _feed(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[s
     return {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds}
 
 
-def check_output(
-    original: Path,
-    candidate: Path,
-    inputs: Sequence[Mapping[str, Any]],
-    *,
-    seeds: Sequence[int] = (0, 1, 2),
-    rtol: float = 1e-3,
-    atol: float = 1e-4,
-) -> OutputCheck:
-    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the random
-    inputs :func:`make_feeds` draws from ``inputs`` for each seed? Never raises for a bad candidate."""
-    return check_feeds(original, candidate, [(seed, make_feeds(inputs, seed)) for seed in seeds], rtol=rtol,
-                       atol=atol, checker=_checker(Path(candidate)))
-
-
 def check_feeds(
     original: Path | bytes,
     candidate: Path | bytes,
@@ -435,7 +419,8 @@ def check_feeds(
     atol: float = 1e-4,
     checker: tuple[bool, str] = (True, ""),
 ) -> OutputCheck:
-    """:func:`check_output` on given ``(seed, feeds)`` draws, for models as files or serialized bytes (``checker``:
+    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the given
+    ``(seed, feeds)`` draws, for models as files or serialized bytes (``checker``:
     the onnx checker's verdict on the candidate, when it was run). Never raises for a bad candidate."""
     checker_ok, checker_error = checker
     inf = float("inf")
@@ -539,7 +524,7 @@ __all__ = [
     "PeerResult",
     "PeerStatus",
     "check_feeds",
-    "check_output",
+    "checker_verdict",
     "ort_view",
     "require_library",
     "run_peer",
