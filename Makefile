@@ -18,11 +18,9 @@ demo: $(STAMP)
 	mkdir -p $(OUT)
 	$(BIN)/graphsub zoo list
 	$(BIN)/graphsub info zoo:resnext50
-	$(BIN)/graphsub zoo export resnext50 -o $(OUT)/resnext50.onnx
-	$(BIN)/graphsub convert $(OUT)/resnext50.onnx -o $(OUT)/resnext50_roundtrip.onnx
-	$(BIN)/graphsub verify $(OUT)/resnext50.onnx $(OUT)/resnext50_roundtrip.onnx
-	$(BIN)/graphsub zoo export nasrnn -o $(OUT)/nasrnn.onnx
-	$(BIN)/graphsub optimize $(OUT)/nasrnn.onnx -o $(OUT)/nasrnn_opt.onnx --budget 15
+	$(BIN)/python examples/export_encoder.py $(OUT)/encoder.onnx
+	$(BIN)/graphsub optimize $(OUT)/encoder.onnx -o $(OUT)/encoder_fast.onnx \
+		--input-shape input_ids=1x128 --input-shape attention_mask=1x128 --report $(OUT)/encoder_report.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -96,7 +96,7 @@ def bench_cmd(
     build: Annotated[bool, typer.Option("--build", help="suite: export the suite's models first (needs "
                                                         "`pip install -e .[suite]`; cached).")] = False,
     budget: Annotated[float, typer.Option("--budget", help="suite: graphsub's main search budget per run "
-                                                          "(s).")] = 15.0,
+                                                          "(s).")] = 12.0,
     rounds: Annotated[int, typer.Option("--rounds", help="suite: alternating timing rounds.")] = 7,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default benchmarks/results; "
                                                                "for a .jsonl: its directory).")] = None,

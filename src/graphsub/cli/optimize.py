@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,7 +50,7 @@ def optimize_cmd(
                                                      "(median), measured, roofline:cpu, flops, ...")] = "fused[min]",
     budget: Annotated[float, typer.Option("--budget", help="Time budget of the main search in seconds (the "
                                                           "portfolio adds --eqsat-budget and --on-top-budget per "
-                                                          "peer).")] = 15.0,
+                                                          "peer).")] = 12.0,
     k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads the model is "
                                                                   "timed and chosen at (default: every core, "
@@ -58,9 +59,9 @@ def optimize_cmd(
                                                        "installed ones of onnxscript, onnxslim, onnxsim, "
                                                        "onnxoptimizer), none, or a comma-separated list.")] = "auto",
     eqsat_budget: Annotated[float, typer.Option("--eqsat-budget", help="Seconds of equality saturation for a "
-                                                                       "portfolio candidate (0: none).")] = 6.0,
+                                                                       "portfolio candidate (0: none).")] = 5.0,
     on_top_budget: Annotated[float, typer.Option("--on-top-budget", help="Seconds of search on top of each "
-                                                                         "peer's output (0: none).")] = 3.0,
+                                                                         "peer's output (0: none).")] = 2.0,
     spelling: Annotated[bool, typer.Option("--spelling/--no-spelling", help="Also try each candidate with the "
                                                                             "ort-spelling rules (steer onnxruntime's "
                                                                             "own fusions).")] = True,
@@ -198,8 +199,9 @@ def _print_human(res: OptimizeResult) -> None:
     r = res.search
     out.print(f"[bold]{res.model}[/] {r.algorithm}: cost {r.initial_cost:.6g} -> {r.best_cost:.6g} "
               f"({r.improvement:.1%} lower) in {r.wall_time_s:.1f}s; ops {res.original.num_ops} -> "
-              f"{res.optimized.num_ops}, {len(r.sequence)} substitution(s)")
-    print_sequence(r.sequence)
+              f"{res.search.best.num_ops}, {len(r.sequence)} substitution(s)")
+    if not res.candidates or not res.verified:
+        print_sequence(r.sequence)
     if not res.verified:
         f = res.failure
         err.print(f"[bold red]verification failed[/]: {f.message if f else res.worst_output}; nothing written")
@@ -213,6 +215,14 @@ def _print_human(res: OptimizeResult) -> None:
         lat = res.latency_ms["all"]
         out.print(f"median latency under ORT_ENABLE_ALL, {res.threads} thread(s): {lat['before']:.3f} ms -> "
                   f"{lat['after']:.3f} ms ({res.speedup('all'):.3f}x)")
+    chosen = res.chosen_candidate
+    if chosen is not None and chosen.steps:
+        counts = Counter(s.rule for s in chosen.steps)
+        out.print(f"{chosen.name}: " + ", ".join(f"{rule} x{n}" if n > 1 else rule for rule, n in counts.items()),
+                  highlight=False)
+    t = res.timings_s
+    parts = [f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f}s" for k, v in t.items() if k != "total_s"]
+    out.print(f"time: {', '.join(parts)}; total {t.get('total_s', 0.0):.1f}s", highlight=False)
     colour = "yellow" if res.kept_original else "green"
     out.print(f"[{colour}]{res.decision}[/]")
     if res.written:
@@ -224,9 +234,11 @@ def _print_human(res: OptimizeResult) -> None:
 
 def _print_candidates(res: OptimizeResult) -> None:
     """The portfolio: per candidate, where it came from, whether it verified, and its speed."""
-    table = Table("candidate", "graphsub substitutions", "verified", "ms", "speedup", "faster rounds",
-                  title=f"candidates under ORT_ENABLE_ALL, {res.threads} thread(s) "
+    table = Table(title=f"candidates under ORT_ENABLE_ALL, {res.threads} thread(s) "
                         f"(original: {res.latency_ms['all']['before']:.3f} ms)" if res.latency_ms else "candidates")
+    table.add_column("candidate", no_wrap=True)
+    for head in ("substitutions", "verified", "ms", "speedup", "faster rounds"):
+        table.add_column(head, justify="right")
     for c in res.candidates:
         d = c.to_dict()
         if c.same_as:
@@ -234,7 +246,7 @@ def _print_candidates(res: OptimizeResult) -> None:
         elif d["ms"] is not None:
             speed = (f"{d['ms']:.3f}", f"{c.speedup:.3f}x", f"{c.faster_rounds:.0%}")
         elif c.screen_ratio is not None:
-            speed = ("", f"~{c.screen_ratio:.2f}x", "screened out")
+            speed = ("", f"~{c.screen_ratio:.2f}x", "screened")
         else:
             speed = ("", "", "")
         mark = "[green]yes[/]" if c.verified else ("[red]no[/]" if c.verified is False else "")

@@ -43,9 +43,9 @@ from graphsub.spec import ModelSpec, Shapes, check_output
 DEFAULT_ALGO = "taso"
 DEFAULT_COST = "fused[min]"  # the minimum of repeats: far more repeatable than the median on a loaded machine
 DEFAULT_RULES = "default"
-DEFAULT_BUDGET_S = 15.0  # the main search; the portfolio adds DEFAULT_EQSAT_S and DEFAULT_ON_TOP_S per peer
-DEFAULT_EQSAT_S = 6.0
-DEFAULT_ON_TOP_S = 3.0
+DEFAULT_BUDGET_S = 12.0  # the main search; the portfolio adds DEFAULT_EQSAT_S and DEFAULT_ON_TOP_S per peer
+DEFAULT_EQSAT_S = 5.0
+DEFAULT_ON_TOP_S = 2.0
 #: with more verified candidates than this, one short screening round picks the ones timed side by side
 FINALISTS = 5
 
@@ -213,12 +213,11 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     timed = [c for c in port.distinct if c.verified]
     if timed:
         with run.step("time", "time_s"):
-            if len(timed) > FINALISTS:  # race: two short rounds for all, then the fastest few side by side
+            if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
                 screen = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
-                                         threads=st.threads, budget_ms=st.budget_ms / 2, rounds=2)
-                for c in timed:
-                    c.screen_ratio = statistics.median(
-                        b / v for b, v in zip(screen[pf.ORIGINAL], screen[c.name], strict=True))
+                                         threads=st.threads, budget_ms=st.budget_ms / 2, rounds=3)
+                for c in timed:  # the best of three short rounds: robust to a transient disturbance
+                    c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
                 timed = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))[:FINALISTS]
             rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
                                      threads=st.threads, budget_ms=st.budget_ms)
