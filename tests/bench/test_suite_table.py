@@ -58,3 +58,20 @@ def test_gaps_are_explained_by_the_ops_after_ort(tmp_path: Path) -> None:
     md = Path(write_tables([rec], tmp_path, "t", plots=False)["markdown"]).read_text()
     assert "m at 1 thread(s): onnxscript 1.25x vs graphsub 1.00x -- Attention +4" in md
     assert "| onnxscript | behind onnxscript: 1.00x vs 1.25x |" in md
+
+
+def test_what_graphsub_kept_and_family_means(tmp_path: Path) -> None:
+    from graphsub.bench.suite.table import choices, family_geomeans, rule_family
+
+    assert [rule_family(r) for r in ("ortsp_ln_sum", "ort_gelu", "alg_add_comm", "mf_merge_matmuls")] == [
+        "ort-spelling", "ort", "algebra", "metaflow"]
+    kept = {"name": "onnxscript+spelling", "speedup": 1.2, "rules": ["ortsp_ln_sum"]}
+    ours = variant([8.0] * 5, BASE, chosen="onnxscript+spelling", chosen_base="onnxscript", threads=2,
+                   candidates=[kept, {"name": "search", "speedup": 1.0, "rules": []}])
+    recs = [record(graphsub=ours) | {"family": "transformer"},
+            record(graphsub=variant(BASE, BASE) | {"status": "failed", "verified": False}) | {"family": "cnn"}]
+    lines = choices(recs)
+    assert lines[2] == ("| m | onnxscript+spelling | onnxscript | ort-spelling (1 rules) | 1.200x | 2 | 2 |")
+    means = family_geomeans(recs, 1)
+    assert "- transformer (1 models), graphsub: 1.250x" in means
+    assert "- cnn (1 models), graphsub: 1.000x" in means  # a failed run counts as keeping the original

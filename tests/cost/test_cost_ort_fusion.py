@@ -125,3 +125,30 @@ def test_fused_delta_over_many_local_edits(tmp_path: Path) -> None:
             assert d.time_ms == pytest.approx((m.graph_cost(child) - base).time_ms, abs=1e-9), (node.op, kind)
             checked += 1
     assert checked >= 12
+
+
+def _sum_then_scale(swap: bool, bias_first: bool) -> Graph:
+    """``(x @ W) + b`` (or ``b + x @ W``), then ``* y`` (or ``y * ...``): the same arithmetic in two spellings."""
+    b = Builder("commuted")
+    x, y = b.input("x", (8, 16)), b.input("y", (8, 16))
+    m = b.matmul(x, b.weight("w", (16, 16)))
+    bias = b.weight("b", (16,))
+    s = b.add(bias, m) if bias_first else b.add(m, bias)
+    return b.build(b.mul(y, s) if swap else b.mul(s, y))
+
+
+@pytest.mark.parametrize("model", ["fused", "measured", "roofline"])
+def test_commuting_an_operation_is_cost_neutral(tmp_path: Path, model: str) -> None:
+    """Every order of the operands of add/mul has one price (canonical operand order in every cost key), so no
+    search step is spent on a commutation."""
+    from graphsub.cost import get_model
+    from graphsub.cost.measured import MeasuredCostModel
+
+    if model == "fused":
+        cm: Any = FusedMeasuredCostModel(cache=tmp_path / "c.sqlite", **FAST)
+    elif model == "measured":
+        cm = MeasuredCostModel(cache=tmp_path / "c.sqlite", **FAST)
+    else:
+        cm = get_model("roofline:cpu")
+    costs = {cm.graph_cost(_sum_then_scale(swap, first)).time_ms for swap in (False, True) for first in (False, True)}
+    assert len(costs) == 1

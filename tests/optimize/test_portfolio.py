@@ -138,3 +138,30 @@ def test_peer_names() -> None:
     assert resolve_peers(["onnxsim", "onnxsim"]) == ("onnxsim",)
     with pytest.raises(GraphsubError, match="unknown peer"):
         resolve_peers("onnxsim,nope")
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(block_path: Path, tmp_path: Path) -> None:
+    """``--provider cuda`` where onnxruntime has no CUDA provider: an error naming what is missing, before any work
+    and without writing anything; the CPU path is the default."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphsub.cli import app
+    from graphsub.errors import ExecutionError
+    from graphsub.frontends.ort import require_provider
+
+    require_provider("cpu")
+    out = tmp_path / "o.onnx"
+    try:
+        require_provider("cuda")
+    except ExecutionError as e:
+        with pytest.raises(ExecutionError, match="CUDAExecutionProvider"):
+            optimize(block_path, output=out, provider="cuda")
+        r = CliRunner().invoke(app, ["optimize", str(block_path), "-o", str(out), "--provider", "cuda", "--json"])
+        assert r.exit_code == 2 and "CUDAExecutionProvider" in json.loads(r.stdout)["error"] and str(e)
+    else:  # a machine with onnxruntime-gpu: the provider is accepted (the device check runs the real thing)
+        assert optimize(block_path, rules=[], peers="none", provider="cuda", **QUIET).provider == "cuda"
+    assert not out.exists()
+    r = CliRunner().invoke(app, ["optimize", str(block_path), "-o", str(out), "--provider", "tpu"])
+    assert r.exit_code == 2 and not out.exists()

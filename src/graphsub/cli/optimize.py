@@ -62,6 +62,9 @@ def optimize_cmd(
                                                                        "portfolio candidate (0: none).")] = 5.0,
     on_top_budget: Annotated[float, typer.Option("--on-top-budget", help="Seconds of search on top of each "
                                                                          "peer's output (0: none).")] = 2.0,
+    provider: Annotated[str, typer.Option("--provider", help="onnxruntime execution provider the candidates are "
+                                                             "timed and chosen on: cpu, or cuda (needs "
+                                                             "onnxruntime-gpu and an NVIDIA GPU).")] = "cpu",
     spelling: Annotated[bool, typer.Option("--spelling/--no-spelling", help="Also try each candidate with the "
                                                                             "ort-spelling rules (steer onnxruntime's "
                                                                             "own fusions).")] = True,
@@ -114,6 +117,10 @@ def optimize_cmd(
     threads = threads or default_threads()
     with exits(as_json, default=Exit.USAGE):
         resolve_peers(peers)
+        if provider != "cpu":
+            from graphsub.frontends.ort import require_provider
+
+            require_provider(provider)
     spec = parse_spec(model, as_json)
     confirm_output(spec, output, as_json)
     if report_path is not None:
@@ -125,7 +132,8 @@ def optimize_cmd(
     kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
                           "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
                           "keep_slower": keep_slower, "min_speedup": min_speedup, "peers": peers,
-                          "eqsat_s": eqsat_budget, "on_top_s": on_top_budget, "spelling": spelling}
+                          "eqsat_s": eqsat_budget, "on_top_s": on_top_budget, "spelling": spelling,
+                          "provider": provider}
     progress = _progress_bar(budget, as_json)
     with progress, exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), (ExportError, Exit.CANNOT_WRITE),
                          (OSError, Exit.CANNOT_WRITE)):

@@ -103,6 +103,7 @@ def optimize(
     eqsat_s: float = DEFAULT_EQSAT_S,
     on_top_s: float = DEFAULT_ON_TOP_S,
     spelling: bool = True,
+    provider: str = "cpu",
     **search_params: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
@@ -113,7 +114,9 @@ def optimize(
     equality saturation, the ``peers``, ``on_top_s`` seconds of search on top of each, the ``spelling`` pass) is
     verified and timed with the search's result, and the fastest verified candidate is chosen when it is faster
     under ``ORT_ENABLE_ALL`` (median speedup above ``min_speedup``, faster in 80% of the timing rounds; with
-    ``keep_slower`` the fastest one whatever its speed); otherwise the original is chosen (and written, byte for
+    ``keep_slower`` the fastest one whatever its speed); ``provider="cuda"`` times and decides on ONNX Runtime's CUDA
+    provider (the search's cost model and the verification stay on the CPU) and raises ExecutionError before any
+    work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
     byte for a file input). Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
     the input file), ExportError/OSError when the output cannot be written.
@@ -124,6 +127,10 @@ def optimize(
     from graphsub.search import search
 
     threads = threads or default_threads()
+    if provider != "cpu":
+        from graphsub.frontends.ort import require_provider
+
+        require_provider(provider)
     run = _Run(progress or (lambda phase, elapsed, best: None))
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
@@ -159,7 +166,7 @@ def optimize(
     else:
         settings = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
                              keep_slower=keep_slower, budget_ms=timing_budget_ms, peers=peer_list, eqsat_s=eqsat_s,
-                             on_top_s=on_top_s, spelling=spelling)
+                             on_top_s=on_top_s, spelling=spelling, provider=provider)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
     if output is not None:
         with run.step("write", "write_s"):
@@ -188,6 +195,7 @@ class _Settings:
     eqsat_s: float
     on_top_s: float
     spelling: bool
+    provider: str = "cpu"
 
 
 def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
@@ -215,13 +223,15 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         with run.step("time", "time_s"):
             if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
                 screen = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
-                                         threads=st.threads, budget_ms=st.budget_ms / 2, rounds=3)
+                                         threads=st.threads, budget_ms=st.budget_ms / 2, rounds=3,
+                                         provider=st.provider)
                 for c in timed:  # the best of three short rounds: robust to a transient disturbance
                     c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
                 timed = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))[:FINALISTS]
             rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
-                                     threads=st.threads, budget_ms=st.budget_ms)
+                                     threads=st.threads, budget_ms=st.budget_ms, provider=st.provider)
             pf.record_timing(port, rounds)
+    res.provider = st.provider
     res.candidates = port.candidates
     res.portfolio_notes = port.notes
     chosen = pf.best_timed(port) if st.keep_slower else pf.choose(port, st.min_speedup)

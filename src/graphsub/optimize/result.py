@@ -62,6 +62,7 @@ class OptimizeResult:
     report: str | None = None  # where the HTML report was written
     candidates: list[Any] = field(default_factory=list)  # the portfolio (graphsub.optimize.portfolio.Candidate)
     portfolio_notes: list[str] = field(default_factory=list)  # sources that made no candidate, and why
+    provider: str = "cpu"  # the ONNX Runtime execution provider the candidates were timed on
     chosen: str = ""  # the candidate written ("original" when none was faster); "" when nothing was timed
 
     def speedup(self, level: str) -> float | None:
@@ -116,6 +117,7 @@ class OptimizeResult:
             "cost_model": self.cost_model,
             "report": self.report,
             "chosen": self.chosen or None,
+            "provider": self.provider,
             "candidates": [c.to_dict() for c in self.candidates],
             "portfolio_notes": self.portfolio_notes,
         }

@@ -32,23 +32,24 @@ def time_model(model: bytes | str, feeds: dict[str, np.ndarray], *, level: str, 
 
 
 def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
-                  budget_ms: float) -> Callable[[], float]:
+                  budget_ms: float, provider: str = "cpu") -> Callable[[], float]:
     """A function that times ``model`` once more (median latency in ms over a ``budget_ms`` budget) on a session
     created now, under ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads, as users run it."""
     from graphsub.cost.measured import time_session
     from graphsub.frontends.ort import make_session
 
-    sess = make_session(model, optimization="all", threads=threads)
+    sess = make_session(model, optimization="all", threads=threads, provider=provider)
     return lambda: time_session(sess, feeds, budget_ms=budget_ms, warmup=5, min_repeats=5,
                                 max_repeats=100_000).median_ms
 
 
 def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarray], *, threads: int,
-                    budget_ms: float, rounds: int = 5) -> dict[str, list[float]]:
+                    budget_ms: float, rounds: int = 5, provider: str = "cpu") -> dict[str, list[float]]:
     """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
     rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
     created once, before the first round. A model that cannot be loaded or run raises ExecutionError."""
-    timers = {name: session_timer(m, feeds, threads=threads, budget_ms=budget_ms) for name, m in models.items()}
+    timers = {name: session_timer(m, feeds, threads=threads, budget_ms=budget_ms, provider=provider)
+              for name, m in models.items()}
     names = list(timers)
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,50 @@ def plot(records: Sequence[Mapping[str, Any]], threads: Sequence[int], path: Pat
     return path
 
 
+def rule_family(rule: str) -> str:
+    """The rule set a rule name comes from, by its prefix (``ortsp_ln_sum`` -> ``ort-spelling``).
+
+    >>> rule_family("ortsp_ln_sum"), rule_family("cpu_reshape_noop"), rule_family("taso_pb_031")
+    ('ort-spelling', 'cpu', 'taso-pb')
+    """
+    prefixes = (("ortsp_", "ort-spelling"), ("ort_", "ort"), ("cpu_", "cpu"), ("alg_", "algebra"), ("mf_", "metaflow"),
+                ("taso_pb_", "taso-pb"), ("gen_", "generated"))
+    return next((fam for pre, fam in prefixes if rule.startswith(pre)), "builtin")
+
+
+def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per model, what graphsub's portfolio kept: the candidate (and the peer or search it was built on), the rule
+    families that made it, and its own measured speedup at the thread count it decided at."""
+    lines = ["| model | kept | built on | rule families (substitutions) | its speedup | threads | candidates |",
+             "|---|---|---|---|---|---|---|"]
+    for r in records:
+        g = r["tools"].get(GRAPHSUB, {})
+        if g.get("status") != "ok" or "chosen" not in g:
+            continue
+        cands = {c["name"]: c for c in g.get("candidates", [])}
+        kept = cands.get(g["chosen"], {})
+        fams = Counter(rule_family(rule) for rule in kept.get("rules", []))
+        sp = kept.get("speedup")
+        lines.append(f"| {r['model']} | {g['chosen']} | {g.get('chosen_base') or '-'} | "
+                     + (", ".join(f"{f} ({n} rules)" for f, n in fams.items()) or "-")
+                     + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} |")
+    return lines
+
+
+def family_geomeans(records: Sequence[Mapping[str, Any]], threads: int) -> list[str]:
+    """Geometric means of each tool's speedup per model family (failed or wrong outputs count as 1.0x: the user
+    keeps the original)."""
+    out = []
+    for fam in sorted({r.get("family", "?") for r in records}):
+        rs = [r for r in records if r.get("family", "?") == fam]
+        for t in tools_of(rs):
+            g = geomean([(speedup(r["tools"][t], threads) if r["tools"].get(t, {}).get("verified") else None) or 1.0
+                         for r in rs if t in r["tools"] and r["tools"][t].get("status") != "not-applicable"])
+            if g is not None:
+                out.append(f"- {fam} ({len(rs)} models), {t}: {g:.3f}x")
+    return out
+
+
 def geomean(values: Sequence[float]) -> float | None:
     vals = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
@@ -290,6 +335,12 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
             if g is not None:
                 parts.append(f"- geometric mean, {t}: {g:.3f}x\n")
         parts.append("\n")
+    for n in threads:
+        parts += [f"## Geometric means by family, {n} thread(s) (a failed or wrong output counts as 1.0x)\n\n",
+                  "\n".join(family_geomeans(records, n)), "\n\n"]
+    chosen = choices(records)
+    if len(chosen) > 2:
+        parts += ["## What graphsub kept (its portfolio)\n\n", "\n".join(chosen), "\n\n"]
     lag = behind(records, threads)
     parts += ["## Where a peer beats graphsub\n\n", "\n".join(lag) if lag else "nowhere", "\n\n"]
     comp = composition(records, threads)
@@ -310,8 +361,10 @@ __all__ = [
     "behind",
     "best_tool",
     "cell",
+    "choices",
     "composition",
     "failures",
+    "family_geomeans",
     "gap",
     "geomean",
     "json_rows",
@@ -319,6 +372,7 @@ __all__ = [
     "kernel_table",
     "kernels",
     "plot",
+    "rule_family",
     "speedup",
     "speedup_table",
     "tools_of",

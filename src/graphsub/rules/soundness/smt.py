@@ -65,11 +65,24 @@ class Z3Algebra:
             "dim": f("dim", Int, T, Int), "enlarge": f("enlarge", Int, T, T), "cpool": f("cpool", Int, T),
             "iconv": f("iconv", Int, T),
         }
+        self._opaque: dict[tuple[str, int], Any] = {}
         self._imatmul = z3.Const("imatmul", T)
         self._iewmul = z3.Const("iewmul", T)
 
+    def opaque(self, name: str, arity: int) -> Any:
+        """An uninterpreted function with no axioms (``T^arity -> T``): both sides of a rule that apply it to equal
+        arguments agree (congruence), and nothing else follows."""
+        key = (name, arity)
+        if key not in self._opaque:
+            self._opaque[key] = z3.Function(name, *([self.T] * arity), self.T)
+        return self._opaque[key]
+
+    def add(self, x: Any, y: Any, same_shape: bool) -> Any:
+        """x + y: ``ewadd`` for equal shapes, else the axiom-free ``badd`` (a broadcasting add)."""
+        return self.f["ewadd"](x, y) if same_shape else self.opaque("badd", 2)(x, y)
+
     def __getattr__(self, name: str) -> Any:
-        if name in ("f", "T", "_imatmul", "_iewmul"):
+        if name in ("f", "T", "_imatmul", "_iewmul", "_opaque"):
             raise AttributeError(name)
         try:
             return self.f[name]
@@ -129,6 +142,20 @@ def graph_terms(g: Graph, A: Z3Algebra, facts: list[Any], prefix: str = "") -> d
             outs = [A.f["ewadd" if op == "add" else "ewmul"](*ins)]
         elif op == "smul":
             outs = [A.f["smul"](*ins)]
+        elif op == "sum":  # ONNX Sum: the same additions as add, left to right
+            t, shape = ins[0], shapes[0]
+            for x, sx in zip(ins[1:], shapes[1:], strict=True):
+                t, shape = A.add(t, x, sx == shape), max(shape, sx, key=len)
+            outs = [t]
+        elif op == "layernorm":  # no axioms: equal arguments and attributes give equal results
+            axis = a["axis"] % len(shapes[0])
+            outs = [A.opaque(f"layernorm_{axis}_{a['epsilon']!r}", len(ins))(*ins)]
+        elif op == "ms_skip_layernorm":  # by definition: layernorm over the last axis of x + skip (+ bias)
+            h = A.add(ins[0], ins[1], shapes[0] == shapes[1])
+            if len(ins) > 4:
+                h = A.add(h, ins[4], shapes[4] == shapes[0])
+            ln_ins = [h, *ins[2:4]]
+            outs = [A.opaque(f"layernorm_{len(shapes[0]) - 1}_{a['epsilon']!r}", len(ln_ins))(*ln_ins)]
         elif op == "relu":
             outs = [A.f["relu"](*ins)]
         elif op == "matmul":
