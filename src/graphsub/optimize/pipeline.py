@@ -162,12 +162,14 @@ def optimize(
         res.kept_original, res.decision = decide(bool(result.sequence), {}, keep_slower=keep_slower,
                                                  min_speedup=min_speedup)
         res.graph = ref if res.kept_original else final
-        chosen_data = None if exported is None else bytes(exported.SerializeToString())
+        chosen_data: Any = exported
     else:
         settings = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
                              keep_slower=keep_slower, budget_ms=timing_budget_ms, peers=peer_list, eqsat_s=eqsat_s,
                              on_top_s=on_top_s, spelling=spelling, provider=provider)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
+        if res.chosen == "search":
+            chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
     if output is not None:
         with run.step("write", "write_s"):
             _write(res, output, source, chosen_data)
@@ -291,11 +293,16 @@ def _export(graph: Graph) -> Any:
     return export_graph(graph)
 
 
-def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: bytes | None) -> None:
-    from graphsub.optimize.output import write_bytes, write_original
+def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any) -> None:
+    """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
+    with large weights beside it); the original when it was kept."""
+    from graphsub.optimize.output import write_bytes, write_optimized, write_original
 
     if chosen is not None and not res.kept_original:
-        write_bytes(chosen, output)
+        if isinstance(chosen, bytes):
+            write_bytes(chosen, output)
+        else:
+            write_optimized(chosen, output)
     else:
         write_original(source, output)
     res.written = os.fspath(output)
