@@ -51,7 +51,6 @@ def fake_timing(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[bytes | 
     """Replace onnxruntime timing by a function of the model (default: its node count)."""
 
     def install(fn: Callable[[bytes | str], float] = _node_count) -> None:
-        monkeypatch.setattr("graphsub.optimize.timing.time_model", lambda model, feeds, **kw: fn(model))
         monkeypatch.setattr("graphsub.optimize.timing.session_timer",
                             lambda model, feeds, **kw: lambda: fn(model))
 

@@ -1,10 +1,10 @@
 """End-to-end timing step of :func:`graphsub.optimize.optimize`, and the decision it informs.
 
-Both models are timed in onnxruntime under ``ORT_ENABLE_ALL`` and ``ORT_DISABLE_ALL`` (:data:`LEVELS`),
-in alternating rounds so that drifting machine load hits both alike; each round is a median of repeats
-at a fixed thread count.  The optimized model is preferred only when it is faster under
-``ORT_ENABLE_ALL`` -- median speedup above ``min_speedup`` *and* faster in at least 80% of the rounds
-(:func:`consistent`) -- so that timing noise does not pass for a gain.
+The original and the candidates are timed in onnxruntime under ``ORT_ENABLE_ALL`` (as users run them) at
+the user's thread count, in rounds whose order rotates so that drifting machine load hits all alike; each
+round is a median of repeats (:func:`time_candidates`).  A candidate is preferred only when it is faster --
+median speedup above ``min_speedup`` *and* faster in at least 80% of the rounds (:func:`consistent`) -- so
+that timing noise does not pass for a gain.
 
 >>> consistent([(2.0, 1.0)] * 4 + [(1.0, 2.0)]), consistent([(2.0, 1.0)] * 3 + [(1.0, 2.0)] * 2)
 (True, False)
@@ -17,18 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-LEVELS = ("all", "disable")
-
-
-def time_model(model: bytes | str, feeds: dict[str, np.ndarray], *, level: str, threads: int,
-               budget_ms: float = 400.0) -> float:
-    """Median end-to-end latency (ms) of an ONNX model (serialized or a path) in onnxruntime at ``level``."""
-    from graphsub.cost.measured import time_session
-    from graphsub.frontends.ort import make_session
-
-    sess = make_session(model, optimization=level, threads=threads)
-    return time_session(sess, feeds, budget_ms=budget_ms, warmup=3, min_repeats=7, max_repeats=100_000).median_ms
 
 
 def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
@@ -59,26 +47,6 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     return out
 
 
-def measure(before: bytes | str, after: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
-            rounds: int = 5) -> dict[str, dict[str, Any]]:
-    """Latency of both models at each level of :data:`LEVELS`: ``{level: {before, after, rounds}}``,
-    the medians over ``rounds`` alternating measurements; ``rounds`` lists each round's
-    ``(before, after)``.  ``after is before`` (nothing to compare) times the model once per level."""
-    out: dict[str, dict[str, Any]] = {}
-    for level in LEVELS:
-        if after is before:
-            v = time_model(before, feeds, level=level, threads=threads, budget_ms=budget_ms)
-            out[level] = {"before": v, "after": v}
-            continue
-        pairs = []
-        for _ in range(rounds):
-            b = time_model(before, feeds, level=level, threads=threads, budget_ms=budget_ms)
-            pairs.append((b, time_model(after, feeds, level=level, threads=threads, budget_ms=budget_ms)))
-        out[level] = {"before": float(np.median([p[0] for p in pairs])),
-                      "after": float(np.median([p[1] for p in pairs])), "rounds": pairs}
-    return out
-
-
 def consistent(rounds: Sequence[tuple[float, float]]) -> bool:
     """Whether ``after < before`` in at least 80% of the timing rounds (all rounds when there are
     fewer than five; vacuously true when there are none)."""
@@ -105,4 +73,4 @@ def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower:
                   "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
 
 
-__all__ = ["LEVELS", "consistent", "decide", "measure", "session_timer", "time_candidates", "time_model"]
+__all__ = ["consistent", "decide", "session_timer", "time_candidates"]

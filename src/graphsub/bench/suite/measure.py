@@ -127,19 +127,11 @@ def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndar
     """Time every model of ``paths`` (variant name -> ONNX file or serialized model) on ``feeds`` under
     ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads, in ``rounds`` alternating rounds (see the module
     docstring).  Raises ExecutionError when a model cannot be loaded or run (check loading first)."""
-    from graphsub.cost.measured import time_session
-    from graphsub.frontends.ort import make_session
+    from graphsub.optimize.timing import time_candidates
 
     before = load_avg()
-    sessions = {name: make_session(p if isinstance(p, bytes) else str(p), optimization="all", threads=threads)
-                for name, p in paths.items()}
-    names = list(sessions)
-    per_round: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:  # rotate who goes first
-            t = time_session(sessions[name], feeds, budget_ms=budget_ms, warmup=2, min_repeats=5, max_repeats=10_000)
-            per_round[name].append(t.median_ms)
+    per_round = time_candidates({name: p if isinstance(p, bytes) else str(p) for name, p in paths.items()},
+                                dict(feeds), threads=threads, budget_ms=budget_ms, rounds=rounds)
     return TimingRun(threads, per_round, before, load_avg())
 
 
