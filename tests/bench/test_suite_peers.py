@@ -359,3 +359,26 @@ def test_summarize_ops_keys() -> None:
     assert view.fused_kernels == {"FusedConv": 1, "LayerNormalization": 1, "ReorderInput": 1,
                                   "com.microsoft.nchwc:Conv": 1}
     assert {"Attention", "SkipLayerNormalization", "FusedConv", "ReorderOutput"} <= set(FUSED_KERNELS)
+
+
+def test_an_interrupt_stops_running_peers(tmp_path: Path) -> None:
+    """Peers run in their own sessions (the terminal's Ctrl-C does not reach them); an interrupted portfolio stops
+    them with ``kill_running``: the thread waiting on a hung peer returns at once, its folder removed."""
+    import threading
+
+    from graphsub.optimize import peers
+
+    src = _unary_model(tmp_path / "m.onnx", "Relu")
+    out: list[object] = []
+    t0 = time.perf_counter()
+    worker = threading.Thread(target=lambda: out.append(run_peer("hangs", src, tmp_path / "o.onnx", PeerInput(),
+                                                                 timeout_s=60, registry=FAILING)))
+    worker.start()
+    while not peers._LIVE and time.perf_counter() - t0 < 30:
+        time.sleep(0.05)
+    peers.kill_running()
+    worker.join(30)
+    assert not worker.is_alive() and time.perf_counter() - t0 < 30 and not peers._LIVE
+    (res,) = out
+    assert res.status == "failed" and "SIGKILL" in res.error  # type: ignore[attr-defined]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]

@@ -116,3 +116,38 @@ def test_usage_errors(tmp_path: Path) -> None:
     r = runner.invoke(app, ["bench", "suite", "--models", str(tmp_path / "missing.onnx"), "--out", str(tmp_path)])
     assert r.exit_code == 2 and "no such file" in " ".join(r.output.split())
     assert load_records(tmp_path / "suite.jsonl") == []
+
+
+def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict[str, object]], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """``graphsub@1`` (``graphsub optimize --threads 1``) is timed at 1 thread only and becomes graphsub's result
+    there; the all-cores run keeps the other thread counts (its 1-thread timing stays on record)."""
+    from graphsub.bench.suite import runner
+
+    _, model, _ = suite_run
+    paths = {}
+    for tool in (BASELINE, "graphsub", "graphsub@1"):
+        m = onnx.load(str(model))
+        m.producer_name = tool  # same computation, distinct files
+        onnx.save(m, str(tmp_path / f"{tool}.onnx"))
+        paths[tool] = str(tmp_path / f"{tool}.onnx")
+    timed: dict[int, list[str]] = {}
+    real = runner.time_variants
+
+    def spy(variants: dict[str, Path], feeds: object, *, threads: int, **kw: object) -> object:
+        timed[threads] = sorted(variants)
+        return real(variants, feeds, threads=threads, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "time_variants", spy)
+    outcomes = {t: {"status": "ok", "path": p, "chosen": t, "threads": 1 if "@" in t else 2} for t, p in paths.items()}
+    inspect(from_file(model), outcomes, seed=0)
+    time_all(from_file(model), outcomes, [1, 2], rounds=1, budget_ms=5, seed=0)
+    assert timed == {1: ["graphsub", "graphsub@1", "ort"], 2: ["graphsub", "ort"]}
+    ours = outcomes["graphsub"]
+    assert "graphsub@1" not in outcomes and ours["at_threads"]["1"]["chosen"] == "graphsub@1"
+    assert set(ours["timing"]) == {"1", "2"} and set(ours["timing_all_cores_run"]) == {"1"}
+    assert ours["timing"]["1"] != ours["timing_all_cores_run"]["1"]
+    from graphsub.bench.suite.table import choices
+
+    rows = choices([{"model": "m", "tools": outcomes}])[2:]
+    assert [r.split(" | ")[1] for r in rows] == ["graphsub@1", "graphsub"]  # one row per thread count, 1 first

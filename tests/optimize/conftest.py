@@ -52,7 +52,8 @@ def fake_timing(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[bytes | 
 
     def install(fn: Callable[[bytes | str], float] = _node_count) -> None:
         monkeypatch.setattr("graphsub.optimize.timing.session_timer",
-                            lambda model, feeds, **kw: lambda: fn(model))
+                            lambda model, feeds, **kw: lambda budget_ms: fn(model))
+        monkeypatch.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: fn(model))
 
     install()
     return install

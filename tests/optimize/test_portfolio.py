@@ -165,3 +165,73 @@ def test_cuda_without_a_gpu_is_a_clear_error(block_path: Path, tmp_path: Path) -
     assert not out.exists()
     r = CliRunner().invoke(app, ["optimize", str(block_path), "-o", str(out), "--provider", "tpu"])
     assert r.exit_code == 2 and not out.exists()
+
+
+def test_a_lucky_leader_is_not_confirmed(block_path: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The side-by-side rounds say the spelling candidate is faster, the paired confirmation rounds say it is not
+    (a lucky draw): the original is kept, byte for byte, and the decision says why."""
+    monkeypatch.setattr("graphsub.optimize.timing.session_timer",
+                        lambda model, feeds, **kw: lambda budget_ms: 10.0 - _ops(model).count("Sum"))
+    monkeypatch.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: 10.0)
+    out = tmp_path / "o.onnx"
+    res = optimize(block_path, output=out, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    (cand,) = res.candidates
+    assert cand.speedup == pytest.approx(1.25) and cand.confirm_speedup == pytest.approx(1.0)
+    assert len(cand.confirm_rounds) == 7 and cand.confirm_faster_rounds == 0.0
+    assert res.kept_original and out.read_bytes() == block_path.read_bytes()
+    assert "paired with the original" in res.decision and res.to_dict()["candidates"][0]["confirm_speedup"] == 1.0
+
+
+def test_the_runner_up_is_confirmed_when_the_leader_is_not(block_path: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two leaders side by side; paired rounds refute the first and confirm the second, which is kept."""
+    from graphsub.optimize import peers
+
+    def fake_peer(name: str, src: Path, dst: Path, meta: object, **kw: object) -> peers.PeerResult:
+        m = onnx.load(str(src))
+        m.graph.node.insert(0, helper.make_node("Identity", ["x"], ["x_peer"]))
+        m.graph.node[1].input[0] = "x_peer"
+        onnx.save(m, str(dst))
+        return peers.PeerResult(name, "ok", "", 0.1)
+
+    def side_by_side(model: bytes | str) -> float:  # the peer leads (5 ms), the spelling second (7 ms)
+        ops = _ops(model)
+        return (5.0 if "Sum" not in ops else 9.0) if "Identity" in ops else 10.0 - 1.5 * ops.count("Sum")
+
+    def paired(model: bytes | str) -> float:  # the peer's lead was luck; the spelling's is real
+        return 10.0 - 2 * _ops(model).count("Sum") if "Identity" not in _ops(model) else 10.0
+
+    monkeypatch.setattr(peers, "run_peer", fake_peer)
+    monkeypatch.setattr("graphsub.optimize.timing.session_timer",
+                        lambda model, feeds, **kw: lambda budget_ms: side_by_side(model))
+    monkeypatch.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: paired(model))
+    res = optimize(block_path, output=tmp_path / "o.onnx", rules=[], peers="onnxoptimizer",  # type: ignore[arg-type]
+                   **QUIET)
+    by = {c.name: c for c in res.candidates}
+    assert by["onnxoptimizer"].confirm_speedup == pytest.approx(1.0)
+    assert res.chosen == "spelling" and by["spelling"].confirm_speedup == pytest.approx(10 / 6)
+    assert "confirmed" in res.decision and res.latency_ms["all"]["after"] == 6.0
+
+
+def test_time_pair_alternates_in_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per round one median per model; bursts alternate a/b and their first run is dropped (a fast model), the
+    starting model alternates by round."""
+    from graphsub.optimize.timing import time_pair
+
+    calls: list[str] = []
+
+    def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[], float]:
+        def once() -> float:
+            calls.append(str(model))
+            return {"a": 2.0, "b": 1.0}[str(model)]
+        return once
+
+    monkeypatch.setattr("graphsub.optimize.timing.run_timer", timer)
+    a, b = time_pair("a", "b", {}, threads=1, budget_ms=20.0, rounds=3)
+    assert a == [2.0] * 3 and b == [1.0] * 3
+    assert calls[:6] == ["a"] * 3 + ["b"] * 3  # a first run each, then two warm-ups each
+    body = calls[6:]
+    assert body[:17] == ["a"] * 8 + ["b"] * 8 + ["a"]  # bursts of 8 (30 ms, at most 8 runs; the first dropped)
+    starts = [i for i in range(1, len(body)) if body[i] != body[i - 1]]
+    assert len(body) % 8 == 0 and all(i % 8 == 0 for i in starts)

@@ -90,7 +90,9 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Opti
     path = tmp_path_factory.mktemp("report") / "small.onnx"
     onnx.save(small_model(), str(path))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("graphsub.optimize.timing.session_timer", lambda model, feeds, **kw: lambda: _node_count(model))
+        mp.setattr("graphsub.optimize.timing.session_timer",
+                   lambda model, feeds, **kw: lambda budget_ms: _node_count(model))
+        mp.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: _node_count(model))
         yield path, optimize(path, **FAST)  # type: ignore[arg-type]
 
 

@@ -92,10 +92,13 @@ def optimize_cmd(
     side by side under ORT_ENABLE_ALL at --threads (rounds in rotating order; a short screening round first
     when there are many).
 
-    4. Write OUTPUT atomically: the fastest verified candidate if it is faster than the input (by
-    --min-speedup, in 80% of the rounds), else the original.
+    4. Confirm: the leaders (at most two) are re-timed in fresh rounds paired with the input (short
+    alternating bursts), so that a lucky round does not pass for a gain.
 
-    5. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
+    5. Write OUTPUT atomically: the fastest confirmed candidate if it is faster than the input (by
+    --min-speedup, in 80% of the paired rounds), else the original.
+
+    6. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
 
     Exit codes: 0 written (optimized, or the original by design); 1 not verified, nothing written;
 
@@ -245,18 +248,20 @@ def _print_candidates(res: OptimizeResult) -> None:
     table = Table(title=f"candidates under ORT_ENABLE_ALL, {res.threads} thread(s) "
                         f"(original: {res.latency_ms['all']['before']:.3f} ms)" if res.latency_ms else "candidates")
     table.add_column("candidate", no_wrap=True)
-    for head in ("substitutions", "verified", "ms", "speedup", "faster rounds"):
+    for head in ("substitutions", "verified", "ms", "speedup", "faster rounds", "confirmed (paired)"):
         table.add_column(head, justify="right")
     for c in res.candidates:
         d = c.to_dict()
         if c.same_as:
-            speed = (f"same file as {c.same_as}", "", "")
+            speed = (f"same file as {c.same_as}", "", "", "")
         elif d["ms"] is not None:
-            speed = (f"{d['ms']:.3f}", f"{c.speedup:.3f}x", f"{c.faster_rounds:.0%}")
+            conf = (f"{c.confirm_speedup:.3f}x, {c.confirm_faster_rounds:.0%}" if c.confirm_speedup is not None
+                    and c.confirm_faster_rounds is not None else "")
+            speed = (f"{d['ms']:.3f}", f"{c.speedup:.3f}x", f"{c.faster_rounds:.0%}", conf)
         elif c.screen_ratio is not None:
-            speed = ("", f"~{c.screen_ratio:.2f}x", "screened")
+            speed = ("", f"~{c.screen_ratio:.2f}x", "screened", "")
         else:
-            speed = ("", "", "")
+            speed = ("", "", "", "")
         mark = "[green]yes[/]" if c.verified else ("[red]no[/]" if c.verified is False else "")
         name = f"[bold]{c.name}[/]" if c.name == res.chosen else c.name
         table.add_row(name, str(len(c.steps)), mark, *speed)

@@ -359,6 +359,22 @@ def run_peer(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: peer processes running now (in any thread), so that an interrupted portfolio can stop them all
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group of the peer we started, nothing else
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def kill_running() -> None:
+    """Stop every peer process still running (an interrupt: the threads waiting on them then return at once)."""
+    for proc in list(_LIVE):
+        _kill(proc)
+
+
 def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
            timeout_s: float) -> tuple[list[Any] | None, bool, int | None]:
     """Run :func:`_child_main` in a fresh interpreter with this process's ``sys.path``, in its own process group
@@ -372,13 +388,14 @@ def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
     with open(tmp / "peer.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 env=env, cwd=tmp / "cwd", start_new_session=True)
+        _LIVE.add(proc)
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-        with contextlib.suppress(ProcessLookupError):  # the group of the peer we started, nothing else
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        finally:  # also on Ctrl-C: the peer's session does not see the terminal's SIGINT
+            _kill(proc)
+            _LIVE.discard(proc)
     message = json.loads(result.read_text()) if result.is_file() else None
     return message, timed_out, proc.returncode
 
@@ -525,6 +542,7 @@ __all__ = [
     "PeerStatus",
     "check_feeds",
     "checker_verdict",
+    "kill_running",
     "ort_view",
     "require_library",
     "run_peer",

@@ -33,7 +33,7 @@ from typing import Any
 
 from graphsub.ir.graph import Graph
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.timing import decide, time_candidates
+from graphsub.optimize.timing import decide, time_candidates, time_pair
 from graphsub.optimize.verification import bisect, check, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
@@ -48,6 +48,10 @@ DEFAULT_EQSAT_S = 5.0
 DEFAULT_ON_TOP_S = 2.0
 #: with more verified candidates than this, one short screening round picks the ones timed side by side
 FINALISTS = 5
+#: at most this many leaders are re-timed paired with the original before the original is kept
+CONFIRM = 2
+#: a model slower than this (ms a run) gets fewer finalists, one leader confirmed in 5 rounds (the time to result)
+SLOW_MS = 50.0
 
 #: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write
 ProgressFn = Callable[[str, float, float | None], None]
@@ -223,25 +227,17 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     timed = [c for c in port.distinct if c.verified]
     if timed:
         with run.step("time", "time_s"):
-            if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
-                screen = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
-                                         threads=st.threads, budget_ms=st.budget_ms / 2, rounds=3,
-                                         provider=st.provider)
-                for c in timed:  # the best of three short rounds: robust to a transient disturbance
-                    c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
-                timed = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))[:FINALISTS]
-            rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds[0][1],
-                                     threads=st.threads, budget_ms=st.budget_ms, provider=st.provider)
-            pf.record_timing(port, rounds)
+            _time(port, timed, source, feeds[0][1], st)
     res.provider = st.provider
     res.candidates = port.candidates
     res.portfolio_notes = port.notes
     chosen = pf.best_timed(port) if st.keep_slower else pf.choose(port, st.min_speedup)
-    shown = chosen or pf.best_timed(port)
+    confirmed = [c for c in port.distinct if c.confirm_rounds]
+    shown = chosen or max(confirmed, key=lambda c: c.confirm_speedup or 0.0, default=None) or pf.best_timed(port)
     if shown is not None:
-        res.latency_ms = {"all": {"before": statistics.median(port.original_rounds),
-                                  "after": statistics.median(shown.rounds_ms),
-                                  "rounds": list(zip(port.original_rounds, shown.rounds_ms, strict=True))}}
+        pairs = shown.confirm_rounds or list(zip(port.original_rounds, shown.rounds_ms, strict=True))
+        res.latency_ms = {"all": {"before": statistics.median(b for b, _ in pairs),
+                                  "after": statistics.median(a for _, a in pairs), "rounds": pairs}}
     res.kept_original = chosen is None
     res.chosen = "original" if chosen is None else chosen.name
     res.decision = _decision(chosen, shown, st)
@@ -251,14 +247,49 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     return None if chosen is None else chosen.data
 
 
+def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any], st: _Settings) -> None:
+    """Time the verified candidates ``timed`` against the original (a screening race first when there are many),
+    then confirm the leaders in rounds paired with the original (:mod:`graphsub.optimize.timing`); in ``port``."""
+    from graphsub.optimize import portfolio as pf
+
+    sessions: dict[str, Any] = {}  # created once: screening and the side-by-side rounds share them
+    models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
+    slow = False
+    if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
+        screen = time_candidates(models, feeds, threads=st.threads, budget_ms=st.budget_ms / 2, rounds=3,
+                                 provider=st.provider, sessions=sessions)
+        for c in timed:  # the best of three short rounds: robust to a transient disturbance
+            c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
+        slow = statistics.median(screen[pf.ORIGINAL]) > SLOW_MS
+        timed = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))[:3 if slow else FINALISTS]
+        for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
+            del sessions[name]  # the memory of the sessions that are out of the race
+    rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds, threads=st.threads,
+                             budget_ms=st.budget_ms, provider=st.provider, sessions=sessions)
+    sessions.clear()
+    pf.record_timing(port, rounds)
+    if st.keep_slower:
+        return
+    slow = slow or statistics.median(port.original_rounds) > SLOW_MS
+    for c in pf.leaders(port, 1 if slow else CONFIRM):  # fresh paired rounds: the pick's luck does not count
+        pf.record_confirmation(port, c, *time_pair(source, c.data, feeds, threads=st.threads, budget_ms=st.budget_ms,
+                                                   rounds=5 if slow else 7, provider=st.provider))
+        if pf.passes(port, c, st.min_speedup):
+            break
+
+
 def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
     if chosen is not None:
         extra = " (--keep-slower)" if st.keep_slower and (chosen.speedup or 0) <= st.min_speedup else ""
-        return f"kept {chosen.name}: {chosen.speedup:.3f}x faster under ORT_ENABLE_ALL at {st.threads} thread(s){extra}"
+        how = (f"{chosen.confirm_speedup:.3f}x faster (confirmed in rounds paired with the original)"
+               if chosen.confirm_rounds else f"{chosen.speedup:.3f}x faster")
+        return f"kept {chosen.name}: {how} under ORT_ENABLE_ALL at {st.threads} thread(s){extra}"
     if shown is None:
         return "no verified candidate differs from the original; kept the original"
+    how = (f"{shown.speedup:.3f}x side by side, {shown.confirm_speedup:.3f}x in rounds paired with the original"
+           if shown.confirm_rounds else f"{shown.speedup:.3f}x")
     return (f"no candidate is faster under ORT_ENABLE_ALL at {st.threads} thread(s) (best: {shown.name}, "
-            f"{shown.speedup:.3f}x; needed > {st.min_speedup:g}x and faster in 80% of the timing rounds); kept the "
+            f"{how}; needed > {st.min_speedup:g}x and faster in 80% of the rounds); kept the "
             "original (--keep-slower writes the fastest candidate anyway)")
 
 

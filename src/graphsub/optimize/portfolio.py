@@ -17,9 +17,13 @@ sources and lets the clock decide:
   spelled with ``Sum``, so that it stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone).
 
 Every candidate is compared with the original on the pipeline's random inputs (:func:`verify`); one that differs,
-does not load or does not run is dropped and reported, never timed. Identical files are kept once. :func:`choose`
-keeps the fastest verified candidate that is faster than the original by more than ``min_speedup`` in at least 80%
-of the rounds (:func:`graphsub.optimize.timing.consistent`), else the original.
+does not load or does not run is dropped and reported, never timed. Identical files are kept once.
+
+The pipeline times the verified candidates side by side (:func:`record_timing`), then re-times the
+:func:`leaders` one at a time paired with the original (:func:`record_confirmation`): picking the best of several
+noisy measurements favours a lucky candidate, and fresh paired rounds do not. :func:`choose` keeps the fastest
+confirmed candidate that is faster than the original by more than ``min_speedup`` in at least 80% of its rounds
+(:func:`graphsub.optimize.timing.consistent`), else the original.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ class Candidate:
     speedup: float | None = None
     faster_rounds: float | None = None
     screen_ratio: float | None = None  # original / candidate in the screening round, when there was one
+    confirm_rounds: list[tuple[float, float]] = field(default_factory=list)  # (original, this) ms, paired rounds
+    confirm_speedup: float | None = None
+    confirm_faster_rounds: float | None = None
 
     @property
     def digest(self) -> str:
@@ -85,6 +92,8 @@ class Candidate:
                 "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None,
                 "error": self.error, "same_as": self.same_as or None, "ms": ms, "speedup": self.speedup,
                 "faster_rounds": self.faster_rounds, "screen_ratio": self.screen_ratio, "rounds_ms": self.rounds_ms,
+                "confirm_speedup": self.confirm_speedup, "confirm_faster_rounds": self.confirm_faster_rounds,
+                "confirm_rounds_ms": [list(r) for r in self.confirm_rounds],
                 "seconds": self.seconds,
                 "substitutions": len(self.steps), "rules": self.rules,
                 "ops": None if self.graph is None else self.graph.num_ops}
@@ -154,6 +163,7 @@ class Portfolio:
     candidates: list[Candidate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     original_rounds: list[float] = field(default_factory=list)  # the original's per-round times (ms)
+    confirming: bool = False  # a leader was re-timed paired with the original: only confirmed ones may be kept
 
     def add(self, cand: Candidate) -> Candidate:
         for other in self.candidates:
@@ -203,10 +213,32 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
                 src.write_bytes(source)
             else:
                 src = Path(source)
+            note("peers")
+            results = _run_peers(sources, src, Path(tmp), shapes)
             for peer in sources.peers:
                 note(peer)
-                _peer(portfolio, peer, src, Path(tmp), shapes, sources)
+                _peer(portfolio, peer, results[peer], Path(tmp), shapes, sources)
     return portfolio
+
+
+def _run_peers(sources: Sources, src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """Every peer on ``src``, as many at once as the machine has cores (each in a process of its own: rewriting a
+    model is no timing, and on big models the peers are most of the portfolio's time); their PeerResults."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graphsub.cost.env import all_cores
+    from graphsub.optimize.peers import PeerInput, kill_running, run_peer
+
+    meta = PeerInput(transformer=None, input_shapes=dict(shapes))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(sources.peers), all_cores()))) as pool:
+        futures = {peer: pool.submit(run_peer, peer, src, tmp / f"{peer}.onnx", meta,
+                                     timeout_s=sources.peer_timeout_s) for peer in sources.peers}
+        try:
+            return {peer: f.result() for peer, f in futures.items()}
+        except BaseException:  # Ctrl-C: stop the peers now rather than wait for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            kill_running()
+            raise
 
 
 def _try(portfolio: Portfolio, name: str, make: Callable[[], Candidate | None]) -> None:
@@ -237,14 +269,10 @@ def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources)
     return Candidate(name, export_bytes(spelled), spelled, base, steps + new, time.perf_counter() - t)
 
 
-def _peer(portfolio: Portfolio, peer: str, src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
+def _peer(portfolio: Portfolio, peer: str, res: Any, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
           sources: Sources) -> None:
-    """Run ``peer`` on ``src``; add its output, and graphsub's search and spelling on top of it."""
-    from graphsub.optimize.peers import PeerInput, run_peer
-
+    """Add ``peer``'s output (its PeerResult ``res``), and graphsub's search and spelling on top of it."""
     dst = tmp / f"{peer}.onnx"
-    res = run_peer(peer, src, dst, PeerInput(transformer=None, input_shapes=dict(shapes)),
-                   timeout_s=sources.peer_timeout_s)
     if res.status != "ok":
         portfolio.notes.append(f"{peer}: {res.status}: {res.error}")
         return
@@ -307,14 +335,45 @@ def record_timing(portfolio: Portfolio, rounds: Mapping[str, Sequence[float]]) -
         c.faster_rounds = sum(v < b for b, v in zip(base, own, strict=True)) / len(own)
 
 
-def choose(portfolio: Portfolio, min_speedup: float) -> Candidate | None:
-    """The fastest timed, verified candidate that beats the original by more than ``min_speedup`` in at least 80%
-    of the rounds; None (keep the original) when there is none."""
+def leaders(portfolio: Portfolio, limit: int = 2) -> list[Candidate]:
+    """The timed, verified candidates with a median speedup above 1 in the side-by-side rounds, fastest first: the
+    ones worth confirming (at most ``limit``)."""
+    timed = [c for c in portfolio.distinct if c.verified and c.speedup is not None and c.speedup > 1.0]
+    return sorted(timed, key=lambda c: -(c.speedup or 0.0))[:limit]
+
+
+def record_confirmation(portfolio: Portfolio, candidate: Candidate, original_ms: Sequence[float],
+                        candidate_ms: Sequence[float]) -> None:
+    """Store the paired confirmation rounds of ``candidate`` (:func:`graphsub.optimize.timing.time_pair`), with
+    their median ratio and the share of rounds it was faster. From then on :func:`choose` only considers
+    confirmed candidates."""
+    pairs = [(b, a) for b, a in zip(original_ms, candidate_ms, strict=True) if a > 0]
+    candidate.confirm_rounds = pairs
+    candidate.confirm_speedup = statistics.median(b / a for b, a in pairs) if pairs else None
+    candidate.confirm_faster_rounds = sum(a < b for b, a in pairs) / len(pairs) if pairs else None
+    portfolio.confirming = True
+
+
+def passes(portfolio: Portfolio, candidate: Candidate, min_speedup: float) -> bool:
+    """Whether ``candidate`` beats the original by more than ``min_speedup`` (median of the per-round ratios) in at
+    least 80% of the rounds: its confirmation rounds once the portfolio confirms (an unconfirmed candidate then
+    does not pass), else its side-by-side rounds."""
     from graphsub.optimize.timing import consistent
 
-    ok = [c for c in portfolio.distinct if c.verified and c.speedup is not None and c.speedup > min_speedup
-          and consistent(list(zip(portfolio.original_rounds, c.rounds_ms, strict=True)))]
-    return max(ok, key=lambda c: c.speedup or 0.0, default=None)
+    if portfolio.confirming:
+        return (candidate.confirm_speedup is not None and candidate.confirm_speedup > min_speedup
+                and consistent(candidate.confirm_rounds))
+    return (candidate.speedup is not None and candidate.speedup > min_speedup
+            and consistent(list(zip(portfolio.original_rounds, candidate.rounds_ms, strict=True))))
+
+
+def choose(portfolio: Portfolio, min_speedup: float) -> Candidate | None:
+    """The fastest verified candidate that beats the original by more than ``min_speedup`` in at least 80% of the
+    rounds -- of the confirmed candidates, with their confirmation rounds, once any was confirmed; None (keep the
+    original) when there is none."""
+    conf = portfolio.confirming
+    ok = [c for c in portfolio.distinct if c.verified and passes(portfolio, c, min_speedup)]
+    return max(ok, key=lambda c: (c.confirm_speedup if conf else c.speedup) or 0.0, default=None)
 
 
 def best_timed(portfolio: Portfolio) -> Candidate | None:
@@ -324,4 +383,5 @@ def best_timed(portfolio: Portfolio) -> Candidate | None:
 
 
 __all__ = ["ORIGINAL", "PEER_MODULES", "Candidate", "Portfolio", "Sources", "best_timed", "choose", "collect",
-           "export_bytes", "installed_peers", "record_timing", "resolve_peers", "rewrite_everywhere", "verify"]
+           "export_bytes", "installed_peers", "leaders", "passes", "record_confirmation", "record_timing",
+           "resolve_peers", "rewrite_everywhere", "verify"]

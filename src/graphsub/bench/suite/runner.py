@@ -61,10 +61,19 @@ def _source_of(tool: str) -> str:
     return tool.partition("+")[2] or BASELINE
 
 
+def at_threads(n: int) -> str:
+    """The tool name of ``graphsub optimize --threads n`` in a record (``graphsub@1``): graphsub decides at the
+    thread count it is told, so each thread count's column is its own run (the plain ``graphsub`` one ran at all
+    cores, graphsub's default)."""
+    return f"{GRAPHSUB}@{n}"
+
+
 def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float,
-            seed: int) -> dict[str, dict[str, Any]]:
+            seed: int, threads: Sequence[int] = ()) -> dict[str, dict[str, Any]]:
     """Run every tool on ``model``, each in a fresh process (a crash or hang is a result); per tool: ``status``,
-    ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok)."""
+    ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok). With ``graphsub``
+    among the tools, it also runs as ``graphsub@N`` for each of ``threads`` but all cores (run last)."""
+    from graphsub.cost.env import all_cores
     from graphsub.optimize.peers import PEERS, PeerFn, PeerInput, run_peer
 
     work.mkdir(parents=True, exist_ok=True)
@@ -72,8 +81,11 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
                      input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs})
     registry: dict[str, PeerFn] = {**PEERS,
                                    GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed)}
+    extra = [n for n in threads if n != all_cores()] if GRAPHSUB in tools else []
+    for n in extra:
+        registry[at_threads(n)] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, threads=n)
     out: dict[str, dict[str, Any]] = {}
-    for tool in tools:
+    for tool in [*tools, *map(at_threads, extra)]:
         src = str(model.path)
         if tool.startswith(f"{GRAPHSUB}+"):
             src = out.get(_source_of(tool), {}).get("path", "")
@@ -90,12 +102,14 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
     return out
 
 
-def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int) -> dict[str, Any]:
-    """``graphsub optimize SRC -o DST`` as users run it (its defaults, but the search budget); what it decided."""
+def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int,
+                  threads: int | None = None) -> dict[str, Any]:
+    """``graphsub optimize SRC -o DST [--threads N]`` as users run it (its defaults, but the search budget); what
+    it decided."""
     from graphsub.optimize import optimize
     from graphsub.search import Budget
 
-    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), seed=seed)
+    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), seed=seed, threads=threads)
     if not res.verified:
         raise RuntimeError(res.decision)
     chosen = res.chosen_candidate
@@ -105,6 +119,7 @@ def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int
             "graphsub_timings_s": res.timings_s, "threads": res.threads, "chosen": res.chosen,
             "chosen_base": None if chosen is None else chosen.base,
             "candidates": [{k: c.to_dict()[k] for k in ("name", "verified", "speedup", "faster_rounds", "screen_ratio",
+                                                         "confirm_speedup", "confirm_faster_rounds",
                                                          "same_as", "rules", "error")} for c in res.candidates],
             "portfolio_notes": res.portfolio_notes}
 
@@ -144,7 +159,7 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
     timed once, and the others say ``same_as``; so differences in the table are never noise between equal files."""
     first: dict[str, str] = {}
     paths: dict[str, Path] = {}
-    for tool, o in outcomes.items():
+    for tool, o in outcomes.items():  # graphsub@N come last: they are the ones that say same_as
         if o.get("verified"):
             d = _digest(Path(o["path"]))
             if d in first:
@@ -155,15 +170,35 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
         return {"error": "the original does not verify against itself (NaN/inf outputs?)"}
     feeds = make_feeds(model.inputs, seed)
     loads: dict[str, Any] = {}
-    for n in threads:
-        run = time_variants(paths, feeds, threads=n, rounds=rounds, budget_ms=budget_ms)
+    for n in threads:  # graphsub@N is timed at N threads only
+        mine = {t: p for t, p in paths.items() if not t.startswith(f"{GRAPHSUB}@") or t == at_threads(n)}
+        run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms)
         for tool, s in run.summary(BASELINE).items():
             outcomes[tool].setdefault("timing", {})[str(n)] = s
         loads[str(n)] = [run.load_avg_before, run.load_avg_after]
     for o in outcomes.values():
         if "same_as" in o:
             o["timing"] = outcomes[o["same_as"]]["timing"]
+    fold_threads(outcomes)
     return loads
+
+
+def fold_threads(outcomes: dict[str, dict[str, Any]]) -> None:
+    """Move each ``graphsub@N`` into ``graphsub`` (in place): its timing at N becomes graphsub's at N (the plain
+    run's is kept as ``timing_all_cores_run``), and what it decided goes under ``at_threads[N]``; so every table's
+    graphsub column at N threads is ``graphsub optimize --threads N``."""
+    ours = outcomes.get(GRAPHSUB)
+    for tool in [t for t in outcomes if t.startswith(f"{GRAPHSUB}@")]:
+        sub, n = outcomes.pop(tool), tool.partition("@")[2]
+        if ours is None:
+            continue
+        ours.setdefault("at_threads", {})[n] = {k: v for k, v in sub.items() if k != "timing"}
+        if n in ours.get("timing", {}):
+            ours.setdefault("timing_all_cores_run", {})[n] = ours["timing"][n]
+        if n in sub.get("timing", {}) and sub.get("verified"):
+            ours["timing"][n] = sub["timing"][n]
+        elif "timing" in ours:  # a failed run at N: graphsub has no result at N
+            ours["timing"].pop(n, None)
 
 
 def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], work: Path, *,
@@ -174,7 +209,8 @@ def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], w
     rec: dict[str, Any] = {"id": model.id, "model": model.id, "path": str(model.path), "family": model.family,
                            "transformer": model.transformer, "meta": model.meta, "tools_requested": list(tools),
                            "threads": list(threads), "started_at": timestamp(), "load_avg_1m": load_avg()}
-    outcomes = produce(model, tools, work / model.id, graphsub_budget_s=graphsub_budget_s, seed=seed)
+    outcomes = produce(model, tools, work / model.id, graphsub_budget_s=graphsub_budget_s, seed=seed,
+                       threads=threads)
     inspect(model, outcomes, seed)
     rec["timing_load_avg"] = time_all(model, outcomes, threads, rounds=rounds, budget_ms=budget_ms, seed=seed)
     rec["tools"] = outcomes
@@ -211,5 +247,5 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
     return records
 
 
-__all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "default_tools", "graphsub_tool", "inspect", "produce", "run_model",
-           "run_suite", "time_all"]
+__all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "at_threads", "default_tools", "fold_threads", "graphsub_tool",
+           "inspect", "produce", "run_model", "run_suite", "time_all"]

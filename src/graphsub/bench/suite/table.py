@@ -282,20 +282,22 @@ def rule_family(rule: str) -> str:
 
 def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per model, what graphsub's portfolio kept: the candidate (and the peer or search it was built on), the rule
-    families that made it, and its own measured speedup at the thread count it decided at."""
+    families that made it, and its own measured speedup (confirmed, paired) at the thread count it decided at: one
+    row per thread count, each its own run (``graphsub optimize --threads N``)."""
     lines = ["| model | kept | built on | rule families (substitutions) | its speedup | threads | candidates |",
              "|---|---|---|---|---|---|---|"]
     for r in records:
-        g = r["tools"].get(GRAPHSUB, {})
-        if g.get("status") != "ok" or "chosen" not in g:
-            continue
-        cands = {c["name"]: c for c in g.get("candidates", [])}
-        kept = cands.get(g["chosen"], {})
-        fams = Counter(rule_family(rule) for rule in kept.get("rules", []))
-        sp = kept.get("speedup")
-        lines.append(f"| {r['model']} | {g['chosen']} | {g.get('chosen_base') or '-'} | "
-                     + (", ".join(f"{f} ({n} rules)" for f, n in fams.items()) or "-")
-                     + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} |")
+        ours = r["tools"].get(GRAPHSUB, {})
+        for g in sorted([ours, *ours.get("at_threads", {}).values()], key=lambda g: g.get("threads") or 0):
+            if g.get("status") != "ok" or "chosen" not in g:
+                continue
+            cands = {c["name"]: c for c in g.get("candidates", [])}
+            kept = cands.get(g["chosen"], {})
+            fams = Counter(rule_family(rule) for rule in kept.get("rules", []))
+            sp = kept.get("confirm_speedup") or kept.get("speedup")
+            lines.append(f"| {r['model']} | {g['chosen']} | {g.get('chosen_base') or '-'} | "
+                         + (", ".join(f"{f} ({n} rules)" for f, n in fams.items()) or "-")
+                         + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} |")
     return lines
 
 

@@ -162,9 +162,10 @@ def _candidates(res: OptimizeResult) -> str:
                                                                       None: ""}[c.verified]
         rows.append([name, _e(", ".join(c.rules[:6]) + (" ..." if len(c.rules) > 6 else "")), verdict,
                      _num(d["ms"], ".4g") if d["ms"] is not None else "", _ratio(c.speedup),
-                     "" if c.faster_rounds is None else f"{c.faster_rounds:.0%}"])
-    table = _table(["candidate", "graphsub rules", "verified", "ms", "speedup", "faster rounds"], rows,
-                   numeric=(3, 4, 5))
+                     "" if c.faster_rounds is None else f"{c.faster_rounds:.0%}", _ratio(c.confirm_speedup),
+                     "" if c.confirm_faster_rounds is None else f"{c.confirm_faster_rounds:.0%}"])
+    table = _table(["candidate", "graphsub rules", "verified", "ms", "speedup", "faster rounds",
+                    "confirmed (paired)", "faster paired rounds"], rows, numeric=(3, 4, 5, 6, 7))
     notes = "".join(f"<li>{_e(n)}</li>" for n in res.portfolio_notes)
     return f"<h3>Candidates</h3>{table}" + (f'<ul class="muted small">{notes}</ul>' if notes else "")
 
