@@ -46,14 +46,30 @@ def _node_count(model: bytes | str) -> float:
     return float(len(m.graph.node))
 
 
+def install_timing(mp: pytest.MonkeyPatch, fn: Callable[[bytes | str], float],
+                   paired: Callable[[bytes | str], float] | None = None) -> None:
+    """Replace onnxruntime timing: a model's latency is ``fn(model)`` in the side-by-side rounds and ``paired(model)``
+    (default ``fn``) in the paired confirmation rounds, computed once per session (timers are called thousands of
+    times)."""
+
+    def side(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        v = fn(model)
+        return lambda budget_ms: v
+
+    def pair(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        v = (paired or fn)(model)
+        return lambda budget_ms: v
+
+    mp.setattr("graphsub.optimize.timing.session_timer", side)
+    mp.setattr("graphsub.optimize.timing.confirm_timer", pair)
+
+
 @pytest.fixture
 def fake_timing(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[bytes | str], float]], None]:
     """Replace onnxruntime timing by a function of the model (default: its node count)."""
 
     def install(fn: Callable[[bytes | str], float] = _node_count) -> None:
-        monkeypatch.setattr("graphsub.optimize.timing.session_timer",
-                            lambda model, feeds, **kw: lambda budget_ms: fn(model))
-        monkeypatch.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: fn(model))
+        install_timing(monkeypatch, fn)
 
     install()
     return install

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import install_timing
 from onnx import TensorProto, helper, numpy_helper
 
 from graphsub.errors import GraphsubError
@@ -171,9 +172,7 @@ def test_a_lucky_leader_is_not_confirmed(block_path: Path, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The side-by-side rounds say the spelling candidate is faster, the paired confirmation rounds say it is not
     (a lucky draw): the original is kept, byte for byte, and the decision says why."""
-    monkeypatch.setattr("graphsub.optimize.timing.session_timer",
-                        lambda model, feeds, **kw: lambda budget_ms: 10.0 - _ops(model).count("Sum"))
-    monkeypatch.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: 10.0)
+    install_timing(monkeypatch, lambda model: 10.0 - _ops(model).count("Sum"), paired=lambda model: 10.0)
     out = tmp_path / "o.onnx"
     res = optimize(block_path, output=out, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
     (cand,) = res.candidates
@@ -203,9 +202,7 @@ def test_the_runner_up_is_confirmed_when_the_leader_is_not(block_path: Path, tmp
         return 10.0 - 2 * _ops(model).count("Sum") if "Identity" not in _ops(model) else 10.0
 
     monkeypatch.setattr(peers, "run_peer", fake_peer)
-    monkeypatch.setattr("graphsub.optimize.timing.session_timer",
-                        lambda model, feeds, **kw: lambda budget_ms: side_by_side(model))
-    monkeypatch.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: paired(model))
+    install_timing(monkeypatch, side_by_side, paired=paired)
     res = optimize(block_path, output=tmp_path / "o.onnx", rules=[], peers="onnxoptimizer",  # type: ignore[arg-type]
                    **QUIET)
     by = {c.name: c for c in res.candidates}
@@ -214,24 +211,36 @@ def test_the_runner_up_is_confirmed_when_the_leader_is_not(block_path: Path, tmp
     assert "confirmed" in res.decision and res.latency_ms["all"]["after"] == 6.0
 
 
-def test_time_pair_alternates_in_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Per round one median per model; bursts alternate a/b and their first run is dropped (a fast model), the
-    starting model alternates by round."""
+def test_time_pair_alternates_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per round one block per model, on sessions of its own; which model goes first alternates by round."""
     from graphsub.optimize.timing import time_pair
 
     calls: list[str] = []
 
-    def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[], float]:
-        def once() -> float:
+    def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        def once(budget_ms: float) -> float:
             calls.append(str(model))
             return {"a": 2.0, "b": 1.0}[str(model)]
         return once
 
-    monkeypatch.setattr("graphsub.optimize.timing.run_timer", timer)
+    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", timer)
     a, b = time_pair("a", "b", {}, threads=1, budget_ms=20.0, rounds=3)
-    assert a == [2.0] * 3 and b == [1.0] * 3
-    assert calls[:6] == ["a"] * 3 + ["b"] * 3  # a first run each, then two warm-ups each
-    body = calls[6:]
-    assert body[:17] == ["a"] * 8 + ["b"] * 8 + ["a"]  # bursts of 8 (30 ms, at most 8 runs; the first dropped)
-    starts = [i for i in range(1, len(body)) if body[i] != body[i - 1]]
-    assert len(body) % 8 == 0 and all(i % 8 == 0 for i in starts)
+    assert a == [2.0] * 3 and b == [1.0] * 3 and calls == ["a", "b", "b", "a", "a", "b"]
+
+
+@pytest.mark.parametrize(("second", "kept"), [([7.0] * 7, "spelling"), ([12.0] * 7, "original")])
+def test_an_inconclusive_confirmation_gets_as_many_rounds_again(block_path: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                second: list[float], kept: str) -> None:
+    """Paired rounds that say faster by the median but not often enough (5 of 7): as many rounds again, and the
+    decision on all 14 (12 of 14 faster: kept; 5 of 14: the original)."""
+    install_timing(monkeypatch, lambda model: 10.0 - _ops(model).count("Sum"))
+    cand_times = iter([7.0] * 5 + [12.0] * 2 + second)
+
+    def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        return (lambda budget_ms: next(cand_times)) if "Sum" in _ops(model) else (lambda budget_ms: 10.0)
+
+    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", timer)
+    res = optimize(block_path, output=tmp_path / "o.onnx", rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    (cand,) = res.candidates
+    assert len(cand.confirm_rounds) == 14 and res.chosen == kept

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import _node_count, small_model
+from conftest import _node_count, install_timing, small_model
 from typer.testing import CliRunner
 
 from graphsub.cli import app
@@ -90,9 +90,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Opti
     path = tmp_path_factory.mktemp("report") / "small.onnx"
     onnx.save(small_model(), str(path))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("graphsub.optimize.timing.session_timer",
-                   lambda model, feeds, **kw: lambda budget_ms: _node_count(model))
-        mp.setattr("graphsub.optimize.timing.run_timer", lambda model, feeds, **kw: lambda: _node_count(model))
+        install_timing(mp, _node_count)
         yield path, optimize(path, **FAST)  # type: ignore[arg-type]
 
 

@@ -92,8 +92,9 @@ def optimize_cmd(
     side by side under ORT_ENABLE_ALL at --threads (rounds in rotating order; a short screening round first
     when there are many).
 
-    4. Confirm: the leaders (at most two) are re-timed in fresh rounds paired with the input (short
-    alternating bursts), so that a lucky round does not pass for a gain.
+    4. Confirm: the leaders (at most two) are re-timed on fresh sessions in rounds paired with the
+    input, so that a lucky round does not pass for a gain; as many rounds again when the median says
+    faster but fewer than 80% of the rounds agree.
 
     5. Write OUTPUT atomically: the fastest confirmed candidate if it is faster than the input (by
     --min-speedup, in 80% of the paired rounds), else the original.

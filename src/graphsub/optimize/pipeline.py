@@ -33,7 +33,7 @@ from typing import Any
 
 from graphsub.ir.graph import Graph
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.timing import decide, time_candidates, time_pair
+from graphsub.optimize.timing import consistent, decide, time_candidates, time_pair
 from graphsub.optimize.verification import bisect, check, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
@@ -271,9 +271,15 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
     if st.keep_slower:
         return
     slow = slow or statistics.median(port.original_rounds) > SLOW_MS
+
+    def inconclusive(before: list[float], after: list[float]) -> bool:  # faster, but not often enough
+        pairs = list(zip(before, after, strict=True))
+        return statistics.median(b / a for b, a in pairs) > st.min_speedup and not consistent(pairs)
+
     for c in pf.leaders(port, 1 if slow else CONFIRM):  # fresh paired rounds: the pick's luck does not count
         pf.record_confirmation(port, c, *time_pair(source, c.data, feeds, threads=st.threads, budget_ms=st.budget_ms,
-                                                   rounds=5 if slow else 7, provider=st.provider))
+                                                   rounds=5 if slow else 7, provider=st.provider,
+                                                   extend_if=inconclusive))
         if pf.passes(port, c, st.min_speedup):
             break
 

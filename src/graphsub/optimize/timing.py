@@ -13,8 +13,6 @@ that timing noise does not pass for a gain.
 from __future__ import annotations
 
 import math
-import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,21 +37,11 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
     return once
 
 
-def run_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
-              provider: str = "cpu") -> Callable[[], float]:
-    """A function that runs ``model`` once on ``feeds`` and returns the latency in ms, on a session created now
-    under ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads."""
-    from graphsub.frontends.ort import make_session
-
-    run = make_session(model, optimization="all", threads=threads, provider=provider).run
-    feeds = dict(feeds)
-
-    def once() -> float:
-        t0 = time.perf_counter()
-        run(None, feeds)
-        return (time.perf_counter() - t0) * 1e3
-
-    return once
+def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
+                  provider: str = "cpu") -> Callable[[float], float]:
+    """The timer of the confirmation rounds (:func:`time_pair`): a :func:`session_timer` on a session of its own,
+    created for the confirmation (under a name of its own, so that a test can fake the two steps apart)."""
+    return session_timer(model, feeds, threads=threads, provider=provider)
 
 
 def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarray], *, threads: int,
@@ -78,40 +66,24 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
 
 
 def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
-              rounds: int = 7, provider: str = "cpu") -> tuple[list[float], list[float]]:
-    """Per round, the median latency (ms) of ``a`` and of ``b`` timed in short alternating bursts (``a a b b a a
-    ...``, about 30 ms and at least two runs each, the first run of a burst dropped as its warm-up; which model
-    starts alternates by round) until ``budget_ms`` per model is spent (at least
-    five runs each, three for a model slower than half the budget), on two sessions created now.
+              rounds: int = 7, provider: str = "cpu",
+              extend_if: Callable[[list[float], list[float]], bool] | None = None) -> tuple[list[float], list[float]]:
+    """Per round, the median latency (ms) of ``a`` and of ``b``, each timed for ``budget_ms`` in a block of its own
+    (which one goes first alternates by round), on two sessions created now (:func:`confirm_timer`); as many
+    rounds again when ``extend_if(a's rounds, b's rounds)`` says the first ones were inconclusive.
 
-    Interleaving this finely makes both models see the same machine: drift and a neighbour's burst of load hit
-    both alike, so the per-round ratio is far steadier than timing each model in its own block. It is the
-    confirmation step of the decision: data independent of the rounds that picked the leader, which would
-    otherwise favour whichever candidate was lucky (the winner's curse)."""
-    runs = [run_timer(m, feeds, threads=threads, provider=provider) for m in (a, b)]
-    first = []
-    for run in runs:  # warm-up, and a latency estimate that sizes the bursts
-        first.append(run())
-        for _ in range(2 if first[-1] < budget_ms / 4 else 0):
-            run()
-    # about 30 ms a burst, at least two runs: the first of a burst is dropped, it pays for the cache the other model
-    # evicted and for the other session's worker threads still spinning (ORT's default) when it starts
-    burst = max(2, min(8, math.ceil(30.0 / max(min(first), 1e-3))))
-    need = 3 if min(first) > budget_ms / 2 else 5
+    It is the confirmation step of the decision: data independent of the rounds that picked the leader, which
+    would otherwise favour whichever candidate was lucky (the winner's curse). Blocks, not finer interleaving:
+    alternating single runs or short bursts of two sessions at several threads leaves one session's worker
+    threads spinning (onnxruntime's default) while the other runs, which measured a 4% slower EfficientNet 17%
+    faster (``benchmarks/results/suite21_b1.jsonl``, 2 threads)."""
+    timers = [confirm_timer(m, feeds, threads=threads, provider=provider) for m in (a, b)]
     out: tuple[list[float], list[float]] = ([], [])
-    for r in range(rounds):
-        times: tuple[list[float], list[float]] = ([], [])
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        spent = 0.0
-        while min(len(t) for t in times) < need or (spent < 2 * budget_ms and len(times[0]) < 10_000):
-            for i in order:
-                for k in range(burst):
-                    dt = runs[i]()
-                    spent += dt
-                    if k:
-                        times[i].append(dt)
-        for i in (0, 1):
-            out[i].append(statistics.median(times[i]))
+    for r in range(2 * rounds):
+        if r == rounds and (extend_if is None or not extend_if(*out)):
+            break
+        for i in (0, 1) if r % 2 == 0 else (1, 0):
+            out[i].append(timers[i](budget_ms))
     return out
 
 
@@ -141,4 +113,4 @@ def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower:
                   "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
 
 
-__all__ = ["consistent", "decide", "run_timer", "session_timer", "time_candidates", "time_pair"]
+__all__ = ["confirm_timer", "consistent", "decide", "session_timer", "time_candidates", "time_pair"]

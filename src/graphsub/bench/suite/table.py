@@ -200,8 +200,10 @@ def behind(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> list
             if g is None:
                 continue
             name, theirs, mine = g
+            ours = r["tools"][GRAPHSUB]
+            ours = ours.get("at_threads", {}).get(str(n), ours)  # the output of graphsub optimize --threads n
             out.append(f"- {r['model']} at {n} thread(s): {name} {theirs:.2f}x vs graphsub {mine:.2f}x -- "
-                       f"{kernel_diff(r['tools'][name], r['tools'][GRAPHSUB])}")
+                       f"{kernel_diff(r['tools'][name], ours)}")
     return out
 
 
