@@ -79,8 +79,8 @@ def test_bad_rule_is_caught_and_named(model_path: Path, tmp_path: Path, bad_rule
 def test_real_timing_and_refusals(model_path: Path, tmp_path: Path) -> None:
     res = optimize(model_path, timing_budget_ms=5, **FAST)  # type: ignore[arg-type]
     lat = res.latency_ms["all"]
-    shown = max(res.candidates, key=lambda c: c.speedup or 0.0)  # the leader: confirmed in 7 paired rounds
-    assert lat["before"] > 0 and lat["after"] > 0 and len(lat["rounds"]) == (7 if shown.confirm_rounds else 5)
+    shown = max(res.candidates, key=lambda c: c.speedup or 0.0)  # the leader: confirmed in 7 (or 14) paired rounds
+    assert lat["before"] > 0 and lat["after"] > 0 and len(lat["rounds"]) in ((7, 14) if shown.confirm_rounds else (5,))
     assert all(len(c.rounds_ms) == 5 for c in res.candidates if not c.same_as)
     with pytest.raises(GraphsubError, match="overwrite"):
         optimize(model_path, output=model_path, **FAST)  # type: ignore[arg-type]

@@ -177,8 +177,8 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
             outcomes[tool].setdefault("timing", {})[str(n)] = s
         loads[str(n)] = [run.load_avg_before, run.load_avg_after]
     for o in outcomes.values():
-        if "same_as" in o:
-            o["timing"] = outcomes[o["same_as"]]["timing"]
+        if "same_as" in o:  # a copy: folding graphsub@N into graphsub must not change the file's twin
+            o["timing"] = dict(outcomes[o["same_as"]]["timing"])
     fold_threads(outcomes)
     return loads
 
@@ -195,10 +195,12 @@ def fold_threads(outcomes: dict[str, dict[str, Any]]) -> None:
         ours.setdefault("at_threads", {})[n] = {k: v for k, v in sub.items() if k != "timing"}
         if n in ours.get("timing", {}):
             ours.setdefault("timing_all_cores_run", {})[n] = ours["timing"][n]
+        timing = dict(ours.get("timing", {}))
         if n in sub.get("timing", {}) and sub.get("verified"):
-            ours["timing"][n] = sub["timing"][n]
-        elif "timing" in ours:  # a failed run at N: graphsub has no result at N
-            ours["timing"].pop(n, None)
+            timing[n] = sub["timing"][n]
+        else:  # a failed run at N: graphsub has no result at N
+            timing.pop(n, None)
+        ours["timing"] = timing
 
 
 def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], work: Path, *,
