@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -75,3 +76,18 @@ def test_errors_have_exit_codes(args: tuple[str, ...], code: int) -> None:
     got, out = invoke(*args, "--json")
     assert got == code
     assert "error" in json.loads(out)
+
+
+def test_cost_ort_kernels_shows_what_onnxruntime_runs(tmp_path: Path, encoder_like: Any) -> None:
+    src = tmp_path / "enc.onnx"
+    src.write_bytes(encoder_like())
+    code, out = invoke("cost", str(src), "--model", "ort-kernels", "--threads", "1",
+                       "--cache", str(tmp_path / "k.sqlite"), "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    kinds = {r["kernel"] for r in data["by_kernel"]}
+    assert "LayerNormalization" in kinds and "ReduceMean" not in kinds  # ORT's fused graph, not the file's ops
+    assert data["kernels"] == sum(r["count"] for r in data["by_kernel"]) and data["estimate_ms"] > 0
+    code, text = invoke("cost", str(src), "--model", "ort-kernels", "--threads", "1",
+                        "--cache", str(tmp_path / "k.sqlite"))
+    assert code == 0 and "LayerNormalization" in text and "0 timed now" in text  # the cache answered

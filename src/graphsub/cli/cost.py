@@ -29,7 +29,9 @@ ModelSpecOpt = Annotated[str, typer.Option(
     "--model", "-m",
     help="Cost model: flops, bytes, launches, roofline:cpu, roofline:v100, roofline:p100, measured, measured:all, "
          "fused (fusion-aware measured model for ORT_ENABLE_ALL); append \\[min] to a measured model to use the "
-         "fastest of the repeats instead of the median.")]
+         "fastest of the repeats instead of the median. ort-kernels: the kernels of ONNX Runtime's own optimized "
+         "graph (ORT_ENABLE_ALL, fused contrib ops included), each timed alone; it prices the file as ONNX Runtime "
+         "runs it (a whole model at a time, so search does not use it).")]
 ThreadsOpt = Annotated[int | None, typer.Option(
     "--threads", help="onnxruntime intra-op threads for measured models (default: all cores).")]
 CacheOpt = Annotated[Path | None, typer.Option(
@@ -72,6 +74,9 @@ def cost_cmd(
 ) -> None:
     """Print a model's cost: per-op costs grouped by operator signature (top N) and the total."""
     g = load_graph(model, parse_shapes(input_shape), as_json)
+    if cost_model == "ort-kernels":
+        _ort_kernels(model, g, top, threads, cache, as_json)
+        return
     m = _make_model(cost_model, threads, cache, as_json)
     t = time.perf_counter()
     try:
@@ -106,6 +111,41 @@ def cost_cmd(
         c = data["cache"]
         out.print(f"cache {c['path']}: hit rate {100 * c['hit_rate']:.0f}% ({c['misses']} measured in "
                   f"{c['measure_seconds']:.1f}s)")
+
+
+def _ort_kernels(model: str, g: Any, top: int, threads: int | None, cache: Path | None, as_json: bool) -> None:
+    """``cost --model ort-kernels``: the kernels ONNX Runtime runs, by type (:mod:`graphsub.cost.ort_kernels`)."""
+    from graphsub.cost.env import all_cores
+    from graphsub.cost.ort_kernels import OrtKernelPricer
+    from graphsub.data import random_inputs
+    from graphsub.frontends.onnx_export import export_graph
+
+    n = threads or all_cores()
+    src: bytes | str = model if model.endswith(".onnx") else export_graph(g).SerializeToString()
+    try:
+        price = OrtKernelPricer(threads=n, cache=cache).price(src, random_inputs(g, 0))
+    except GraphsubError as e:
+        fail(Exit.BAD_INPUT, str(e), as_json)
+    counts, by_op = price.counts(), price.by_op()
+    total = price.estimate_ms(n)
+    rows: list[dict[str, Any]] = [
+        {"kernel": op, "count": counts[op], "ms": ms, "share": ms / price.sum_ms if price.sum_ms else 0.0}
+        for op, ms in by_op.items()]
+    shown = rows if top <= 0 else rows[:top]
+    data = {"model": g.name, "cost_model": "ort-kernels", "threads": n, "estimate_ms": total, "sum_ms": price.sum_ms,
+            "kernels": len(price.kernels), "unpriced": price.unpriced, "measured": price.measured,
+            "seconds": price.seconds, "by_kernel": shown}
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    table = Table("#", "kernel", "n", "time_ms", "share",
+                  title=f"{g.name}: ONNX Runtime's kernels at {n} thread(s) (top {len(shown)} of {len(rows)} types)")
+    for i, row in enumerate(shown, 1):
+        table.add_row(str(i), escape(row["kernel"]), str(row["count"]), _fmt("time_ms", row["ms"]),
+                      f"{100 * row['share']:.1f}%")
+    out.print(table)
+    out.print(f"estimate: {total:.4g} ms over {len(price.kernels)} kernels ({price.measured} timed now, "
+              f"{price.seconds:.1f}s)" + (f"; not priced: {', '.join(price.unpriced)}" if price.unpriced else ""))
 
 
 def profile_cmd(

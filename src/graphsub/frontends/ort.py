@@ -3,6 +3,8 @@ optimization level and threads."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -55,6 +57,26 @@ def make_session(
         raise ExecutionError(f"onnxruntime rejected the model: {e}") from e
 
 
+def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") -> onnx.ModelProto:
+    """The graph onnxruntime runs for ``model`` (serialized bytes or a path): its own rewrite under ``ORT_ENABLE_ALL``
+    at ``threads`` intra-op threads, as written by ``SessionOptions.optimized_model_filepath`` into a temporary
+    folder (weights included). Raises ExecutionError when onnxruntime rejects the model."""
+    with tempfile.TemporaryDirectory(prefix="graphsub-ortopt-") as tmp:
+        out = os.path.join(tmp, "ort_optimized.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 4
+        so.optimized_model_filepath = out
+        try:
+            ort.InferenceSession(model, so, providers=PROVIDERS[provider])
+        except Exception as e:  # onnxruntime raises its own exception types
+            msg = " ".join(str(e).split())
+            raise ExecutionError(f"onnxruntime rejected the model: {msg[:500]}") from e
+        return onnx.load(out)
+
+
 def run_session(
     sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
 ) -> list[np.ndarray]:
@@ -75,4 +97,5 @@ def run_model(
     return run_session(make_session(model, optimization=optimization, threads=threads), feeds)
 
 
-__all__ = ["OPT_LEVELS", "PROVIDERS", "make_session", "require_provider", "run_model", "run_session"]
+__all__ = ["OPT_LEVELS", "PROVIDERS", "make_session", "optimized_model", "require_provider", "run_model",
+           "run_session"]

@@ -50,7 +50,7 @@ import onnxruntime as ort
 
 from graphsub.equivalence import compare_arrays
 from graphsub.errors import ExecutionError
-from graphsub.frontends.ort import make_session, run_session
+from graphsub.frontends.ort import make_session, optimized_model, run_session
 
 PeerStatus = Literal["ok", "failed", "not-installed", "not-applicable"]
 
@@ -507,22 +507,12 @@ def summarize_ops(model: onnx.ModelProto) -> OrtView:
 
 
 def ort_view(path: Path, threads: int) -> OrtView:
-    """The graph ONNX Runtime runs for ``path`` under ORT_ENABLE_ALL with ``threads`` intra-op threads (CPU), as
-    written by ``SessionOptions.optimized_model_filepath`` into a temporary folder. The written model is only read
-    (with NCHWc ops it need not load again). Raises ExecutionError when onnxruntime rejects the model."""
-    with tempfile.TemporaryDirectory(prefix="graphsub-ortview-") as tmp:
-        out = Path(tmp) / "ort_optimized.onnx"
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        so.optimized_model_filepath = str(out)
-        try:
-            ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        except Exception as e:  # onnxruntime raises its own exception types
-            raise ExecutionError(f"onnxruntime rejected {path}: {_one_line(str(e))}") from e
-        return summarize_ops(onnx.load(str(out), load_external_data=False))
+    """The graph ONNX Runtime runs for ``path`` under ORT_ENABLE_ALL with ``threads`` intra-op threads (CPU)
+    (:func:`graphsub.frontends.ort.optimized_model`). Raises ExecutionError when onnxruntime rejects the model."""
+    try:
+        return summarize_ops(optimized_model(str(path), threads=threads))
+    except ExecutionError as e:
+        raise ExecutionError(f"{path}: {e}") from e
 
 
 __all__ = [
