@@ -36,30 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.cost.calibrate import pairwise_agreement, spearman
+
 OUT = Path(__file__).parent / "results"
 SUITE = Path(os.environ.get("GRAPHSUB_SUITE_DIR", Path.home() / ".cache" / "graphsub" / "suite"))
 TIE = 0.02
-
-
-def _rank(xs: list[float]) -> list[float]:
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    ranks = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2
-        i = j + 1
-    return ranks
-
-
-def spearman(a: list[float], b: list[float]) -> float:
-    if len(a) < 3:
-        return math.nan
-    ra, rb = _rank(a), _rank(b)
-    return float(np.corrcoef(ra, rb)[0, 1]) if np.std(ra) > 0 and np.std(rb) > 0 else math.nan
 
 
 def kendall(a: list[float], b: list[float]) -> float:
@@ -68,18 +49,6 @@ def kendall(a: list[float], b: list[float]) -> float:
         return math.nan
     s = sum(np.sign(a[i] - a[j]) * np.sign(b[i] - b[j]) for i, j in pairs)
     return float(s / len(pairs))
-
-
-def pair_accuracy(pred: list[float], meas: list[float]) -> tuple[int, int]:
-    """Pairs measured more than TIE apart, and how many of them the prediction orders the same way."""
-    ok = n = 0
-    for i in range(len(meas)):
-        for j in range(i + 1, len(meas)):
-            if abs(meas[i] / meas[j] - 1) <= TIE:
-                continue
-            n += 1
-            ok += (pred[i] - pred[j]) * (meas[i] - meas[j]) > 0
-    return ok, n
 
 
 def _before_cost(cm: Any, cand: Any, data: bytes) -> float:
@@ -145,9 +114,10 @@ def score(rec: dict[str, Any], key: str, calib: tuple[float, float] | None = Non
     base = cost(rows[0])
     pred = [base / cost(r) if cost(r) > 0 else math.inf for r in rows]
     meas = [float(r["measured_speedup"]) for r in rows]
-    ok, n = pair_accuracy(pred, meas)
+    ok, n = pairwise_agreement(pred, meas, tol=TIE)
     pick = max(range(len(rows)), key=lambda i: pred[i])
-    return {"n": len(rows), "spearman": spearman(pred, meas), "kendall": kendall(pred, meas),
+    rho = spearman(pred, meas) if len(rows) >= 3 else math.nan
+    return {"n": len(rows), "spearman": rho, "kendall": kendall(pred, meas),
             "pairs_ok": ok, "pairs": n, "pick": rows[pick]["candidate"], "regret": max(meas) / meas[pick]}
 
 
@@ -169,8 +139,10 @@ def main() -> None:
     threads = all_cores() if args.threads == "all" else int(args.threads)
     out_json = OUT / f"{args.name}.json"
     recs: list[dict[str, Any]] = []
-    if args.refit:
-        recs = json.loads(out_json.read_text())["models"]
+    load_avg: Any = os.getloadavg()
+    if args.refit:  # the recorded runs and the load they were timed under
+        old = json.loads(out_json.read_text())
+        recs, load_avg = old["models"], old["load_avg"]
     else:
         names = sorted(p.name.removesuffix(".onnx") for p in SUITE.glob("*.onnx"))
         chosen = [n for n in names if any(fnmatch.fnmatch(n, pat) for pat in args.models.split(","))]
@@ -203,7 +175,7 @@ def main() -> None:
             "exact_picks": sum(x["regret"] <= 1 + 1e-9 for x in s)}
     fit_err = [abs(calib[0] * s + calib[1] * n - m) / m for s, n, m in points if m > 0]
     raw_err = [abs(s - m) / m for s, _, m in points if m > 0]
-    doc = {"machine": platform.processor() or platform.machine(), "load_avg": os.getloadavg(), "threads": threads,
+    doc = {"machine": platform.processor() or platform.machine(), "load_avg": load_avg, "threads": threads,
            "calibration": {"scale": calib[0], "per_kernel_ms": calib[1], "points": len(points),
                            "median_abs_rel_error": statistics.median(fit_err) if fit_err else None,
                            "median_abs_rel_error_raw": statistics.median(raw_err) if raw_err else None},
