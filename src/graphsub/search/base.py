@@ -27,6 +27,7 @@ from typing import Any
 
 from graphsub.cost.base import Cost, SumCostModel
 from graphsub.errors import BudgetExceeded
+from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node
 from graphsub.rules.apply import apply
@@ -279,7 +280,9 @@ class Search:
             now = time.perf_counter()
             if self.reporter is not None:
                 self.reporter.tick(now)
-        if b.time_s is not None and now - self.t0 > b.time_s:
+        if stop_requested():
+            self.stopped_by = "interrupt"
+        elif b.time_s is not None and now - self.t0 > b.time_s:
             self.stopped_by = "time"
         elif b.expansions is not None and self.stats.expanded >= b.expansions:
             self.stopped_by = "expansions"
