@@ -33,8 +33,8 @@ def run_one(name: str, workdir: Path, budget_s: float, threads: int, seed: int, 
     x = torch.randn(EXAMPLES[name], generator=torch.Generator().manual_seed(seed))
     load = os.getloadavg()[0]
     t = time.perf_counter()
-    om = optimize_module(module, [x], output=workdir / f"{name}.onnx", budget=Budget(time_s=budget_s), seed=seed,
-                         threads=threads, algo=algo)
+    om = optimize_module(module, [x], output=workdir / f"{name}.onnx", budget=Budget(time_s=budget_s), time_s=None,
+                         seed=seed, threads=threads, algo=algo)
     d = om.result.to_dict()
     d.update({"name": name, "optimize_time_s": time.perf_counter() - t, "load_avg_1m": load,
               "max_abs_diff_vs_module": om.max_abs_diff_vs_module,

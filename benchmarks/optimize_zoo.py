@@ -31,7 +31,7 @@ def run_one(name: str, workdir: Path, budget_s: float, threads: int, seed: int) 
     src = workdir / f"{name}.onnx"
     save(materialize(zoo.get(name), seed), src)
     t = time.perf_counter()
-    res = optimize(src, output=workdir / f"{name}_opt.onnx", budget=Budget(time_s=budget_s), seed=seed,
+    res = optimize(src, output=workdir / f"{name}_opt.onnx", budget=Budget(time_s=budget_s), time_s=None, seed=seed,
                    threads=threads)
     d = res.to_dict()
     d.update({"name": name, "optimize_time_s": time.perf_counter() - t,

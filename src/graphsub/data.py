@@ -9,6 +9,13 @@ Weights are seeded by ``(seed, name)``; their scale and role come from their con
 when two graphs are compared, the second must reuse the first's arrays for shared names
 (``known=``), as :func:`graphsub.equivalence.equivalent` does.
 
+Memory limits (hostile or mistyped shapes must be a clear error, not a numpy MemoryError or a
+machine that swaps): one tensor may take at most :func:`tensor_limit` bytes -- the machine's
+physical memory -- which the ONNX import enforces for every input, weight and intermediate value;
+the random data of one call takes at most :func:`allocation_limit` -- half the memory available
+now -- checked by :func:`check_sizes` before anything is allocated (ShapeError naming the tensor).
+``$GRAPHSUB_MAX_TENSOR_BYTES`` sets both limits (bytes, e.g. ``4e9``).
+
 >>> from graphsub.ir import Builder
 >>> b = Builder()
 >>> x = b.input("x", (2, 8))
@@ -21,13 +28,111 @@ when two graphs are compared, the second must reuse the first's arrays for share
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from graphsub.errors import ShapeError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig
 from graphsub.ops.types import FLOAT_DTYPES, TensorType, np_dtype, stable_digest
+
+#: environment variable that sets the memory limits below (bytes; e.g. ``GRAPHSUB_MAX_TENSOR_BYTES=4e9``)
+MEMORY_LIMIT_ENV = "GRAPHSUB_MAX_TENSOR_BYTES"
+
+
+def _meminfo(key: str) -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _env_limit() -> int | None:
+    text = os.environ.get(MEMORY_LIMIT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(float(text))
+    except ValueError:
+        raise ShapeError(f"${MEMORY_LIMIT_ENV}={text!r} is not a number of bytes") from None
+    if value <= 0:
+        raise ShapeError(f"${MEMORY_LIMIT_ENV}={text!r} must be positive")
+    return value
+
+
+def tensor_limit() -> int:
+    """The most bytes one tensor of a model may take: ``$GRAPHSUB_MAX_TENSOR_BYTES`` when set, else this machine's
+    physical memory (a tensor larger than that can be neither run nor verified here).  The ONNX import refuses
+    models with a larger input, weight or intermediate value (ImportError_), before anything is allocated."""
+    env = _env_limit()
+    if env is not None:
+        return env
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return _meminfo("MemTotal") or 1 << 40
+
+
+def allocation_limit() -> int:
+    """The most bytes of random data one call of :func:`random_inputs` / :func:`random_weights` allocates:
+    ``$GRAPHSUB_MAX_TENSOR_BYTES`` when set, else half the memory available now (``MemAvailable``, or the physical
+    memory where that is unknown): the other half is for what runs on the data (onnxruntime's values)."""
+    env = _env_limit()
+    if env is not None:
+        return env
+    return (_meminfo("MemAvailable") or tensor_limit()) // 2
+
+
+def human_bytes(n: float) -> str:
+    """``1.2e12`` -> ``"1.2 TB"`` (decimal units, three significant digits)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"  # pragma: no cover
+
+
+#: below this many bytes in all, :func:`check_sizes` does not look at the machine's memory
+_SMALL = 1 << 26
+
+
+def check_sizes(tensors: Iterable[tuple[str, TensorType]], *, total: bool = False,
+                purpose: str = "random data for") -> None:
+    """Raise ShapeError when one of ``tensors`` (``(description, type)`` pairs) is larger than
+    :func:`tensor_limit`, or, with ``total``, when together they exceed :func:`allocation_limit` (the message
+    says ``purpose`` the tensors): called before allocating, so that an impossible size is a clear error, never a
+    numpy MemoryError or a machine swapping.
+
+    >>> check_sizes([("input 'x'", TensorType((100000, 3, 1000, 1000), "float32"))])
+    Traceback (most recent call last):
+    ...
+    graphsub.errors.ShapeError: input 'x' f32[100000,3,1000,1000] needs 1.2 TB, more than ...
+    """
+    items = list(tensors)
+    need = sum(t.nbytes for _, t in items)
+    env = _env_limit()
+    if need <= _SMALL and env is None:
+        return  # the common case: no system calls
+    limit = tensor_limit()
+    for what, t in items:
+        if t.nbytes > limit:
+            why = f"${MEMORY_LIMIT_ENV}" if env is not None else f"this machine's memory; ${MEMORY_LIMIT_ENV} sets it"
+            raise ShapeError(f"{what} {t} needs {human_bytes(t.nbytes)}, more than the {human_bytes(limit)} "
+                             f"allowed for one tensor ({why})")
+    if total and items:
+        avail = allocation_limit()
+        if need > avail:
+            big = max(items, key=lambda it: it[1].nbytes)
+            why = (f"${MEMORY_LIMIT_ENV}" if env is not None
+                   else f"half the memory available now; ${MEMORY_LIMIT_ENV} sets it")
+            raise ShapeError(f"{purpose} {len(items)} tensor(s) needs {human_bytes(need)} (the largest: "
+                             f"{big[0]} {big[1]}), more than the {human_bytes(avail)} allowed ({why})")
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -146,14 +251,22 @@ def _leaf_context(graph: Graph, nid: int) -> tuple[str, float]:
     return "any", 1.0
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random data for every graph input, keyed by input name."""
-    out = {}
+def random_inputs(
+    graph: Graph, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None
+) -> dict[str, np.ndarray]:
+    """Random data for every graph input, keyed by input name; ``shapes`` replace the shapes of the inputs they
+    name (the roles stay the graph's: a model with symbolic dimensions fed at another size)."""
+    plan: list[tuple[str, TensorType, str]] = []
     for nid in graph.inputs:
         sig = graph.nodes[nid].sig
+        name = sig.attr["name"]
         role, _ = _leaf_context(graph, nid)
-        out[sig.attr["name"]] = random_array(sig.out_types[0], _rng(seed, "input:" + sig.attr["name"]), role)
-    return out
+        t = sig.out_types[0]
+        if shapes is not None and name in shapes:
+            t = TensorType(tuple(shapes[name]), t.dtype)
+        plan.append((name, t, role))
+    check_sizes([(f"input {name!r}", t) for name, t, _ in plan], total=True)
+    return {name: random_array(t, _rng(seed, "input:" + name), role) for name, t, role in plan}
 
 
 def input_specs(graph: Graph) -> list[dict[str, object]]:
@@ -189,6 +302,7 @@ def random_weights(
     """Data for weights: existing ``graph.params`` (and ``known``) kept unless ``only_missing``
     is False; the others random, seeded by ``(seed, name)``."""
     out: dict[str, np.ndarray] = {}
+    plan: list[tuple[str, TensorType, str, float]] = []
     for nid in graph.ops_of("weight"):
         sig = graph.nodes[nid].sig
         name = sig.attr["name"]
@@ -198,7 +312,10 @@ def random_weights(
             out[name] = np.asarray(known[name])
             continue
         role, scale = _leaf_context(graph, nid)
-        out[name] = random_array(sig.out_types[0], _rng(seed, "weight:" + name), role, scale)
+        plan.append((name, sig.out_types[0], role, scale))
+    check_sizes([(f"weight {name!r}", t) for name, t, _, _ in plan], total=True)
+    for name, t, role, scale in plan:
+        out[name] = random_array(t, _rng(seed, "weight:" + name), role, scale)
     return out
 
 
@@ -208,4 +325,5 @@ def materialize(graph: Graph, seed: int = 0, known: Mapping[str, np.ndarray] | N
     return graph.with_params(missing) if missing else graph
 
 
-__all__ = ["fan_in", "input_specs", "materialize", "random_array", "random_inputs", "random_weights", "slot_role"]
+__all__ = ["MEMORY_LIMIT_ENV", "allocation_limit", "check_sizes", "fan_in", "human_bytes", "input_specs", "materialize",
+           "random_array", "random_inputs", "random_weights", "slot_role", "tensor_limit"]

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from graphsub.errors import ExecutionError, GraphsubError
+from graphsub.errors import ExecutionError, GraphsubError, ShapeError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
 from graphsub.ops.registry import RefFn
@@ -35,8 +35,17 @@ def run(
     """Execute ``graph``; returns ``{output name: array}``.
 
     Weight data come from ``params`` then ``graph.params`` (missing -> ExecutionError; see
-    :func:`graphsub.data.materialize`).  Inputs must match the declared shapes and dtypes.
+    :func:`graphsub.data.materialize`).  Inputs must match the declared shapes and dtypes.  A value
+    larger than this machine's memory (:func:`graphsub.data.tensor_limit`) is an ExecutionError
+    before anything runs; an op that fails is an ExecutionError naming it.
     """
+    from graphsub.data import check_sizes
+
+    try:
+        check_sizes((f"{graph.nodes[nid].sig.op} node %{nid} output {i}", t)
+                    for nid in graph.nodes for i, t in enumerate(graph.nodes[nid].sig.out_types))
+    except ShapeError as e:
+        raise ExecutionError(f"cannot execute {graph.name!r}: {e}") from e
     order = graph.topo_order()
     remaining: dict[int, int] = {nid: len(graph.users(nid)) for nid in order}
     for r in graph.outputs:

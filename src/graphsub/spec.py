@@ -64,7 +64,7 @@ class ModelSpec:
             name, kwargs = _zoo_parts(s[4:], s)
             return cls("zoo", s, name, kwargs)
         path, sep, cls_name = s.rpartition(":")
-        if sep and path.endswith(".py"):
+        if sep and path.endswith(".py") and cls_name.isidentifier() and not Path(s).exists():
             return cls("module", s, path, (("class", cls_name),))
         if not looks_like_path(s):
             name, _, _ = s.partition(":")
@@ -134,19 +134,47 @@ class ModelSpec:
 
 def check_output(source: ModelSpec | None, output: str | os.PathLike[str]) -> None:
     """Refuse to write ``output`` over the input file of ``source`` (:class:`OverwriteError`, also for
-    a hard link to it) or into a directory that does not exist (ExportError).  Cheap: checked before
-    any long work."""
+    a hard link to it); refuse (ExportError) an output that exists and is not a regular file (a directory, a device
+    such as /dev/full, a FIFO, a socket: writing atomically would replace it with a file), a directory that does not
+    exist, and a directory graphsub cannot create files in (tried, so it holds for root and read-only file systems).
+    Cheap: checked before any long work."""
     dst = Path(output)
+    try:
+        _check_output(source, dst)
+    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop, ...
+        raise ExportError(f"{dst}: cannot write there ({getattr(e, 'strerror', None) or e})") from None
+
+
+def _check_output(source: ModelSpec | None, dst: Path) -> None:
     src = source.path if source is not None else None
     if src is not None and _same_file(src, dst):
         raise OverwriteError(f"refusing to overwrite the input file {src}")
+    if dst.is_dir():
+        raise ExportError(f"{dst} is a directory; give a file name for the output (e.g. {dst / 'model.onnx'})")
+    if dst.exists() and not dst.is_file():
+        raise ExportError(f"{dst} exists and is not a regular file (a device, FIFO or socket); refusing to replace it")
     parent = dst.resolve().parent
     if not parent.is_dir():
         raise ExportError(f"{dst}: directory {dst.parent} does not exist")
+    _check_writable(parent, dst)
+
+
+def _check_writable(directory: Path, dst: Path) -> None:
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".graphsub-probe-"):
+            pass
+    except OSError as e:
+        raise ExportError(f"{dst}: cannot create files in {directory} ({e.strerror or e})") from None
 
 
 def _same_file(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    try:
+        ra = a.resolve()
+    except (OSError, RuntimeError):  # an input that cannot be resolved cannot be read either: the load says so
+        return False
+    return ra == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
 
 
 def looks_like_path(text: str) -> bool:

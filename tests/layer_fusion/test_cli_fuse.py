@@ -37,7 +37,7 @@ def test_fuse_text_brr() -> None:
 
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["--buffer", "12XB"], 2, "malformed buffer size"),
-    (["--budget", "0"], 2, "at least 1"),
+    (["--budget", "0"], 2, "must be an integer >= 1"),
     (["--repair", "gnne", "--model-weights", "/nonexistent.pt"], 2, "need the .pt file"),
     (["--scheme", "xyz"], 2, "unknown --scheme"),
     (["--algo", "sa"], 2, "unknown --algo"),

@@ -44,10 +44,10 @@ def test_rules_show_and_unknown() -> None:
     assert code == 0
     data = json.loads(out)
     assert data["origin"] == "taso-pb" and data["example_before"] and data["example_after"]
-    code, _ = invoke("rules", "show", "no_such_rule")
-    assert code == 3
+    code, _ = invoke("rules", "show", "no_such_rule")  # unknown names are usage errors in every command
+    assert code == 2
     code, _ = invoke("rules", "list", "no_such_set")
-    assert code == 3
+    assert code == 2
 
 
 def test_rules_verify_json() -> None:

@@ -46,16 +46,16 @@ def test_output_directory_is_checked_before_searching(tmp_path: Path) -> None:
     assert "does not exist" in json.loads(text)["error"]
 
 
-def test_unknown_names_are_bad_input() -> None:
+def test_unknown_names_are_usage_errors() -> None:
     for args in (["--algo", "nope"], ["--rules", "nope"], ["--cost", "nope"]):
         code, text = invoke("search", "zoo:sru", "--json", *args)
-        assert code == 3, (args, text)
+        assert code == 2, (args, text)
         assert "error" in json.loads(text)
 
 
 def test_enum_without_k_is_refused() -> None:
     code, text = invoke("search", "zoo:sru", "--algo", "enum", "--json")
-    assert code == 3
+    assert code == 2
     assert "maximum sequence length" in json.loads(text)["error"]
 
 
@@ -72,4 +72,4 @@ def test_eqsat_from_the_command_line(tmp_path: Path) -> None:
     assert d["verification"]["equivalent"] is True
     assert equivalent(materialize(zoo.get("sru"), 0), load(str(out))).equivalent
     code, text = invoke("search", "zoo:sru", "--algo", "eqsat", "--extract", "nope", "--json")
-    assert code == 3 and "extractor" in text
+    assert code == 2 and "extraction" in text

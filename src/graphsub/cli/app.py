@@ -8,7 +8,6 @@ Each command group lives in its own module of :mod:`graphsub.cli` and imports on
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Annotated
 
 import typer
@@ -17,9 +16,11 @@ from rich.logging import RichHandler
 from graphsub import __version__
 from graphsub.cli import bench, convert, cost, dynamic, fuse, info, optimize, rules, search, zoo
 from graphsub.cli.common import err, log
+from graphsub.cli.root import RootGroup
 
 app = typer.Typer(
     name="graphsub",
+    cls=RootGroup,
     help=(
         "graphsub speeds up deep-learning models by rewriting their computation graphs with "
         "equivalent substitutions, checking every result numerically in onnxruntime.\n\n"
@@ -27,7 +28,8 @@ app = typer.Typer(
         "(e.g. zoo:resnext50, zoo:resnet:blocks=4; a bare NAME works too when no file has that name); "
         "see `graphsub zoo list`.\n\n"
         "Start with `graphsub optimize model.onnx -o faster.onnx`.\n\n"
-        "Exit codes: 0 ok, 1 not equivalent, 2 usage error, 3 bad input, 4 cannot write output."
+        "Exit codes (the same in every command): 0 ok, 1 not equivalent or verification failed, 2 usage error, "
+        "3 bad input, 4 cannot write output, 5 internal error (a bug), 130 interrupted (Ctrl-C), 143 terminated."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -72,12 +74,8 @@ app.add_typer(dynamic.dynamic_app, name="dynamic")
 
 
 def main() -> None:
-    """Console-script entry point."""
-    try:
-        app()
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
+    """Console-script entry point (errors and exit codes: :class:`graphsub.cli.root.RootGroup`)."""
+    app()
 
 
 __all__ = ["app", "main"]

@@ -1,9 +1,11 @@
 """What every ``graphsub`` command shares: consoles, exit codes, common options, model loading, writing.
 
 Exit codes (the same in every command): 0 success; 1 models not equivalent (``verify``) or verification
-failed; 2 usage error; 3 bad input (unreadable/malformed model, unknown zoo name, impossible shape);
-4 cannot write output.  ``--json`` prints one JSON document on stdout; errors then print
-``{"error": ..., "exit_code": ...}`` instead of a message on stderr.
+failed; 2 usage error (an option out of range, an unknown rule set, algorithm or cost model name, an output that is
+the input); 3 bad input (unreadable/malformed model, a model onnxruntime rejects, unknown zoo name, impossible
+shape); 4 cannot write output; 5 internal error (a bug); 130 interrupted by Ctrl-C; 143 terminated (SIGTERM).
+``--json`` prints one JSON document on stdout; errors then print ``{"error": ..., "exit_code": ...}`` instead of a
+message on stderr.
 """
 
 from __future__ import annotations
@@ -18,15 +20,33 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.errors import ExportError, GraphsubError
+from graphsub.errors import ExportError, GraphsubError, VerificationError
 from graphsub.ir.graph import Graph
 from graphsub.spec import ModelSpec, OverwriteError, Shapes, check_output
 
-err = Console(stderr=True)
-out = Console()
+
+class SafeConsole(Console):
+    """A console whose ``print`` never fails on markup: text from users' files (model, tensor and op names, paths)
+    may contain ``[/]`` or ``[bold]``; where escaping was missed, the line is printed as plain text instead of
+    raising MarkupError."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        try:
+            super().print(*objects, **kwargs)
+        except MarkupError:
+            markup, self._markup = self._markup, False  # also for the cells of tables, rendered inside print
+            try:
+                super().print(*objects, **{**kwargs, "markup": False})
+            finally:
+                self._markup = markup
+
+
+err = SafeConsole(stderr=True)
+out = SafeConsole()
 log = logging.getLogger("graphsub")
 
 
@@ -36,6 +56,9 @@ class Exit(IntEnum):
     USAGE = 2
     BAD_INPUT = 3
     CANNOT_WRITE = 4
+    INTERNAL = 5  # a bug in graphsub (cli.root turns any unexpected exception into this, never a traceback)
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+    TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -45,7 +68,8 @@ ShapeOpt = Annotated[
     typer.Option(
         "--input-shape",
         help="Static shape for an input with symbolic dims, NAME=1x3x224x224 (repeatable). "
-        "Unspecified symbolic dims default to 1.",
+        "Unspecified symbolic dims are imported at 1 and stay symbolic in the written model (checked at other "
+        "sizes; where a rewrite or the import baked the size in, nothing is written: give the shape here).",
     ),
 ]
 ModelArg = Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME[:k=v,...] (see `graphsub zoo list`).")]
@@ -71,6 +95,31 @@ def exits(as_json: bool, *codes: tuple[type[Exception], Exit], default: Exit = E
     except caught as e:
         code = next((c for cls, c in codes if isinstance(e, cls)), default)
         fail(code, str(e), as_json)
+
+
+#: the exact sequence searches: they need a maximum sequence length (--k)
+NEEDS_K = ("enum", "pruning", "dpp")
+
+
+def check_names(as_json: bool, *, rules: str | None = None, cost: str | None = None, algo: str | None = None,
+                threads: int | None = None, k: int | None = None, extract: str | None = None) -> None:
+    """Unknown rule sets, cost models and search algorithms (and an exact search without ``--k``) are usage errors
+    (exit 2) in every command, found before any work."""
+    from graphsub.cost import get_model
+    from graphsub.rules.library import resolve_rules
+    from graphsub.search import ALGORITHMS
+
+    if algo is not None and algo not in ALGORITHMS:
+        fail(Exit.USAGE, f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}", as_json)
+    if extract is not None and extract not in ("ilp", "greedy"):
+        fail(Exit.USAGE, f"unknown extraction {extract!r}; known: ilp, greedy", as_json)
+    if algo in NEEDS_K and k is None:
+        fail(Exit.USAGE, f"--algo {algo} needs a maximum sequence length (--k)", as_json)
+    with exits(as_json, default=Exit.USAGE):
+        if rules is not None:
+            resolve_rules(rules)
+        if cost is not None:
+            get_model(cost, threads=threads, progress=False)
 
 
 def parse_shapes(specs: list[str] | None) -> Shapes:
@@ -100,8 +149,8 @@ def load_graph(spec: str | ModelSpec, shapes: Shapes | None, as_json: bool) -> G
 
 
 def confirm_output(source: str | ModelSpec | None, dst: Path, as_json: bool) -> None:
-    """Refuse an output that is the input file (exit 2) or whose directory is missing (exit 4);
-    checked before any long work."""
+    """Refuse an output that is the input file (exit 2), or that cannot be written (exit 4: a directory, device or
+    FIFO, a missing or read-only directory; see :func:`graphsub.spec.check_output`); checked before any long work."""
     spec = ModelSpec.parse(source) if isinstance(source, str) else source
     try:
         check_output(spec, dst)
@@ -111,17 +160,43 @@ def confirm_output(source: str | ModelSpec | None, dst: Path, as_json: bool) -> 
         fail(Exit.CANNOT_WRITE, str(e), as_json)
 
 
-def write_graph(graph: Graph, output: Path, as_json: bool, *, seed: int) -> None:
-    """Export ``graph`` (random data for weights without any) and write it atomically, or exit 4."""
-    from graphsub.data import materialize
-    from graphsub.frontends.onnx_io import save
+def write_graph(graph: Graph, output: Path, as_json: bool, *, seed: int, source: ModelSpec | None = None,
+                shapes: Shapes | None = None, original: Graph | None = None) -> dict[str, Any] | None:
+    """Export ``graph`` (random data for weights without any) and write it atomically, or exit 4.
 
+    ``source``: the spec ``graph`` comes from (loaded with ``shapes``; ``original``: its graph, default ``graph``):
+    symbolic dims of its file that ``shapes`` leave free are kept symbolic in the output, or nothing is written and
+    the exit code is 1 (:func:`graphsub.symbolic.keep_symbolic`).  Returns what happened to the symbolic
+    dims (``{"kept": [...], "fixed": {...}}``), None when the source declares none."""
+    from graphsub.data import materialize
+    from graphsub.frontends.dims import interface
+    from graphsub.frontends.onnx_io import to_onnx, write_model
+    from graphsub.symbolic import keep_symbolic
+
+    path = source.path if source is not None and source.kind == "onnx" else None
+    g = materialize(graph, seed)
+    with exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), default=Exit.CANNOT_WRITE):
+        iface = interface(path, shapes) if path is not None else None
+        model = keep_symbolic(path, to_onnx(g), input_shapes=shapes, graph=original or g, seed=seed, iface=iface)
     try:
-        save(materialize(graph, seed), output)
+        write_model(model, output)
     except GraphsubError as e:
         fail(Exit.CANNOT_WRITE, str(e), as_json)
     except OSError as e:
         fail(Exit.CANNOT_WRITE, f"{output}: {e}", as_json)
+    return iface.summary() if iface is not None and (iface.free or iface.bound) else None
+
+
+def describe_dims(dims: dict[str, Any] | None) -> str:
+    """``write_graph``'s account of the symbolic dims, for a message ("" when there were none)."""
+    if not dims:
+        return ""
+    parts = []
+    if dims["kept"]:
+        parts.append(f"symbolic dims {', '.join(dims['kept'])} kept symbolic (checked at other sizes)")
+    if dims["fixed"]:
+        parts.append(", ".join(f"{k}={v}" for k, v in dims["fixed"].items()) + " fixed by --input-shape")
+    return "; ".join(parts)
 
 
 def print_sequence(steps: Sequence[Any]) -> None:
@@ -136,7 +211,7 @@ def print_sequence(steps: Sequence[Any]) -> None:
 
 def wide(width: int = 200) -> Console:
     """``out``, or (when stdout is not a terminal) a ``width``-column console so tables are not squeezed."""
-    return out if out.is_terminal else Console(width=width)
+    return out if out.is_terminal else SafeConsole(width=width)
 
 
 def split_list(text: str | None) -> list[str] | None:
@@ -144,6 +219,6 @@ def split_list(text: str | None) -> list[str] | None:
     return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
 
 
-__all__ = ["Exit", "JsonOpt", "ModelArg", "SeedOpt", "ShapeOpt", "confirm_output", "err", "exits", "fail",
-           "load_graph", "log", "out", "parse_shapes", "parse_spec", "print_sequence", "split_list", "wide",
-           "write_graph"]
+__all__ = ["Exit", "JsonOpt", "ModelArg", "SeedOpt", "ShapeOpt", "check_names", "confirm_output", "describe_dims",
+           "err", "exits", "fail", "load_graph", "log", "out", "parse_shapes", "parse_spec", "print_sequence",
+           "split_list", "wide", "write_graph"]

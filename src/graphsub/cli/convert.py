@@ -14,6 +14,7 @@ from graphsub.cli.common import (
     SeedOpt,
     ShapeOpt,
     confirm_output,
+    describe_dims,
     err,
     exits,
     fail,
@@ -23,7 +24,7 @@ from graphsub.cli.common import (
     parse_spec,
     write_graph,
 )
-from graphsub.errors import GraphsubError, VerificationError
+from graphsub.errors import GraphsubError, ReferenceFailed, VerificationError
 
 
 def convert(
@@ -47,19 +48,22 @@ def convert(
         with err.status("verifying the round trip in onnxruntime"):
             try:
                 report = equivalent(g, from_onnx(to_onnx(g)), seed=seed)
+            except ReferenceFailed as e:  # onnxruntime rejects the input model itself: bad input, as in verify
+                fail(Exit.BAD_INPUT, str(e), as_json)
             except GraphsubError as e:
                 fail(Exit.NOT_EQUIVALENT, f"verification failed: {e}", as_json)
         if not report.equivalent:
             fail(Exit.NOT_EQUIVALENT, f"round trip differs (max abs diff {report.max_abs_diff:.3g}); nothing written",
                  as_json)
-    write_graph(g, output, as_json, seed=seed)
+    dims = write_graph(g, output, as_json, seed=seed, source=spec, shapes=parse_shapes(input_shape))
     result = {"output": str(output), "num_ops": g.num_ops,
-              "max_abs_diff": None if report is None else report.max_abs_diff}
+              "max_abs_diff": None if report is None else report.max_abs_diff, "symbolic_dims": dims}
     if as_json:
         print(json.dumps(result))
     else:
         out.print(f"wrote {output} ({g.num_ops} ops" +
-                  ("" if report is None else f", round trip max abs diff {report.max_abs_diff:.3g}") + ")")
+                  ("" if report is None else f", round trip max abs diff {report.max_abs_diff:.3g}") +
+                  (f"; {describe_dims(dims)}" if dims else "") + ")")
 
 
 def verify(
@@ -78,7 +82,8 @@ def verify(
     shapes = parse_shapes(input_shape)
     a = load_graph(model_a, shapes, as_json)
     b = load_graph(model_b, shapes, as_json)
-    with err.status("running both models in onnxruntime"), exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT)):
+    with err.status("running both models in onnxruntime"), exits(as_json, (ReferenceFailed, Exit.BAD_INPUT),
+                                                                 (VerificationError, Exit.NOT_EQUIVALENT)):
         report = equivalent(a, b, seed=seed, trials=trials, rtol=rtol, atol=atol)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))

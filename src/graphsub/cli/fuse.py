@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from graphsub.cli.common import Exit, JsonOpt, SeedOpt, exits, fail, load_graph, out
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, confirm_output, exits, fail, load_graph, out
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2}
 
@@ -126,8 +126,8 @@ def _check_options(scheme: str, algo: str, buffer: str, repair: str, model_weigh
         fail(Exit.USAGE, f"--model-weights {model_weights}: need the .pt file and its .json beside it", as_json)
     with exits(as_json, default=Exit.USAGE):
         repair_fn = get_repair(repair, model_weights) if repair != "random" else get_repair(repair)
-    if plot is not None and not plot.resolve().parent.is_dir():
-        fail(Exit.CANNOT_WRITE, f"{plot}: directory {plot.parent} does not exist", as_json)
+    if plot is not None:
+        confirm_output(None, plot, as_json)
     return buffer_bytes, repair_fn
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -18,6 +17,7 @@ from graphsub.cli.common import (
     JsonOpt,
     SeedOpt,
     ShapeOpt,
+    check_names,
     confirm_output,
     err,
     exits,
@@ -39,7 +39,10 @@ PHASES = {"load": "loading", "search": "searching",
 
 def optimize_cmd(
     model: Annotated[str, typer.Argument(help="The model: an .onnx file, zoo:NAME[:k=v,...], or a PyTorch "
-                                              "module FILE.py:ClassName (with --input-shape).")],
+                                              "module FILE.py:ClassName (with --input-shape); for the latter, "
+                                              "graphsub imports and runs FILE.py as Python, so give only files you "
+                                              "trust (an existing file whose name merely contains '.py:' is read as "
+                                              "ONNX, never run).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the result (.onnx); never the "
                                                                  "input file.")],
     algo: Annotated[str, typer.Option("--algo", help="Search algorithm: taso | greedy | metaflow | enum.")] = "taso",
@@ -48,9 +51,10 @@ def optimize_cmd(
     cost: Annotated[str, typer.Option("--cost", help="Cost model guiding the search: fused[min] (fusion-aware "
                                                      "measured ORT_ENABLE_ALL costs, minimum of repeats), fused "
                                                      "(median), measured, roofline:cpu, flops, ...")] = "fused[min]",
-    budget: Annotated[float, typer.Option("--budget", help="Time budget of the main search in seconds (the "
-                                                          "portfolio adds --eqsat-budget and --on-top-budget per "
-                                                          "peer).")] = 12.0,
+    budget: Annotated[float, typer.Option("--budget", help="Wall-time budget of the whole command in seconds "
+                                                          "(loading, search, portfolio, verification, timing, "
+                                                          "writing; the main search gets 16%, 30% is kept for "
+                                                          "timing; eqsat and the peers run while they fit).")] = 75.0,
     k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads the model is "
                                                                   "timed and chosen at (default: every core, "
@@ -59,9 +63,11 @@ def optimize_cmd(
                                                        "installed ones of onnxscript, onnxslim, onnxsim, "
                                                        "onnxoptimizer), none, or a comma-separated list.")] = "auto",
     eqsat_budget: Annotated[float, typer.Option("--eqsat-budget", help="Seconds of equality saturation for a "
-                                                                       "portfolio candidate (0: none).")] = 5.0,
+                                                                       "portfolio candidate (0: none), within "
+                                                                       "--budget.")] = 5.0,
     on_top_budget: Annotated[float, typer.Option("--on-top-budget", help="Seconds of search on top of each "
-                                                                         "peer's output (0: none).")] = 2.0,
+                                                                         "peer's output (0: none), within "
+                                                                         "--budget.")] = 2.0,
     provider: Annotated[str, typer.Option("--provider", help="onnxruntime execution provider the candidates are "
                                                              "timed and chosen on: cpu, or cuda (needs "
                                                              "onnxruntime-gpu and an NVIDIA GPU).")] = "cpu",
@@ -101,20 +107,27 @@ def optimize_cmd(
 
     6. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
 
+    Time: --budget (default 75 s) bounds the whole command, from its start to the written file: 16%
+    for the search (12 s by default), eqsat, the peers and the searches on top of them while
+    they fit, 30% kept for verifying and timing the candidates. With a small budget the portfolio
+    shrinks (on-top searches, then eqsat, then the peers are left out) and the search gets their time;
+    timing stops at the deadline, and a candidate not confirmed in time is not written (the original is).
+    The overshoot is a few seconds at most: the interpreter's start and imports (about 1 s) and one
+    step that cannot be interrupted (e.g. creating an onnxruntime session, or writing the output).
+
+    Ctrl-C: the first one finishes early with what is there (the search's best graph, the candidates
+    verified so far; a candidate is written only if it was confirmed faster, otherwise nothing is
+    written) and exits 130 after printing the result; a second one aborts at once.
+
     Exit codes: 0 written (optimized, or the original by design); 1 not verified, nothing written;
 
-    2 usage; 3 bad input (unreadable model, unknown zoo name); 4 cannot write.
+    2 usage; 3 bad input (unreadable model, unknown zoo name); 4 cannot write; 130 interrupted.
     """
-    from graphsub.search import ALGORITHMS, Budget
+    from graphsub.deadline import command_started
+    from graphsub.search import Budget
 
-    if algo not in ALGORITHMS:
-        fail(Exit.USAGE, f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}", as_json)
-    if not budget > 0 or (threads is not None and threads < 1) or seeds < 1:
-        fail(Exit.USAGE, "--budget, --threads and --seeds must be positive", as_json)
-    if not (eqsat_budget >= 0 and on_top_budget >= 0 and math.isfinite(eqsat_budget + on_top_budget + budget)):
-        fail(Exit.USAGE, "--eqsat-budget and --on-top-budget must be finite and >= 0, --budget finite", as_json)
-    if not min_speedup > 0 or not math.isfinite(min_speedup):
-        fail(Exit.USAGE, "--min-speedup must be a positive number", as_json)
+    started = command_started()  # --budget bounds the whole command (start-up, checks, loading included)
+    check_names(as_json, algo=algo, k=k)  # numeric options: checked by graphsub.cli.validate before this runs
     from graphsub.optimize.pipeline import default_threads
     from graphsub.optimize.portfolio import resolve_peers
 
@@ -131,23 +144,27 @@ def optimize_cmd(
         confirm_output(spec, report_path, as_json)
         if report_path.resolve() == output.resolve():
             fail(Exit.USAGE, "--report and --output must be different files", as_json)
-    _check_names(rules, cost, threads, as_json)
+    check_names(as_json, rules=rules, cost=cost, threads=threads)
     shapes = parse_shapes(input_shape)
+    from graphsub.cli.common import log
+    from graphsub.interrupt import EXIT_INTERRUPTED, graceful
+
     kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
-                          "budget": Budget(time_s=budget, k=k), "seeds": seeds, "threads": threads,
-                          "keep_slower": keep_slower, "min_speedup": min_speedup, "peers": peers,
+                          "budget": Budget(time_s=None, k=k), "time_s": budget, "started": started, "seeds": seeds,
+                          "threads": threads, "keep_slower": keep_slower, "min_speedup": min_speedup, "peers": peers,
                           "eqsat_s": eqsat_budget, "on_top_s": on_top_budget, "spelling": spelling,
                           "provider": provider}
     progress = _progress_bar(budget, as_json)
     with progress, exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), (ExportError, Exit.CANNOT_WRITE),
-                         (OSError, Exit.CANNOT_WRITE)):
-        kw["progress"] = _on_progress(progress, budget)
+                         (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):
+        log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, budget)
+        kw["progress"] = _on_progress(progress, budget, started)
         res = _optimize_module(spec, shapes, kw) if spec.kind == "module" else optimize(spec.text, input_shapes=shapes,
                                                                                         **kw)
         if report_path is not None:
             kw["progress"]("report", 0.0, None)
             _write_report(res, report_path)
-    code = Exit.OK if res.verified else Exit.NOT_EQUIVALENT
+    code = EXIT_INTERRUPTED if res.interrupted else Exit.OK if res.verified else Exit.NOT_EQUIVALENT
     if as_json:
         print(json.dumps({**res.to_dict(), "exit_code": int(code)}, indent=2))
     else:
@@ -155,14 +172,9 @@ def optimize_cmd(
     raise typer.Exit(int(code))
 
 
-def _check_names(rules: str, cost: str, threads: int, as_json: bool) -> None:
-    """Unknown rule sets and cost models are usage errors, found before any work."""
-    from graphsub.cost import get_model
-    from graphsub.rules.library import resolve_rules
-
-    with exits(as_json, default=Exit.USAGE):
-        resolve_rules(rules)
-        get_model(cost, threads=threads, progress=False)
+def _notify(message: str) -> None:
+    """What the first Ctrl-C prints (stderr)."""
+    err.print(message, style="yellow", markup=False, highlight=False)
 
 
 def _progress_bar(budget: float, as_json: bool) -> Progress:
@@ -170,18 +182,16 @@ def _progress_bar(budget: float, as_json: bool) -> Progress:
                     TimeElapsedColumn(), console=err, transient=True, disable=as_json)
 
 
-def _on_progress(progress: Progress, budget: float) -> ProgressFn:
-    """The pipeline's progress callback, drawn on ``progress``: the bar fills with search time."""
+def _on_progress(progress: Progress, budget: float, started: float) -> ProgressFn:
+    """The pipeline's progress callback, drawn on ``progress``: the bar fills with the command's wall time since
+    ``started`` (a ``time.perf_counter()`` reading), out of ``budget`` seconds."""
     task = progress.add_task("loading", total=budget, best="")
 
     def note(phase: str, elapsed: float, best: float | None) -> None:
-        fields: dict[str, Any] = {"description": PHASES.get(phase, phase)}
+        fields: dict[str, Any] = {"description": PHASES.get(phase, phase),
+                                  "completed": min(time.perf_counter() - started, budget)}
         if best is not None:
             fields["best"] = f"best cost {best:.6g}"
-        if phase == "search":
-            fields["completed"] = min(elapsed, budget)
-        elif phase != "load":
-            fields["completed"] = budget
         progress.update(task, **fields)
 
     return note
@@ -223,10 +233,13 @@ def _print_human(res: OptimizeResult) -> None:
     out.print(f"verified on {len(res.seeds)} random input draw(s): max abs diff {res.max_abs_diff:.3g}")
     if res.candidates:
         _print_candidates(res)
-    elif res.latency_ms:
-        lat = res.latency_ms["all"]
-        out.print(f"median latency under ORT_ENABLE_ALL, {res.threads} thread(s): {lat['before']:.3f} ms -> "
-                  f"{lat['after']:.3f} ms ({res.speedup('all'):.3f}x)")
+    else:
+        for n in res.portfolio_notes:  # what the budget left out (printed with the candidates otherwise)
+            err.print(f"[yellow]portfolio[/]: {n}")
+        if res.latency_ms:
+            lat = res.latency_ms["all"]
+            out.print(f"median latency under ORT_ENABLE_ALL, {res.threads} thread(s): {lat['before']:.3f} ms -> "
+                      f"{lat['after']:.3f} ms ({res.speedup('all'):.3f}x)")
     chosen = res.chosen_candidate
     if chosen is not None and chosen.steps:
         counts = Counter(s.rule for s in chosen.steps)
@@ -235,11 +248,16 @@ def _print_human(res: OptimizeResult) -> None:
     t = res.timings_s
     parts = [f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f}s" for k, v in t.items() if k != "total_s"]
     out.print(f"time: {', '.join(parts)}; total {t.get('total_s', 0.0):.1f}s", highlight=False)
+    if res.budget_stop or res.interrupted:
+        what = "interrupted" if res.interrupted else f"the {res.time_budget_s or 0:g} s budget ran out"
+        err.print(f"[yellow]{what}[/]: finished with the candidates verified and timed so far")
     colour = "yellow" if res.kept_original else "green"
     out.print(f"[{colour}]{res.decision}[/]")
     if res.written:
         what = "the original model" if res.kept_original else "the optimized model"
         out.print(f"wrote {what} to {res.written}")
+    elif res.interrupted:
+        err.print("[yellow]nothing written[/] (interrupted before a candidate was confirmed faster)")
     if res.report:
         out.print(f"wrote the report to {res.report}")
 

@@ -11,7 +11,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, exits, fail, load_graph, out
+from graphsub.cli.common import Exit, JsonOpt, SeedOpt, confirm_output, err, exits, fail, load_graph, out
 from graphsub.errors import GraphsubError
 
 rules_app = typer.Typer(help="Substitution rules: list, show, verify, count matches, generate (TASO), prove (Z3).",
@@ -26,7 +26,7 @@ PathOpt = Annotated[Path | None, typer.Option(
 def _rules(set_name: str, path: Path | None, as_json: bool) -> list[Any]:
     from graphsub.rules.library import resolve_rules
 
-    with exits(as_json):
+    with exits(as_json, default=Exit.USAGE if path is None else Exit.BAD_INPUT):  # unknown name: usage; bad file: 3
         return resolve_rules(set_name, path)
 
 
@@ -57,8 +57,8 @@ def rules_show(name: Annotated[str, typer.Argument(help="Rule name.")], path: Pa
 
     try:
         rule = find_rule(name, path)
-    except GraphsubError as e:
-        fail(Exit.BAD_INPUT, str(e), as_json)
+    except GraphsubError as e:  # an unknown rule name is a usage error; an unreadable rules file, bad input
+        fail(Exit.USAGE if path is None else Exit.BAD_INPUT, str(e), as_json)
         return
     before = after = ""
     if rule.examples:
@@ -189,8 +189,7 @@ def rules_generate(
     except (KeyError, ValueError) as e:
         fail(Exit.USAGE, str(e).strip("'\""), as_json)
         return
-    if not output.resolve().parent.is_dir():
-        fail(Exit.CANNOT_WRITE, f"{output}: directory {output.parent} does not exist", as_json)
+    confirm_output(None, output, as_json)
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True, disable=as_json) as progress:

@@ -7,24 +7,30 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from graphsub.cli.common import (
     Exit,
     JsonOpt,
     SeedOpt,
     ShapeOpt,
+    check_names,
     confirm_output,
+    describe_dims,
     err,
     exits,
     fail,
     load_graph,
+    log,
     out,
     parse_shapes,
     parse_spec,
     print_sequence,
+    write_graph,
 )
-from graphsub.errors import GraphsubError
+from graphsub.interrupt import graceful
 from graphsub.ir.graph import Graph
+from graphsub.spec import ModelSpec, Shapes
 
 
 def search_cmd(
@@ -57,9 +63,12 @@ def search_cmd(
 ) -> None:
     """Search for a cheaper equivalent graph with one algorithm and print what it found."""
     from graphsub.cost import get_model
+    from graphsub.deadline import command_started, left_of_command
     from graphsub.rules.library import resolve_rules
     from graphsub.search import Budget, search
 
+    started = command_started()  # --time bounds the whole command (start-up, loading, the rule set included)
+    check_names(as_json, rules=rules, cost=cost, algo=algo, threads=threads, k=k, extract=extract)
     spec = parse_spec(model, as_json)
     if output is not None:
         confirm_output(spec, output, as_json)
@@ -72,20 +81,23 @@ def search_cmd(
     with exits(as_json):
         rule_list = resolve_rules(rules)
         cm = get_model(cost, threads=threads, progress=not as_json)
-        with err.status(f"searching {g.name} with {algo} ({len(rule_list)} rules, {cost})"):
-            result = search(g, rule_list, cm, Budget(time_s=time_s, expansions=expansions, k=k, memory_mb=memory_mb),
-                            seed, algo=algo, **params)
+        what = f"searching {g.name} with {algo} ({len(rule_list)} rules, {cost})"
+        with graceful(notify=lambda msg: err.print(escape(msg))), err.status(escape(what)):
+            log.info("%s; Ctrl-C stops it with the best graph found so far", what)
+            result = search(g, rule_list, cm, Budget(time_s=left_of_command(time_s, started), expansions=expansions,
+                                                     k=k, memory_mb=memory_mb), seed, algo=algo, **params)
     report = None
     if output is not None:
-        report = _write_verified(g, result.best, output, seed, as_json)
+        report = _write_verified(g, result.best, output, seed, as_json, spec, parse_shapes(input_shape))
     data = result.to_dict()
     data.update({"model": g.name, "rules": rules, "cost_model": cost, "initial_ops": g.num_ops})
     if report is not None:
         data["verification"] = report
+    code = Exit.INTERRUPTED if result.stopped_by == "interrupt" else Exit.OK
     if as_json:
         print(json.dumps(data, indent=2))
-        return
-    out.print(f"[bold]{g.name}[/] {algo}: cost {result.initial_cost:.6g} -> {result.best_cost:.6g} "
+        raise typer.Exit(int(code))
+    out.print(f"[bold]{escape(g.name)}[/] {algo}: cost {result.initial_cost:.6g} -> {result.best_cost:.6g} "
               f"({result.improvement:.1%} lower) in {result.wall_time_s:.2f}s, {result.stats.expanded} graphs "
               f"expanded, stopped by {result.stopped_by}; ops {g.num_ops} -> {result.best.num_ops}")
     if algo == "eqsat":
@@ -96,14 +108,21 @@ def search_cmd(
                   + f", chosen {x['chosen']}")
     print_sequence(result.sequence)
     if output is not None:
-        out.print(f"wrote {output} (verified: max abs diff {report['max_abs_diff']:.3g})")  # type: ignore[index]
+        dims = describe_dims(report["symbolic_dims"])  # type: ignore[index]
+        out.print(f"wrote {escape(str(output))} (verified: max abs diff {report['max_abs_diff']:.3g}"  # type: ignore[index]
+                  + (f"; {escape(dims)}" if dims else "") + ")")
+    if code == Exit.INTERRUPTED:
+        err.print("interrupted: the result above is the best found before Ctrl-C"
+                  + ("" if output is None else " (verified and written)"))
+    raise typer.Exit(int(code))
 
 
-def _write_verified(original: Graph, best: Graph, output: Path, seed: int, as_json: bool) -> dict[str, Any]:
-    """Attach weights, fold weight-only subgraphs, verify against the original, write atomically."""
+def _write_verified(original: Graph, best: Graph, output: Path, seed: int, as_json: bool, source: ModelSpec,
+                    shapes: Shapes) -> dict[str, Any]:
+    """Attach weights, fold weight-only subgraphs, verify against the original, write atomically (symbolic dims of
+    the source kept symbolic, see :func:`graphsub.cli.common.write_graph`)."""
     from graphsub.data import materialize
     from graphsub.equivalence import equivalent
-    from graphsub.frontends.onnx_io import save
     from graphsub.optimize.verification import finalize
 
     with exits(as_json):  # a model onnxruntime cannot run is bad input
@@ -113,11 +132,9 @@ def _write_verified(original: Graph, best: Graph, output: Path, seed: int, as_js
     if not report.equivalent:
         fail(Exit.NOT_EQUIVALENT, f"the optimized graph failed verification ({report.worst_output}: max abs diff "
              f"{report.max_abs_diff:.3g}); nothing written", as_json)
-    try:
-        save(final, output)
-    except (GraphsubError, OSError) as e:
-        fail(Exit.CANNOT_WRITE, str(e), as_json)
-    return {"equivalent": report.equivalent, "max_abs_diff": report.max_abs_diff, "output": str(output)}
+    dims = write_graph(final, output, as_json, seed=seed, source=source, shapes=shapes, original=ref)
+    return {"equivalent": report.equivalent, "max_abs_diff": report.max_abs_diff, "output": str(output),
+            "symbolic_dims": dims}
 
 
 __all__ = ["search_cmd"]

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli.common import JsonOpt, SeedOpt, err, load_graph, out, write_graph
+from graphsub.cli.common import JsonOpt, SeedOpt, confirm_output, err, load_graph, out, write_graph
 
 zoo_app = typer.Typer(help="Built-in benchmark models (TASO/OCGGS set and classic CNNs).", no_args_is_help=True)
 
@@ -43,8 +44,9 @@ def zoo_export(
     as_json: JsonOpt = False,
 ) -> None:
     """Export a zoo model to ONNX (random weights drawn from --seed)."""
+    confirm_output(None, output, as_json)
     g = load_graph(name if name.startswith("zoo:") else f"zoo:{name}", None, as_json)
-    with err.status(f"exporting {g.name} ({g.num_ops} ops)"):
+    with err.status(f"exporting {escape(g.name)} ({g.num_ops} ops)"):
         write_graph(g, output, as_json, seed=seed)
     if as_json:
         print(json.dumps({"name": g.name, "num_ops": g.num_ops, "output": str(output)}))

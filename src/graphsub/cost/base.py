@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import BudgetExceeded, GraphsubError
 from graphsub.ir.analysis import expand, is_free, peak_memory, weight_only_map, weight_only_update
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig
@@ -283,6 +283,9 @@ class SumCostModel:
 
     name = "sum"
     context_radius = 0
+    #: polled by models that measure, before each measurement (a search sets it to its budget check for its
+    #: duration): when it returns True they raise BudgetExceeded instead of measuring (:meth:`check_stop`)
+    stop: Callable[[], bool] | None = None
 
     def __init__(self, objective: Objective = "time_ms", limits: Limits | None = None) -> None:
         self.objective: Objective = objective
@@ -315,6 +318,11 @@ class SumCostModel:
 
     def prepare(self, graph: Graph) -> None:
         """Hook run before costing a whole graph (measured models fill their cache here)."""
+
+    def check_stop(self, what: str) -> None:
+        """Raise BudgetExceeded when :attr:`stop` says so (models call it before measuring ``what``)."""
+        if self.stop is not None and self.stop():
+            raise BudgetExceeded(f"{self.name}: not measuring {what}: the budget ran out")
 
     # -- whole graphs -----------------------------------------------------------------
     def node_costs(self, graph: Graph) -> dict[int, Cost]:

@@ -43,6 +43,8 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -77,6 +79,8 @@ METHOD = "onenode-v1"
 #: constant inputs smaller than this are assumed to stay in cache (no cold-weight floor)
 COLD_MIN_BYTES = 256 * 1024
 OVERHEAD_KEY = "__call_overhead__"
+
+log = logging.getLogger("graphsub")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS op_timings (
@@ -145,10 +149,20 @@ def _enable_wal(conn: sqlite3.Connection, tries: int = 200) -> None:
             time.sleep(0.05)
 
 
+_COLUMNS = ("digest", "consts", "ort_version", "threads", "cpu", "optimization", "method", "signature", "median_ms",
+            "iqr_ms", "min_ms", "repeats", "measured_at")
+
+
 class OpTimeCache:
     """Persistent, process-safe store of op timings (see the module docstring).
 
     One connection per process (re-opened after a fork); every write is its own transaction.
+
+    A cache that cannot be used never stops the work, it only costs re-measuring: a file that is not an SQLite
+    database, is corrupted or has another schema is moved aside (``<name>.broken-<time>``, kept for inspection) and
+    a new one is created; when that is impossible (a read-only file or directory, a full disk), or the database
+    fails later, the cache lives in memory for the rest of the process. Either way one warning says so
+    (``fallback`` holds the reason).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -156,29 +170,79 @@ class OpTimeCache:
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
         self._lock = threading.Lock()
+        self.fallback = ""  # why the cache runs in memory (empty: on disk)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None or self._pid != os.getpid():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
-            _enable_wal(conn)
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(_SCHEMA)
+            if self.fallback:
+                conn = self._connect(":memory:")
+            else:
+                try:
+                    conn = self._open_file()
+                except (sqlite3.Error, OSError) as e:
+                    conn = self._to_memory(f"{type(e).__name__}: {e}")
             self._conn, self._pid = conn, os.getpid()
         return self._conn
+
+    @staticmethod
+    def _connect(target: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(target, timeout=60.0, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 60000")
+        if target != ":memory:":
+            _enable_wal(conn)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(_SCHEMA)
+        cols = tuple(row[1] for row in conn.execute("PRAGMA table_info(op_timings)"))
+        if cols != _COLUMNS:
+            conn.close()
+            raise sqlite3.DatabaseError(f"table op_timings has columns {cols}, expected {_COLUMNS}")
+        return conn
+
+    def _open_file(self) -> sqlite3.Connection:
+        """The cache file, moved aside and re-created when it is not a usable cache."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._connect(str(self.path))
+        except sqlite3.DatabaseError as e:
+            if "locked" in str(e) or "readonly" in str(e) or "unable to open" in str(e):
+                raise
+            aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}")
+            os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            log.warning("op-time cache %s was unusable (%s); moved it to %s and started a new one", self.path, e,
+                        aside)
+            return self._connect(str(self.path))
+
+    def _to_memory(self, why: str) -> sqlite3.Connection:
+        self.fallback = why
+        log.warning("op-time cache %s cannot be used (%s); timings are kept in memory for this run only",
+                    self.path, why)
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        return self._connect(":memory:")
+
+    def _run(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """``sql`` on the cache (the lock held by the caller); a database that fails now falls back to memory."""
+        try:
+            return self._db().execute(sql, args)
+        except sqlite3.Error as e:
+            if self.fallback:
+                raise
+            self._conn, self._pid = self._to_memory(f"{type(e).__name__}: {e}"), os.getpid()
+            return self._conn.execute(sql, args)
 
     def get_many(self, ctx: Context, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Timing]:
         """Timings found for ``(digest, consts)`` keys under ``ctx`` (missing keys are absent)."""
         out: dict[tuple[str, str], Timing] = {}
         keys = list(dict.fromkeys(keys))
         with self._lock:
-            db = self._db()
             for i in range(0, len(keys), 400):
                 chunk = keys[i: i + 400]
                 where = " OR ".join(["(digest = ? AND consts = ?)"] * len(chunk))
                 args: list[Any] = [x for k in chunk for x in k]
-                rows = db.execute(
+                rows = self._run(
                     "SELECT digest, consts, median_ms, iqr_ms, repeats, min_ms FROM op_timings WHERE "
                     f"ort_version = ? AND threads = ? AND cpu = ? AND optimization = ? AND method = ? AND ({where})",
                     [*ctx.as_tuple(), *args]).fetchall()
@@ -192,7 +256,7 @@ class OpTimeCache:
     def put(self, ctx: Context, digest: str, consts: str, signature: str, timing: Timing) -> bool:
         """Insert unless present (first writer wins); True if this call inserted the row."""
         with self._lock:
-            cur = self._db().execute(
+            cur = self._run(
                 "INSERT OR IGNORE INTO op_timings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (digest, consts, *ctx.as_tuple(), signature, timing.median_ms, timing.iqr_ms, timing.min_ms,
                  timing.repeats, time.time()))
@@ -200,11 +264,11 @@ class OpTimeCache:
 
     def count(self) -> int:
         with self._lock:
-            return int(self._db().execute("SELECT COUNT(*) FROM op_timings").fetchone()[0])
+            return int(self._run("SELECT COUNT(*) FROM op_timings").fetchone()[0])
 
     def integrity(self) -> str:
         with self._lock:
-            return str(self._db().execute("PRAGMA integrity_check").fetchone()[0])
+            return str(self._run("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
         if self._conn is not None and self._pid == os.getpid():
@@ -453,8 +517,10 @@ class MeasuredCostModel(SumCostModel):
         if hit is not None:
             self.stats.db_hits += 1
         else:
+            label = describe_sig(sig, 400)
+            self.check_stop(label)
             self.stats.misses += 1
-            hit = self._measure_and_store(key, describe_sig(sig, 400), lambda: one_node_graph(sig, consts))
+            hit = self._measure_and_store(key, label, lambda: one_node_graph(sig, consts))
         self._times[key] = hit
         return hit
 
@@ -526,7 +592,8 @@ class MeasuredCostModel(SumCostModel):
             out[key] = (describe_sig(sig, 400), lambda s=sig, c=mask: one_node_graph(s, c))
 
     def profile(self, graph: Graph, progress: bool | None = None) -> ProfileStats:
-        """Make sure every run-time node of ``graph`` is timed; measure only the missing keys."""
+        """Make sure every run-time node of ``graph`` is timed; measure only the missing keys.  BudgetExceeded
+        (what was measured is kept) when :attr:`stop` says so before a measurement."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -544,6 +611,7 @@ class MeasuredCostModel(SumCostModel):
             task = bar.add_task(graph.name, total=len(missing))
             for key in missing:
                 label, build = items[key]
+                self.check_stop(label)
                 bar.update(task, description=f"{graph.name}: {label[:60]}")
                 self._times[key] = self._measure_and_store(key, label, build)
                 bar.advance(task)

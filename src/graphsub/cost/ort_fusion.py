@@ -218,6 +218,7 @@ class FusedMeasuredCostModel(MeasuredCostModel):
             if timing is None:
                 timing = self.cache.get(self.ctx, *key)
                 if timing is None:
+                    self.check_stop(self._label(graph, group))
                     self.stats.misses += 1
                     timing = self._measure_and_store(key, self._label(graph, group),
                                                      lambda: group_graph(graph, group, wo))

@@ -1,7 +1,9 @@
 """ONNX ModelProto -> Graph.
 
 * Opsets 13+ of the default domain (older models are upgraded with onnx's version converter).
-* Inputs must get static shapes: symbolic dims come from ``input_shapes`` or ``default_dim``.
+* Inputs must get static shapes: symbolic dims come from ``input_shapes`` (a ``dim_param`` name it gives a size
+  has that size in every input) or ``default_dim``; writes restore the others
+  (:mod:`graphsub.frontends.dims`).
 * Initializers and ``Constant`` nodes become weights (with data).  Shape arithmetic -- small
   all-constant subgraphs with integer results, such as ``Shape -> Gather -> Concat ->
   Reshape`` -- is folded (reference implementations, or onnxruntime for ops graphsub does not
@@ -10,12 +12,18 @@
 * Each node is imported by the first OpDef importer that accepts it; a node no importer
   accepts becomes an ``opaque`` node carrying its serialized attributes and the output types
   from ONNX shape inference, so it survives the round trip untouched.
-* Problems raise :class:`~graphsub.errors.ImportError_` naming the node and value.
+* Problems raise :class:`~graphsub.errors.ImportError_` naming the node and value -- and nothing
+  else: hostile files are refused before anything is allocated or run.  Each tensor name must be
+  defined once; default-domain nodes must fit their ONNX schema (attribute names and types, input and
+  output counts); opset and IR version must be ones onnx knows; no value may need more than
+  :func:`graphsub.data.tensor_limit` bytes.  A graph output's declared type gives way to the type the
+  graph computes (a warning; a different dtype is an error).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,6 +101,39 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray:
     raise ImportError_(f"Constant node {node.name!r}: unsupported value kind (sparse/string)")
 
 
+_ATTR_TYPE_NAMES = {v: k for k, v in onnx.AttributeProto.AttributeType.items()}
+
+
+def _check_schema(node: onnx.NodeProto, opset: int) -> None:
+    """ImportError_ when a node of the default domain breaks its ONNX schema in a way onnxruntime rejects: an
+    attribute the operator does not define (it would be dropped silently) or of the wrong type, or a number of
+    inputs/outputs out of range.  Operators without a schema are left to the opaque path."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:  # SchemaError: not an ONNX operator at this opset
+        return
+    where = f"{node.op_type} node {node.name!r}"
+    for a in node.attribute:
+        spec = schema.attributes.get(a.name)
+        if spec is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise ImportError_(f"{where} has attribute {a.name!r}, which {node.op_type} (opset {opset}) does not "
+                               f"define (its attributes: {known})")
+        want = int(getattr(spec.type, "value", 0))  # a pybind enum; UNDEFINED (0) when unknown
+        if want != onnx.AttributeProto.UNDEFINED and a.type != want:
+            raise ImportError_(f"{where}: attribute {a.name!r} is {_ATTR_TYPE_NAMES.get(a.type, a.type)}, "
+                               f"{node.op_type} needs {_ATTR_TYPE_NAMES.get(want, want)}")
+    n_in = len(node.input)
+    while n_in and not node.input[n_in - 1]:
+        n_in -= 1  # trailing optional inputs left out
+    if not schema.min_input <= n_in <= schema.max_input:
+        raise ImportError_(f"{where} has {n_in} input(s); {node.op_type} takes {schema.min_input} to "
+                           f"{schema.max_input}")
+    if not schema.min_output <= len(node.output) <= schema.max_output:
+        raise ImportError_(f"{where} has {len(node.output)} output(s); {node.op_type} gives {schema.min_output} "
+                           f"to {schema.max_output}")
+
+
 class _NodeCtx:
     """:class:`graphsub.ops.registry.OnnxImportCtx` for one ONNX node."""
 
@@ -137,6 +178,9 @@ class _Importer:
         self.model = model
         self.opset = opset
         self.inferred = dict(inferred)
+        #: graph outputs whose type only the file's declaration gives (ONNX shape inference did not): what graphsub
+        #: computes for them wins over the declaration, which may be wrong
+        self.declared_only: set[str] = set()
         self.consts: dict[str, np.ndarray] = {}
         self.env: dict[str, Ref] = {}
         self.types: dict[str, TensorType] = {}
@@ -190,6 +234,8 @@ class _Importer:
     # -- nodes --------------------------------------------------------------------------
     def import_node(self, node: onnx.NodeProto) -> None:
         domain_default = node.domain in _DEFAULT_DOMAINS
+        if domain_default:
+            _check_schema(node, self.opset)
         if domain_default and node.op_type == "Constant":
             self.consts[node.output[0]] = _constant_value(node)
             return
@@ -210,6 +256,9 @@ class _Importer:
                 continue
             except GraphsubError as e:
                 reason = f"{node.op_type}: {e}"
+                continue
+            except (ValueError, TypeError, KeyError, IndexError, ArithmeticError) as e:  # malformed attributes
+                reason = f"{node.op_type}: malformed attributes ({type(e).__name__}: {e})"
                 continue
             if self._add_imported(node, imported):
                 return
@@ -242,7 +291,13 @@ class _Importer:
                 return False  # an output the IR op does not produce is used
         for k in range(min(n_out, len(node.output))):
             t = self.inferred.get(node.output[k])
-            if t is not None and t != sig.out_types[k]:
+            if t is not None and t != sig.out_types[k] and node.output[k] in self.declared_only:
+                if t.dtype != sig.out_types[k].dtype:
+                    raise ImportError_(f"graph output {node.output[k]!r} is declared {t.dtype} but {node.op_type} "
+                                       f"node {node.name!r} computes {sig.out_types[k].dtype}: malformed model")
+                log.warning("graph output %r is declared %s but %s node %r computes %s; using %s", node.output[k], t,
+                            node.op_type, node.name, sig.out_types[k], sig.out_types[k])
+            elif t is not None and t != sig.out_types[k]:
                 log.warning(
                     "%s node %r: graphsub infers %s for %r but ONNX inferred %s; keeping it opaque",
                     node.op_type, node.name, sig.out_types[k], node.output[k], t,
@@ -328,7 +383,7 @@ class _Importer:
                 imp = fn(ctx)
                 in_arrays = [self.consts[node.input[i]] for i in imp.inputs]
                 sig = make_sig(imp.op, imp.attrs, tuple(TensorType(a.shape, dtype_of(a)) for a in in_arrays))
-            except (Unsupported, GraphsubError):
+            except (Unsupported, GraphsubError, ValueError, TypeError, KeyError, IndexError, ArithmeticError):
                 continue
             if sum(t.numel for t in sig.out_types) > FOLD_LIMIT or sig.opdef.reference is None:
                 return False
@@ -336,7 +391,11 @@ class _Importer:
                 return False  # only shape arithmetic is folded; float compute on weights stays
             if op == "opaque":
                 return False
-            outs = sig.opdef.reference(in_arrays, sig.attr)
+            try:
+                outs = sig.opdef.reference(in_arrays, sig.attr)
+            except Exception as e:  # hostile constants (a Reshape to a wrong size ...): leave it to the runtime
+                log.debug("not folding %s node %r: %s", node.op_type, node.name, e)
+                return False
             for k, arr in enumerate(outs):
                 if k < len(node.output) and node.output[k]:
                     self.consts[node.output[k]] = np.asarray(arr)
@@ -370,6 +429,30 @@ class _Importer:
         return True
 
 
+def _check_single_definitions(graph: onnx.GraphProto) -> None:
+    """Every tensor name is defined once -- by a graph input, an initializer (which may also be listed as an
+    input, its default value) or one node output -- as ONNX requires (onnxruntime rejects the model otherwise);
+    importing such a model would silently keep one definition and drop the other."""
+    defined: dict[str, str] = {}
+
+    def define(name: str, what: str) -> None:
+        if name in defined:
+            raise ImportError_(f"tensor {name!r} is defined twice, by {defined[name]} and by {what}: malformed "
+                               "model (ONNX requires every tensor name to be defined once)")
+        defined[name] = what
+
+    init_names = {t.name for t in graph.initializer}
+    for vi in graph.input:
+        if vi.name not in init_names:
+            define(vi.name, f"graph input {vi.name!r}")
+    for t in graph.initializer:
+        define(t.name, f"initializer {t.name!r}")
+    for n in graph.node:
+        for o in n.output:
+            if o:
+                define(o, f"{n.op_type} node {n.name!r}")
+
+
 def _topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """Nodes in a valid order (ONNX requires one, but be lenient); errors on undefined inputs."""
     available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
@@ -399,7 +482,10 @@ def _topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 def _static_inputs(
     graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]], default_dim: int | None
 ) -> dict[str, TensorType]:
+    from graphsub.frontends.dims import bound_params
+
     init_names = {t.name for t in graph.initializer}
+    bound = bound_params(graph, input_shapes)  # a name --input-shape gives a size has it in every input
     out: dict[str, TensorType] = {}
     for vi in graph.input:
         if vi.name in init_names:
@@ -429,6 +515,8 @@ def _static_inputs(
             for d in tt.shape.dim:
                 if d.HasField("dim_value"):
                     dims.append(d.dim_value)
+                elif d.dim_param and d.dim_param in bound:
+                    dims.append(bound[d.dim_param])
                 else:
                     symbolic.append(d.dim_param or "?")
                     if default_dim is None:
@@ -442,33 +530,49 @@ def _static_inputs(
                 )
             if symbolic:
                 log.warning(
-                    "input %r: symbolic dimension(s) %s set to %d (use --input-shape to choose)",
+                    "input %r: symbolic dimension(s) %s set to %d (use --input-shape to choose); written models "
+                    "keep them symbolic where they can",
                     vi.name, symbolic, default_dim,
                 )
             shape = tuple(dims)
         if any(s <= 0 for s in shape) and shape:
             raise ImportError_(f"input {vi.name!r}: impossible shape {shape}")
         out[vi.name] = TensorType(shape, DTYPE_OF_ONNX_CODE[tt.elem_type])
+        _check_size(f"input {vi.name!r}", out[vi.name])
     unknown = set(input_shapes) - set(out)
     if unknown:
         raise ImportError_(f"input_shapes names unknown inputs {sorted(unknown)}; inputs: {sorted(out)}")
     return out
 
 
-def _infer_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType]) -> dict[str, TensorType]:
-    """ONNX shape inference on a light copy (large initializers become typed inputs)."""
+def _check_size(what: str, t: TensorType) -> None:
+    """ImportError_ when a tensor could not be allocated on this machine (:func:`graphsub.data.check_sizes`)."""
+    from graphsub.data import check_sizes
+
+    try:
+        check_sizes([(what, t)])
+    except ShapeError as e:
+        raise ImportError_(str(e)) from None
+
+
+def _infer_types(model: onnx.ModelProto,
+                 inputs: Mapping[str, TensorType]) -> tuple[dict[str, TensorType], set[str]]:
+    """ONNX shape inference on a light copy (large initializers become typed inputs), and the names of the graph
+    outputs whose type comes from their declaration alone (inference did not give one)."""
     skel = onnx.ModelProto()
     skel.CopyFrom(model)
     g = skel.graph
     keep: list[onnx.TensorProto] = []
     move: list[onnx.TensorProto] = []
     for t in g.initializer:
-        (keep if np.prod(t.dims, dtype=np.int64) <= FOLD_LIMIT else move).append(t)
+        (keep if math.prod(t.dims) <= FOLD_LIMIT else move).append(t)
     for t in move:
         g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     del g.initializer[:]
     g.initializer.extend(keep)
     init_names = {t.name for t in g.initializer}
+    for vi in g.output:  # inferred afresh: a wrong declaration must not become the type of the value
+        vi.ClearField("type")
     for vi in g.input:
         if vi.name in inputs and vi.name not in init_names:
             t = inputs[vi.name]
@@ -486,10 +590,25 @@ def _infer_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType]) -> di
             t = _tensor_type(vi.name, vi.type, what="value")
             if t is not None:
                 out[vi.name] = t
+    declared_only: set[str] = set()
+    for vi in model.graph.output:  # declared types: for the outputs that inference left open
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in DTYPE_OF_ONNX_CODE:
+            t = _tensor_type(vi.name, vi.type, what="value")
+            if t is None or vi.name in inputs:
+                continue
+            if vi.name not in out:
+                out[vi.name] = t
+                declared_only.add(vi.name)
+            elif out[vi.name].dtype != t.dtype:
+                raise ImportError_(f"graph output {vi.name!r} is declared {t.dtype} but the graph computes "
+                                   f"{out[vi.name].dtype}: malformed model")
+            elif out[vi.name] != t:
+                log.warning("graph output %r is declared %s but the graph computes %s; using %s",
+                            vi.name, t, out[vi.name], out[vi.name])
     missing = [o for node in model.graph.node for o in node.output if o and o not in out and o not in inputs]
     if missing:
         out.update(_runtime_types(model, inputs, missing))
-    return out
+    return out, declared_only
 
 
 def _runtime_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType],
@@ -501,8 +620,13 @@ def _runtime_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType],
     with static input shapes their shapes are fixed, but only a run tells them.  A value whose shape depends on the
     data (``NonZero``) gets the shape of this run; the numeric check of every result guards what is built on it.
     Returns what the run gave (nothing when the model does not run)."""
+    from graphsub.data import allocation_limit
     from graphsub.frontends.ort import make_session, run_session
 
+    need = sum(t.nbytes for t in inputs.values())
+    if 4 * need > allocation_limit():  # the inputs, and at least as much again for the values of the run
+        log.info("not running the model to complete shape inference: its inputs take %d bytes", need)
+        return {}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     present = {o.name for o in probe.graph.output}
@@ -527,12 +651,44 @@ def from_onnx(
     default_dim: int | None = 1,
     name: str | None = None,
 ) -> Graph:
-    """Convert an ONNX model into a :class:`Graph` (see the module docstring)."""
+    """Convert an ONNX model into a :class:`Graph` (see the module docstring).
+
+    Every problem with the model raises ImportError_ naming the node or value (never another exception type):
+    hostile files (duplicate tensor definitions, cycles, dimensions no machine can allocate, malformed
+    attributes) are refused here, before anything is allocated or run."""
+    try:
+        return _from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name)
+    except ImportError_:
+        raise
+    except GraphsubError as e:
+        raise ImportError_(str(e)) from e
+    except RecursionError as e:
+        raise ImportError_(f"cannot import the model: it nests too deeply ({e})") from e
+    except Exception as e:  # onnx / protobuf / numpy errors on malformed content
+        raise ImportError_(f"cannot import the model: {type(e).__name__}: {e}") from e
+
+
+def _from_onnx(
+    model: onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    default_dim: int | None,
+    name: str | None,
+) -> Graph:
     if not isinstance(model, onnx.ModelProto) or not model.HasField("graph"):
         raise ImportError_("not an ONNX model: no graph")
     opset = next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), None)
     if opset is None:
         raise ImportError_("the model declares no opset for the default ONNX domain")
+    newest = onnx.defs.onnx_opset_version()
+    if opset > newest:
+        raise ImportError_(f"the model's opset {opset} is newer than {newest}, the newest that onnx "
+                           f"{onnx.__version__} defines: its operators' meaning is unknown")
+    if not model.graph.output:
+        raise ImportError_("the model's graph has no outputs: it computes nothing")
+    if model.ir_version > onnx.IR_VERSION:
+        raise ImportError_(f"the model's IR version {model.ir_version} is newer than {onnx.IR_VERSION}, the "
+                           f"newest that onnx {onnx.__version__} reads")
     if opset < MIN_OPSET:
         try:
             model = onnx.version_converter.convert_version(model, MIN_OPSET)
@@ -542,11 +698,13 @@ def from_onnx(
             ) from e
         opset = MIN_OPSET
     graph = model.graph
+    _check_single_definitions(graph)
     static = _static_inputs(graph, input_shapes or {}, default_dim)
     order = _topological_nodes(graph)
-    inferred = _infer_types(model, static)
+    inferred, declared_only = _infer_types(model, static)
     inferred.update(static)
     imp = _Importer(model, opset, inferred)
+    imp.declared_only = declared_only - set(static)
     for t in graph.initializer:
         try:
             arr = numpy_helper.to_array(t)
@@ -567,6 +725,12 @@ def from_onnx(
             raise
         except GraphsubError as e:
             raise ImportError_(f"{node.op_type} node {node.name!r}: {e}") from e
+        except Exception as e:  # malformed attributes or constants
+            raise ImportError_(f"{node.op_type} node {node.name!r} cannot be imported: {type(e).__name__}: "
+                               f"{e}") from e
+        for o in node.output:
+            if o in imp.env:
+                _check_size(f"{node.op_type} node {node.name!r}: output {o!r}", imp.type_of(o))
     outputs = []
     for o in graph.output:
         if o.name not in imp.env and o.name not in imp.consts:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,10 +39,22 @@ EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 def read_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """Read an ONNX file (with external data), raising ImportError_ with the cause."""
     p = Path(path)
-    if not p.exists():
-        raise ImportError_(f"{p}: no such file")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise ImportError_(f"{p}: no such file") from None
+    except (OSError, ValueError) as e:  # a name too long, a loop of symbolic links, a NUL byte ...
+        raise ImportError_(f"{p}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if stat.S_ISDIR(st.st_mode):
         raise ImportError_(f"{p}: is a directory, expected an .onnx file")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block and /dev/zero never end
+        raise ImportError_(f"{p}: not a regular file (a device, FIFO or socket), expected an .onnx file")
+    size = st.st_size
+    from graphsub.data import allocation_limit, human_bytes
+
+    if size > allocation_limit():  # the file's bytes, and the model parsed from them
+        raise ImportError_(f"{p}: {human_bytes(size)} is more than this machine can read into memory "
+                           f"({human_bytes(allocation_limit())} allowed)")
     try:
         return onnx.load(str(p), load_external_data=True)
     except DecodeError as e:
@@ -85,6 +98,8 @@ def write_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, check: 
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.exists():
         raise ExportError(f"{out}: directory {parent} does not exist")
+    if out.exists() and not out.is_file():  # os.replace would put a file where a device, FIFO or directory was
+        raise ExportError(f"{out} exists and is not a regular file; refusing to replace it")
     if check:
         try:
             onnx.checker.check_model(model)

@@ -1,11 +1,32 @@
 """Running ONNX models in onnxruntime (CPU, or CUDA for timing where the machine has it), with explicit
-optimization level and threads."""
+optimization level and threads.
+
+This module is the boundary to onnxruntime: every session graphsub opens comes from :func:`make_session`, and
+no onnxruntime exception crosses it.  A model onnxruntime rejects raises
+:class:`~graphsub.errors.ExecutionError` when the session is created; a run that fails (a ``Reshape`` to a
+shape of the wrong size, an index out of range, an allocation that fails) raises ExecutionError from
+:meth:`Session.run` -- also for callers that time ``sess.run`` directly (the measured cost models).
+
+>>> import numpy as np
+>>> from onnx import TensorProto, helper
+>>> g = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "r",
+...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+...      helper.make_tensor_value_info("s", TensorProto.INT64, [1])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+>>> sess = make_session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+>>> try:
+...     sess.run(None, {"x": np.zeros((2, 3), np.float32), "s": np.array([5])})
+... except ExecutionError as e:
+...     print(type(e).__name__, str(e)[:35])
+ExecutionError onnxruntime failed to run the model
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -21,6 +42,40 @@ OPT_LEVELS = {
 }
 #: ``--provider`` names -> onnxruntime execution providers, in preference order
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+
+
+#: longest onnxruntime message quoted in an error (its messages can carry whole graph dumps)
+MAX_MESSAGE = 2000
+
+
+def ort_message(e: BaseException) -> str:
+    """An onnxruntime exception's message on one line, cut to :data:`MAX_MESSAGE` characters."""
+    text = str(e)
+    if isinstance(e, UnicodeDecodeError) and isinstance(e.object, bytes):  # a message naming non-UTF-8 names
+        text = e.object.decode("utf-8", errors="replace")
+    msg = " ".join(text.split()) or type(e).__name__
+    return msg if len(msg) <= MAX_MESSAGE else msg[:MAX_MESSAGE] + " ..."
+
+
+class Session(ort.InferenceSession):
+    """An ``onnxruntime.InferenceSession`` whose :meth:`run` raises ExecutionError (with onnxruntime's message)
+    instead of onnxruntime's own exception types.  Made by :func:`make_session`.
+
+    onnxruntime's provider fallback is off: on a failure it would print an "EP Error" banner on stdout (breaking
+    ``--json`` output; a model whose node names are not UTF-8 triggers it) and retry on the CPU, and a model
+    meant for CUDA must not silently run, or be timed, on the CPU."""
+
+    def _create_inference_session(self, *args: Any, **kwargs: Any) -> Any:
+        self._enable_fallback = False
+        return super()._create_inference_session(*args, **kwargs)
+
+    def run(self, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
+        try:
+            return super().run(output_names, input_feed, run_options)
+        except ExecutionError:
+            raise
+        except Exception as e:  # onnxruntime raises its own types (Fail, InvalidArgument, RuntimeException ...)
+            raise ExecutionError(f"onnxruntime failed to run the model: {ort_message(e)}") from e
 
 
 def require_provider(provider: str) -> None:
@@ -41,7 +96,7 @@ def make_session(
     optimization: str = "disable",
     threads: int | None = None,
     provider: str = "cpu",
-) -> ort.InferenceSession:
+) -> Session:
     """An onnxruntime session for ``model`` (proto, serialized bytes or file path) on ``provider`` (CPU unless
     told; see :func:`require_provider`)."""
     so = ort.SessionOptions()
@@ -52,9 +107,9 @@ def make_session(
         so.inter_op_num_threads = 1
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
-        return ort.InferenceSession(src, so, providers=PROVIDERS[provider])
-    except Exception as e:  # onnxruntime raises its own exception types
-        raise ExecutionError(f"onnxruntime rejected the model: {e}") from e
+        return Session(src, so, providers=PROVIDERS[provider])
+    except Exception as e:  # onnxruntime raises its own exception types (MemoryError for a huge model, too)
+        raise ExecutionError(f"onnxruntime rejected the model: {ort_message(e)}") from e
 
 
 def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") -> onnx.ModelProto:
@@ -72,18 +127,23 @@ def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") 
         try:
             ort.InferenceSession(model, so, providers=PROVIDERS[provider])
         except Exception as e:  # onnxruntime raises its own exception types
-            msg = " ".join(str(e).split())
-            raise ExecutionError(f"onnxruntime rejected the model: {msg[:500]}") from e
-        return onnx.load(out)
+            raise ExecutionError(f"onnxruntime rejected the model: {ort_message(e)[:500]}") from e
+        try:
+            return onnx.load(out)
+        except Exception as e:  # a file onnxruntime did not write, or one onnx cannot read back
+            raise ExecutionError(f"onnxruntime's optimized model cannot be read back: {e}") from e
 
 
 def run_session(
     sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
 ) -> list[np.ndarray]:
+    """Run ``sess`` on ``feeds``: the ``outputs`` named (all by default) as arrays; ExecutionError on failure."""
     try:
         return [np.asarray(o) for o in sess.run(list(outputs) if outputs else None, dict(feeds))]
-    except Exception as e:
-        raise ExecutionError(f"onnxruntime failed to run the model: {e}") from e
+    except ExecutionError:
+        raise
+    except Exception as e:  # a session not made by make_session, or np.asarray of a non-tensor output
+        raise ExecutionError(f"onnxruntime failed to run the model: {ort_message(e)}") from e
 
 
 def run_model(
@@ -97,5 +157,5 @@ def run_model(
     return run_session(make_session(model, optimization=optimization, threads=threads), feeds)
 
 
-__all__ = ["OPT_LEVELS", "PROVIDERS", "make_session", "optimized_model", "require_provider", "run_model",
-           "run_session"]
+__all__ = ["MAX_MESSAGE", "OPT_LEVELS", "PROVIDERS", "Session", "make_session", "optimized_model", "ort_message",
+           "require_provider", "run_model", "run_session"]

@@ -231,12 +231,17 @@ class ValidityClassifier:
         meta_path = path.with_suffix(".json")
         if not path.is_file() or not meta_path.is_file():
             raise GraphsubError(f"fusion GNN weights: need {path} and {meta_path}")
-        d = json.loads(meta_path.read_text())
-        vocab = Vocab.from_json(d)
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        state = {k: {n: t.float() if t.is_floating_point() else t for n, t in sd.items()} for k, sd in state.items()}
-        model = ValidityGNN(vocab.dim, int(d.get("hidden", HIDDEN)), int(d.get("layers", LAYERS)))
-        model.load_state_dict(state.pop("gnn"))
+        try:  # weights_only: a pickle cannot run code; anything malformed is bad input, not a crash
+            d = json.loads(meta_path.read_text())
+            vocab = Vocab.from_json(d)
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = {k: {n: t.float() if t.is_floating_point() else t for n, t in sd.items()}
+                     for k, sd in state.items()}
+            model = ValidityGNN(vocab.dim, int(d.get("hidden", HIDDEN)), int(d.get("layers", LAYERS)))
+            model.load_state_dict(state.pop("gnn"))
+        except Exception as e:
+            raise GraphsubError(f"{path}: not fusion-GNN weights written by graphsub ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else e!r})") from None
         clf = cls(model, vocab, d.get("meta"))
         clf.extra = dict(state)
         return clf

@@ -329,12 +329,14 @@ def run_peer(
     *,
     timeout_s: float = 600,
     registry: Mapping[str, PeerFn] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> PeerResult:
     """Run peer ``name`` (from ``registry``, default :data:`PEERS`) on ``src`` in a fresh process, writing ``dst``.
 
     Never raises for the peer's failure: an exception, a crash (signal or exit), a timeout (the process is killed)
     or a failure the tool reports give ``failed`` with a one-line ``error``; ``dst`` exists afterwards only when the
-    status is ``ok``. Raises ValueError for an unknown name."""
+    status is ``ok``. ``stop`` (polled a few times a second, e.g. :func:`graphsub.interrupt.stop_requested`) ends the
+    peer early like a timeout. Raises ValueError for an unknown name."""
     peers = PEERS if registry is None else registry
     if name not in peers:
         raise ValueError(f"unknown peer {name!r}; known: {', '.join(peers)}")
@@ -346,10 +348,13 @@ def run_peer(
     (tmp / "cwd").mkdir()  # files a peer drops in its working folder are not its output
     t0 = time.perf_counter()
     try:
-        message, timed_out, exitcode = _spawn(peers[name], src, tmp / "out" / dst.name, meta, tmp, timeout_s)
+        message, timed_out, exitcode = _spawn(peers[name], src, tmp / "out" / dst.name, meta, tmp, timeout_s, stop)
         wall = time.perf_counter() - t0
         if message is None:
-            error = f"timeout after {timeout_s:g} s" if timed_out else _exit_reason(exitcode, tmp / "peer.log")
+            if timed_out == "stopped":
+                error = "stopped (interrupted)"
+            else:
+                error = f"timeout after {timeout_s:.3g} s" if timed_out else _exit_reason(exitcode, tmp / "peer.log")
             return PeerResult(name, "failed", error, wall)
         status, error, seconds, info = message
         if status == "ok":
@@ -375,24 +380,33 @@ def kill_running() -> None:
         _kill(proc)
 
 
-def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path,
-           timeout_s: float) -> tuple[list[Any] | None, bool, int | None]:
+def _spawn(fn: PeerFn, src: Path, out: Path, meta: PeerInput, tmp: Path, timeout_s: float,
+           stop: Callable[[], bool] | None = None) -> tuple[list[Any] | None, bool | str, int | None]:
     """Run :func:`_child_main` in a fresh interpreter with this process's ``sys.path``, in its own process group
-    (killed whole on timeout), working folder ``tmp/cwd``, output to ``tmp/peer.log``: (its result or None, whether
-    it was killed for time, exit code)."""
+    (killed whole on timeout, or when ``stop()`` says so), working folder ``tmp/cwd``, output to ``tmp/peer.log``:
+    (its result or None, whether it was killed for time -- ``"stopped"`` when for ``stop`` --, exit code)."""
     payload, result = tmp / "peer.payload", tmp / "peer.result"
     payload.write_bytes(pickle.dumps((fn, str(src), str(out), meta)))
     code = f"from graphsub.optimize.peers import _child_main; _child_main({str(payload)!r}, {str(result)!r})"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    timed_out = False
+    timed_out: bool | str = False
     with open(tmp / "peer.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 env=env, cwd=tmp / "cwd", start_new_session=True)
         _LIVE.add(proc)
+        end = time.perf_counter() + timeout_s
         try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while True:
+                try:
+                    proc.wait(max(0.0, min(0.2, end - time.perf_counter())) if stop is not None else timeout_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    if stop is not None and stop():
+                        timed_out = "stopped"
+                        break
+                    if stop is None or time.perf_counter() >= end:
+                        timed_out = True
+                        break
         finally:  # also on Ctrl-C: the peer's session does not see the terminal's SIGINT
             _kill(proc)
             _LIVE.discard(proc)

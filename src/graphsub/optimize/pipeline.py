@@ -16,6 +16,22 @@ The result (:class:`~graphsub.optimize.result.OptimizeResult`) says what each st
 took; the HTML report (:mod:`graphsub.optimize.report`) renders it -- the caller decides whether to
 write one.
 
+**Time.** ``time_s`` (``graphsub optimize --budget``, default :data:`~graphsub.optimize.budget.DEFAULT_TIME_S` =
+75 s) is the wall-time budget of the whole call, every step above included: one deadline is shared out between the
+steps (:mod:`graphsub.optimize.budget`): 16% for the main search (12 s by default), the portfolio's parts while
+they fit (eqsat ``eqsat_s``, the peers, ``on_top_s`` on top of each), and 30% kept for verifying, timing and
+writing; every long step checks the deadline, and the rest are short by design. With a small budget the portfolio
+shrinks (the searches on top of the peers, then eqsat, then the peers are left out, and the main search gets their
+time); timing rounds stop at the deadline, and a candidate whose confirmation the budget cut short is not chosen, so
+the original stays the fallback and nothing unverified is ever written. ``time_s=None``: no bound (each step takes
+its own time, as ``budget``, ``eqsat_s`` and ``on_top_s`` say).
+
+**Stop requests.** A stop request (:func:`graphsub.interrupt.stop_requested`, the first Ctrl-C under
+:func:`graphsub.interrupt.graceful`) ends the call like an exhausted budget: the search returns its best graph, the
+portfolio adds nothing more, timing stops; the result is verified as usual, and written only when a candidate was
+confirmed faster by the usual rule -- otherwise nothing is written (not even the original) and the decision says so.
+The result's ``stopped_by`` is then ``"interrupt"``.
+
 The default cost model is ``fused`` (fusion-aware measured costs for ``ORT_ENABLE_ALL``): of the
 cost models, it ranks measured ``ORT_ENABLE_ALL`` latencies best (Spearman 0.994 in
 ``benchmarks/results/cost_calibration.json``).
@@ -23,6 +39,7 @@ cost models, it ranks measured ``ORT_ENABLE_ALL`` latencies best (Spearman 0.994
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -31,10 +48,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphsub.deadline import NO_DEADLINE, Deadline, check_seconds
+from graphsub.errors import GraphsubError
+from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
+from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import consistent, decide, time_candidates, time_pair
-from graphsub.optimize.verification import bisect, check, finalize
+from graphsub.optimize.verification import bisect, check_seeds, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget
@@ -43,7 +64,7 @@ from graphsub.spec import ModelSpec, Shapes, check_output
 DEFAULT_ALGO = "taso"
 DEFAULT_COST = "fused[min]"  # the minimum of repeats: far more repeatable than the median on a loaded machine
 DEFAULT_RULES = "default"
-DEFAULT_BUDGET_S = 12.0  # the main search; the portfolio adds DEFAULT_EQSAT_S and DEFAULT_ON_TOP_S per peer
+DEFAULT_BUDGET_S = 12.0  # the main search without a total budget (time_s=None); with one, its share of it
 DEFAULT_EQSAT_S = 5.0
 DEFAULT_ON_TOP_S = 2.0
 #: with more verified candidates than this, one short screening round picks the ones timed side by side
@@ -52,6 +73,10 @@ FINALISTS = 5
 CONFIRM = 2
 #: a model slower than this (ms a run) gets fewer finalists, one leader confirmed in 5 rounds (the time to result)
 SLOW_MS = 50.0
+#: a confirmation the budget cut to fewer paired rounds than this confirms nothing
+MIN_CONFIRM_ROUNDS = 3
+#: the per-round timing budget never shrinks below this to fit the deadline (ms)
+MIN_ROUND_MS = 5.0
 
 #: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write
 ProgressFn = Callable[[str, float, float | None], None]
@@ -64,6 +89,14 @@ class _Run:
     note: ProgressFn
     timings: dict[str, float] = field(default_factory=dict)
     t0: float = field(default_factory=time.perf_counter)
+    deadline: Deadline = NO_DEADLINE
+    cut: str = ""  # "time" once the budget cut a step short or left it out
+    notes: list[str] = field(default_factory=list)  # what the budget changed, for the result's notes
+    seed_s: float = 0.0  # what verifying the search's result took per input draw (0: not verified)
+
+    def cut_short(self) -> None:
+        """Record that the deadline (or a stop request) cut a step short."""
+        self.cut = self.cut or "time"
 
     @contextmanager
     def step(self, phase: str, key: str, best: float | None = None) -> Iterator[None]:
@@ -92,6 +125,8 @@ def optimize(
     rules: str | Sequence[Rule] = DEFAULT_RULES,
     cost: str = DEFAULT_COST,
     budget: Budget | None = None,
+    time_s: float | None = DEFAULT_TIME_S,
+    started: float | None = None,
     seed: int = 0,
     seeds: int = 3,
     threads: int | None = None,
@@ -113,6 +148,13 @@ def optimize(
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
     verified, write the chosen model there.
 
+    ``time_s``: the wall-time budget of the whole call (None: unbounded), counted from ``started`` (a
+    ``time.perf_counter()`` reading; default: the call; the command line passes the time it started,
+    :func:`graphsub.deadline.command_started`); ``budget``: the main search's own limits
+    (``k``, ``expansions``, ``memory_mb``; its ``time_s`` caps the search's share of ``time_s``, and without
+    ``time_s`` it is the search's time, default :data:`DEFAULT_BUDGET_S`). NaN, infinite or negative times, and
+    non-positive ``timing_budget_ms``, ``min_speedup``, ``seeds`` or ``threads`` raise GraphsubError before any work.
+
     ``threads``: the intra-op thread count the decision is made at (default: every core, ONNX Runtime's own
     default). With ``measure_latency`` the portfolio (:mod:`graphsub.optimize.portfolio`: ``eqsat_s`` seconds of
     equality saturation, the ``peers``, ``on_top_s`` seconds of search on top of each, the ``spelling`` pass) is
@@ -123,19 +165,23 @@ def optimize(
     work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
     byte for a file input). Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
-    the input file), ExportError/OSError when the output cannot be written.
+    the input file), ExportError/OSError when the output cannot be written, VerificationError (nothing written) when
+    the chosen model does not keep the input file's symbolic dimensions that ``input_shapes`` leave free
+    (:func:`graphsub.symbolic.keep_symbolic`).
     """
     from graphsub.cost import get_model
     from graphsub.data import materialize
     from graphsub.optimize.portfolio import resolve_peers
     from graphsub.search import search
 
+    run = _Run(progress or (lambda phase, elapsed, best: None))
+    run.deadline = Deadline.after(_check_args(time_s, eqsat_s, on_top_s, timing_budget_ms, min_speedup, seeds, threads,
+                                              rtol, atol), start=run.t0 if started is None else started)
     threads = threads or default_threads()
     if provider != "cpu":
         from graphsub.frontends.ort import require_provider
 
         require_provider(provider)
-    run = _Run(progress or (lambda phase, elapsed, best: None))
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
         check_output(spec, output)
@@ -144,40 +190,93 @@ def optimize(
         name, graph = load_input(model, input_shapes)
         rule_list = resolve_rules(rules)
         cm = get_model(cost, threads=threads, progress=False)
+    search_budget = budget or Budget(time_s=DEFAULT_BUDGET_S if time_s is None else None)
+    shares = plan(time_s, run.deadline.remaining(), search_cap=search_budget.time_s, eqsat_s=eqsat_s,
+                  on_top_s=on_top_s, n_peers=len(peer_list), portfolio=measure_latency,
+                  verify_s=verify_estimate_s(graph) if time_s is not None else 0.0)
+    if shares.search_s is not None:
+        search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
+    if shares.dropped:
+        run.cut_short()
     with run.step("search", "search_s"):
-        result = search(graph, rule_list, cm, budget or Budget(time_s=DEFAULT_BUDGET_S), seed, algo=algo,
+        result = search(graph, rule_list, cm, search_budget, seed, algo=algo,
                         progress=lambda elapsed, best: run.note("search", elapsed, best), **search_params)
     with run.step("verify", "verify_s", result.best_cost):
         ref = materialize(graph, seed)
         seed_list = tuple(seed + 1000 * i for i in range(max(seeds, 1)))
         final = finalize(ref, result.best, seed) if result.sequence else ref
-        ok, diff, worst = check(ref, final, seed_list, rtol=rtol, atol=atol) if result.sequence else (True, 0.0, "")
+        ok, diff, worst, done = (True, 0.0, "", seed_list)
+        if result.sequence:
+            t = time.perf_counter()
+            ok, diff, worst, done = check_seeds(ref, final, seed_list, rtol=rtol, atol=atol, stop=run.deadline.expired)
+            run.seed_s = (time.perf_counter() - t) / len(done)
+        if ok and len(done) < len(seed_list):  # the budget ran out: the candidates are checked on the same draws
+            run.notes.append(f"verification: on {len(done)} of {len(seed_list)} random input draws (no time left in "
+                             "the budget for more)")
+            run.cut_short()
+            seed_list = done
     res = OptimizeResult(name, ref, final, ref, result, ok, diff, worst, threads=threads, seeds=seed_list,
                          timings_s=run.timings, rule_set=rules if isinstance(rules, str) else f"{len(rule_list)} rules",
-                         cost_model=cost, rules=tuple(rule_list))
+                         cost_model=cost, rules=tuple(rule_list), time_budget_s=time_s)
     if not ok:
         with run.step("bisect", "bisect_s"):
-            res.failure = bisect(graph, ref, rule_list, result.sequence, seed_list, seed, rtol=rtol, atol=atol)
+            res.failure = bisect(graph, ref, rule_list, result.sequence, seed_list, seed, rtol=rtol, atol=atol,
+                                 stop=run.deadline.expired)
             res.decision = "verification failed: " + res.failure.message + "; nothing written"
         return _finish(res, run)
     source = _source(spec, ref)
     exported = _export(final) if result.sequence else None
     if not measure_latency:
+        res.portfolio_notes.extend(run.notes)
         res.kept_original, res.decision = decide(bool(result.sequence), {}, keep_slower=keep_slower,
                                                  min_speedup=min_speedup)
         res.graph = ref if res.kept_original else final
         chosen_data: Any = exported
     else:
         settings = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
-                             keep_slower=keep_slower, budget_ms=timing_budget_ms, peers=peer_list, eqsat_s=eqsat_s,
-                             on_top_s=on_top_s, spelling=spelling, provider=provider)
+                             keep_slower=keep_slower, budget_ms=timing_budget_ms,
+                             peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
+                             on_top_s=shares.on_top_s, spelling=spelling, provider=provider, plan=shares)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
+    if _interrupted(res) and not _confirmed(res, min_speedup):
+        res.decision += "; interrupted: nothing written (only a candidate confirmed faster is written then)"
+        return _finish(res, run)
     if output is not None:
         with run.step("write", "write_s"):
-            _write(res, output, source, chosen_data)
+            _write(res, output, source, chosen_data, input_shapes)
     return _finish(res, run)
+
+
+def _check_args(time_s: float | None, eqsat_s: float, on_top_s: float, timing_budget_ms: float, min_speedup: float,
+                seeds: int, threads: int | None, rtol: float, atol: float) -> float | None:
+    """``time_s`` once every limit of :func:`optimize` is known to be usable (GraphsubError naming the bad one)."""
+    check_seconds("eqsat_s", eqsat_s)
+    check_seconds("on_top_s", on_top_s)
+    check_seconds("rtol", rtol)
+    check_seconds("atol", atol)
+    for what, v in (("timing_budget_ms", timing_budget_ms), ("min_speedup", min_speedup)):
+        check_seconds(what, v, positive=True)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise GraphsubError(f"seeds must be a whole number >= 1, not {seeds!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise GraphsubError(f"threads must be a whole number >= 1, not {threads!r}")
+    return check_seconds("time_s (the optimize budget)", time_s, allow_none=True, positive=True)
+
+
+def _confirmed(res: OptimizeResult, min_speedup: float) -> bool:
+    """Whether the chosen candidate was confirmed faster than the original in paired rounds by the usual rule
+    (:func:`graphsub.optimize.portfolio.passes`, at least :data:`MIN_CONFIRM_ROUNDS` rounds)."""
+    c = res.chosen_candidate
+    return (c is not None and len(c.confirm_rounds) >= MIN_CONFIRM_ROUNDS and c.confirm_speedup is not None
+            and c.confirm_speedup > min_speedup and consistent(c.confirm_rounds))
+
+
+def _interrupted(res: OptimizeResult) -> bool:
+    if stop_requested():
+        res.budget_stop = "interrupt"
+    return res.interrupted
 
 
 def default_threads() -> int:
@@ -202,6 +301,7 @@ class _Settings:
     on_top_s: float
     spelling: bool
     provider: str = "cpu"
+    plan: Plan | None = None
 
 
 def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
@@ -217,17 +317,24 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     if exported is not None:
         port.add(pf.Candidate("search", bytes(exported.SerializeToString()), res.optimized, pf.ORIGINAL,
                               res.search.sequence, res.search.wall_time_s, True, res.max_abs_diff))
+    tail_s = st.plan.tail_s if st.plan is not None else 0.0
+    port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
     sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=get_set("ort-spelling") if st.spelling
-                         else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s)
+                         else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s, deadline=run.deadline,
+                         tail_s=tail_s)
     with run.step("portfolio", "portfolio_s"):
         pf.collect(port, ref, source, sources, note=lambda what: run.note("portfolio", 0.0, None))
     with run.step("verify", "verify_candidates_s"):
         feeds = [(s, random_inputs(graph, s)) for s in st.seeds]
-        pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",))
+        pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
+                  estimate_s=run.seed_s * (len(feeds) + 1) / 2)
+    if any("skipped" in n for n in port.notes) or any(c.error.startswith("not verified:") for c in port.candidates):
+        run.cut_short()
     timed = [c for c in port.distinct if c.verified]
     if timed:
         with run.step("time", "time_s"):
-            _time(port, timed, source, feeds[0][1], st)
+            if _time(port, timed, source, feeds[0][1], st, run.deadline):
+                run.cut_short()
     res.provider = st.provider
     res.candidates = port.candidates
     res.portfolio_notes = port.notes
@@ -240,24 +347,47 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
                                   "after": statistics.median(a for _, a in pairs), "rounds": pairs}}
     res.kept_original = chosen is None
     res.chosen = "original" if chosen is None else chosen.name
-    res.decision = _decision(chosen, shown, st)
+    res.decision = _decision(chosen, shown, st) if shown is not None or not timed else (
+        f"no candidate was timed ({len(timed)} verified); kept the original")
+    if run.cut and chosen is None:
+        why = "the interrupt" if stop_requested() else f"the {res.time_budget_s or 0:g} s budget"
+        res.decision += f" ({why} cut the portfolio or the timing short, see the notes)"
     if chosen is not None and chosen.graph is not None:
         res.optimized = chosen.graph
     res.graph = ref if chosen is None else (chosen.graph or ref)
     return None if chosen is None else chosen.data
 
 
-def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any], st: _Settings) -> None:
+def _round_ms(budget_ms: float, left_s: float, n_timed: int) -> float:
+    """The per-round timing budget (ms) that lets the timing fit in ``left_s`` seconds: ``budget_ms``, or less (at
+    least :data:`MIN_ROUND_MS`). Counted: the screening race, five side-by-side rounds, two leaders confirmed in 7
+    paired rounds (half again for warm-ups and session creation)."""
+    n = min(n_timed, FINALISTS) + 1
+    units = 5 * n + 2 * 14 + (1.5 * (n_timed + 1) if n_timed > FINALISTS else 0.0)
+    return max(MIN_ROUND_MS, min(budget_ms, left_s * 1000.0 / (1.5 * units)))
+
+
+def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any], st: _Settings,
+          deadline: Deadline = NO_DEADLINE) -> bool:
     """Time the verified candidates ``timed`` against the original (a screening race first when there are many),
-    then confirm the leaders in rounds paired with the original (:mod:`graphsub.optimize.timing`); in ``port``."""
+    then confirm the leaders in rounds paired with the original (:mod:`graphsub.optimize.timing`); in ``port``.
+    Every round fits in what is left before ``deadline`` (shorter rounds when little is left, none after it or a
+    stop request); whether the deadline cut the timing short -- then only a candidate confirmed in at least
+    :data:`MIN_CONFIRM_ROUNDS` paired rounds may be chosen (without ``keep_slower``)."""
     from graphsub.optimize import portfolio as pf
 
+    def stop(need_s: float = 0.0) -> bool:  # no time left, or not for a round like the last one
+        return deadline.expired() or deadline.remaining() < need_s
+
+    budget_ms = _round_ms(st.budget_ms, deadline.remaining(), len(timed))
     sessions: dict[str, Any] = {}  # created once: screening and the side-by-side rounds share them
     models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
     slow = False
     if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
-        screen = time_candidates(models, feeds, threads=st.threads, budget_ms=st.budget_ms / 2, rounds=3,
-                                 provider=st.provider, sessions=sessions)
+        screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
+                                 provider=st.provider, sessions=sessions, stop=stop)
+        if not screen[pf.ORIGINAL]:
+            return _cut(port, st)
         for c in timed:  # the best of three short rounds: robust to a transient disturbance
             c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
         slow = statistics.median(screen[pf.ORIGINAL]) > SLOW_MS
@@ -265,11 +395,14 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
         for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
             del sessions[name]  # the memory of the sessions that are out of the race
     rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds, threads=st.threads,
-                             budget_ms=st.budget_ms, provider=st.provider, sessions=sessions)
+                             budget_ms=budget_ms, provider=st.provider, sessions=sessions, stop=stop)
     sessions.clear()
+    if not rounds[pf.ORIGINAL]:
+        return _cut(port, st)
     pf.record_timing(port, rounds)
     if st.keep_slower:
-        return
+        return len(rounds[pf.ORIGINAL]) < 5
+    cut = len(rounds[pf.ORIGINAL]) < 5
     slow = slow or statistics.median(port.original_rounds) > SLOW_MS
 
     def inconclusive(before: list[float], after: list[float]) -> bool:  # faster, but not often enough
@@ -277,11 +410,30 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
         return statistics.median(b / a for b, a in pairs) > st.min_speedup and not consistent(pairs)
 
     for c in pf.leaders(port, 1 if slow else CONFIRM):  # fresh paired rounds: the pick's luck does not count
-        pf.record_confirmation(port, c, *time_pair(source, c.data, feeds, threads=st.threads, budget_ms=st.budget_ms,
-                                                   rounds=5 if slow else 7, provider=st.provider,
-                                                   extend_if=inconclusive))
+        before, after = time_pair(source, c.data, feeds, threads=st.threads, budget_ms=budget_ms,
+                                  rounds=5 if slow else 7, provider=st.provider, extend_if=inconclusive, stop=stop)
+        if len(before) < (5 if slow else 7) and stop():
+            cut = True
+            if len(before) < MIN_CONFIRM_ROUNDS:
+                port.confirming = True  # nothing unconfirmed may be chosen, and this confirmation is too short
+                port.notes.append(f"{c.name}: confirmation cut to {len(before)} paired round(s) by the budget; "
+                                  "not confirmed")
+                break
+        pf.record_confirmation(port, c, before, after)
         if pf.passes(port, c, st.min_speedup):
             break
+    if cut and stop():
+        port.confirming = True  # a candidate the deadline kept from its confirmation is not chosen
+    return cut
+
+
+def _cut(port: Any, st: _Settings) -> bool:
+    """The deadline left no time for a single round: nothing is chosen but the original (or with keep_slower, the
+    fastest timed candidate, of which there is none)."""
+    port.notes.append("timing: skipped: no time left in the budget" if not stop_requested()
+                      else "timing: skipped: interrupted")
+    port.confirming = not st.keep_slower
+    return True
 
 
 def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
@@ -330,12 +482,17 @@ def _export(graph: Graph) -> Any:
     return export_graph(graph)
 
 
-def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any) -> None:
+def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any,
+           input_shapes: Shapes | None = None) -> None:
     """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
-    with large weights beside it); the original when it was kept."""
+    with large weights beside it); the original when it was kept.  Symbolic dims of an input file that
+    ``input_shapes`` leave free stay symbolic, or VerificationError (:func:`graphsub.symbolic.keep_symbolic`)."""
     from graphsub.optimize.output import write_bytes, write_optimized, write_original
+    from graphsub.symbolic import keep_symbolic
 
     if chosen is not None and not res.kept_original:
+        chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
+                               graph=res.original, seed=res.seeds[0] if res.seeds else 0)
         if isinstance(chosen, bytes):
             write_bytes(chosen, output)
         else:
@@ -347,8 +504,12 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
 
 def _finish(res: OptimizeResult, run: _Run) -> OptimizeResult:
     run.timings["total_s"] = time.perf_counter() - run.t0
+    if stop_requested():
+        res.budget_stop = "interrupt"
+    elif run.cut:
+        res.budget_stop = run.cut
     return res
 
 
-__all__ = ["DEFAULT_ALGO", "DEFAULT_BUDGET_S", "DEFAULT_COST", "DEFAULT_RULES", "ProgressFn", "default_threads",
-           "load_input", "optimize"]
+__all__ = ["DEFAULT_ALGO", "DEFAULT_BUDGET_S", "DEFAULT_COST", "DEFAULT_RULES", "DEFAULT_TIME_S", "ProgressFn",
+           "default_threads", "load_input", "optimize"]

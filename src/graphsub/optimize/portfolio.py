@@ -19,6 +19,12 @@ sources and lets the clock decide:
 Every candidate is compared with the original on the pipeline's random inputs (:func:`verify`); one that differs,
 does not load or does not run is dropped and reported, never timed. Identical files are kept once.
 
+Time: :class:`Sources` carries the call's :class:`~graphsub.deadline.Deadline` and the seconds to keep for the
+phases after the portfolio (``tail_s``). Each source gets the smaller of its own time and what is left before the
+tail, and is skipped (with a note) when that is less than its minimum (:mod:`graphsub.optimize.budget`); the peers'
+timeout ends where the tail begins, and a stop request (the first Ctrl-C) stops them and skips what has not run.
+:func:`verify` leaves the candidates it reaches after the deadline unverified (never timed, never chosen).
+
 The pipeline times the verified candidates side by side (:func:`record_timing`), then re-times the
 :func:`leaders` one at a time paired with the original (:func:`record_confirmation`): picking the best of several
 noisy measurements favours a lucky candidate, and fresh paired rounds do not. :func:`choose` keeps the fastest
@@ -42,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.deadline import NO_DEADLINE, Deadline
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
@@ -131,15 +138,21 @@ def resolve_peers(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def rewrite_everywhere(graph: Graph, rules: Sequence[Rule], limit: int = 10_000) -> tuple[Graph, tuple[Step, ...]]:
-    """Apply ``rules`` wherever they match, first match first, until none does (at most ``limit`` times); the graph
-    and the substitutions applied. For rules that cannot re-enable themselves (the ``ort-spelling`` ones)."""
+def rewrite_everywhere(graph: Graph, rules: Sequence[Rule], limit: int = 10_000,
+                       stop: Callable[[], bool] | None = None) -> tuple[Graph, tuple[Step, ...]]:
+    """Apply ``rules`` wherever they match, first match first, until none does (at most ``limit`` times, and not after
+    ``stop()`` says so: every prefix is a sound rewrite); the graph and the substitutions applied. For rules that
+    cannot re-enable themselves (the ``ort-spelling`` ones)."""
+    from graphsub.errors import BudgetExceeded
     from graphsub.rules.apply import apply
     from graphsub.rules.match import find_all
 
     steps: list[Step] = []
-    while len(steps) < limit:
-        matches = find_all(graph, rules)
+    while len(steps) < limit and not (stop is not None and stop()):
+        try:
+            matches = find_all(graph, rules, stop=stop)
+        except BudgetExceeded:
+            break
         if not matches:
             break
         sub = apply(graph, matches[0])
@@ -189,23 +202,49 @@ class Sources:
     eqsat_s: float = 0.0
     on_top_s: float = 0.0
     peer_timeout_s: float = 120.0
+    deadline: Deadline = NO_DEADLINE  # the call's
+    tail_s: float = 0.0  # seconds to keep for the phases after the portfolio
+
+    def left(self, seconds: float, reserve: float = 0.0) -> float:
+        """The time a source that would take ``seconds`` gets now (0 after a stop request)."""
+        return self.deadline.share(seconds, reserve=self.tail_s + reserve)
+
+    def skipped(self, portfolio: Portfolio, what: str) -> None:
+        """Note that ``what`` did not run for lack of time or because a stop was requested."""
+        why = "interrupted" if self.deadline.reason() == "interrupt" else "no time left in the budget"
+        portfolio.notes.append(f"{what}: skipped: {why}")
 
 
 def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sources,
             note: Callable[[str], None] = lambda what: None) -> Portfolio:
     """Add candidates to ``portfolio`` (which holds the pipeline's ``search`` candidate, if any): eqsat, the spelling
-    pass on each graph candidate, and each peer with graphsub on top (see the module docstring)."""
+    pass on each graph candidate, and each peer with graphsub on top (see the module docstring), each within the
+    time ``sources`` leaves it."""
+    from graphsub.optimize.budget import EQSAT_MIN_S, PEERS_MIN_S
+
     graph_bases: list[tuple[str, Graph, tuple[Step, ...]]] = [(ORIGINAL, ref, ())]
     graph_bases += [(c.name, c.graph, c.steps) for c in portfolio.distinct if c.graph]
+    peers_reserve = (_peers_est() + sources.on_top_s * len(sources.peers)) if sources.peers else 0.0
     if sources.eqsat_s > 0:
-        note("eqsat")
-        _try(portfolio, "eqsat", lambda: _searched("eqsat", ORIGINAL, ref, sources, sources.eqsat_s, "eqsat"))
-        eq = portfolio.candidates[-1] if portfolio.candidates and portfolio.candidates[-1].name == "eqsat" else None
-        if eq is not None and eq.graph is not None:
-            graph_bases.append(("eqsat", eq.graph, eq.steps))
+        eqsat_s = sources.left(sources.eqsat_s, reserve=peers_reserve)
+        if eqsat_s >= EQSAT_MIN_S:
+            note("eqsat")
+            _try(portfolio, "eqsat", lambda: _searched("eqsat", ORIGINAL, ref, sources, eqsat_s, "eqsat"))
+            eq = portfolio.candidates[-1] if portfolio.candidates and portfolio.candidates[-1].name == "eqsat" else None
+            if eq is not None and eq.graph is not None:
+                graph_bases.append(("eqsat", eq.graph, eq.steps))
+        else:
+            sources.skipped(portfolio, "eqsat")
     for base, graph, steps in graph_bases:
+        if sources.deadline.expired():
+            sources.skipped(portfolio, f"{base}+spelling")
+            continue
         _try(portfolio, f"{base}+spelling", functools.partial(_spelled, base, graph, steps, sources))
-    if sources.peers:
+    peer_s = sources.left(sources.peer_timeout_s, reserve=sources.on_top_s * len(sources.peers)) if sources.peers \
+        else 0.0
+    if sources.peers and peer_s < PEERS_MIN_S:
+        sources.skipped(portfolio, "peers")
+    elif sources.peers:
         shapes = {ref.nodes[n].sig.attr["name"]: ref.nodes[n].sig.out_types[0].shape for n in ref.inputs}
         with tempfile.TemporaryDirectory(prefix=".graphsub-peers-") as tmp:
             src = Path(tmp) / "original.onnx"
@@ -214,25 +253,42 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
             else:
                 src = Path(source)
             note("peers")
-            results = _run_peers(sources, src, Path(tmp), shapes)
+            results = _run_peers(sources, src, Path(tmp), shapes, time.perf_counter() + peer_s)
             for peer in sources.peers:
                 note(peer)
                 _peer(portfolio, peer, results[peer], Path(tmp), shapes, sources)
     return portfolio
 
 
-def _run_peers(sources: Sources, src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+def _peers_est() -> float:
+    from graphsub.optimize.budget import PEERS_EST_S
+
+    return PEERS_EST_S
+
+
+def _run_peers(sources: Sources, src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
+               end: float) -> dict[str, Any]:
     """Every peer on ``src``, as many at once as the machine has cores (each in a process of its own: rewriting a
-    model is no timing, and on big models the peers are most of the portfolio's time); their PeerResults."""
+    model is no timing, and on big models the peers are most of the portfolio's time); their PeerResults. A peer
+    is stopped at ``end`` (a ``time.perf_counter()`` reading) or on a stop request, and one whose turn comes later
+    is not started."""
     from concurrent.futures import ThreadPoolExecutor
 
     from graphsub.cost.env import all_cores
-    from graphsub.optimize.peers import PeerInput, kill_running, run_peer
+    from graphsub.interrupt import stop_requested
+    from graphsub.optimize.peers import PeerInput, PeerResult, kill_running, run_peer
 
     meta = PeerInput(transformer=None, input_shapes=dict(shapes))
+
+    def one(peer: str) -> Any:
+        left = end - time.perf_counter()
+        if stop_requested() or left < 1.0:
+            why = "interrupted" if stop_requested() else "no time left in the budget"
+            return PeerResult(peer, "failed", f"not run: {why}", 0.0)
+        return run_peer(peer, src, tmp / f"{peer}.onnx", meta, timeout_s=left, stop=stop_requested)
+
     with ThreadPoolExecutor(max_workers=max(1, min(len(sources.peers), all_cores()))) as pool:
-        futures = {peer: pool.submit(run_peer, peer, src, tmp / f"{peer}.onnx", meta,
-                                     timeout_s=sources.peer_timeout_s) for peer in sources.peers}
+        futures = {peer: pool.submit(one, peer) for peer in sources.peers}
         try:
             return {peer: f.result() for peer, f in futures.items()}
         except BaseException:  # Ctrl-C: stop the peers now rather than wait for them
@@ -262,7 +318,7 @@ def _searched(name: str, base: str, graph: Graph, sources: Sources, budget_s: fl
 
 def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources) -> Candidate | None:
     t = time.perf_counter()
-    spelled, new = rewrite_everywhere(graph, sources.spelling)
+    spelled, new = rewrite_everywhere(graph, sources.spelling, stop=sources.deadline.expired)
     if not new:
         return None
     name = "spelling" if base == ORIGINAL else f"{base}+spelling"
@@ -292,24 +348,40 @@ def _peer(portfolio: Portfolio, peer: str, res: Any, tmp: Path, shapes: Mapping[
     cand.graph = graph
     bases: list[tuple[str, Graph, tuple[Step, ...]]] = [(peer, graph, ())]
     if sources.on_top_s > 0:
-        _try(portfolio, f"{peer}+search",
-             lambda: _searched(f"{peer}+search", peer, graph, sources, sources.on_top_s, "taso"))
-        top = portfolio.candidates[-1]
-        if top.name == f"{peer}+search" and top.graph is not None and not top.same_as:
-            bases.append((top.name, top.graph, top.steps))
+        from graphsub.optimize.budget import ON_TOP_MIN_S
+
+        on_top_s = sources.left(sources.on_top_s)
+        if on_top_s >= ON_TOP_MIN_S:
+            _try(portfolio, f"{peer}+search",
+                 lambda: _searched(f"{peer}+search", peer, graph, sources, on_top_s, "taso"))
+            top = portfolio.candidates[-1]
+            if top.name == f"{peer}+search" and top.graph is not None and not top.same_as:
+                bases.append((top.name, top.graph, top.steps))
+        else:
+            sources.skipped(portfolio, f"{peer}+search")
     for base, g, steps in bases:
+        if sources.deadline.expired():
+            sources.skipped(portfolio, f"{base}+spelling")
+            continue
         _try(portfolio, f"{base}+spelling", functools.partial(_spelled, base, g, steps, sources))
 
 
 def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int, Mapping[str, np.ndarray]]], *,
-           rtol: float, atol: float, skip: Sequence[str] = ()) -> None:
+           rtol: float, atol: float, skip: Sequence[str] = (), deadline: Deadline = NO_DEADLINE,
+           estimate_s: float = 0.0) -> None:
     """Compare every distinct candidate not in ``skip`` (already verified) with the original on ``feeds``
-    (``(seed, inputs)`` draws) in ONNX Runtime; candidates with the same file inherit the verdict."""
+    (``(seed, inputs)`` draws) in ONNX Runtime; candidates with the same file inherit the verdict. Candidates reached
+    after ``deadline`` (or a stop request), or when less than ``estimate_s`` (what one check takes) is left, stay
+    unverified (``verified`` None, ``error`` says why)."""
     from graphsub.optimize.peers import check_feeds
 
     original: Path | bytes = source if isinstance(source, bytes) else Path(source)
     for c in portfolio.distinct:
         if c.name in skip:
+            continue
+        if deadline.expired() or deadline.remaining() < estimate_s:
+            why = "interrupted" if deadline.reason() == "interrupt" else "no time left in the budget"
+            c.verified, c.error = None, f"not verified: {why}"
             continue
         chk = check_feeds(original, c.data, feeds, rtol=rtol, atol=atol)
         c.verified, c.max_abs_diff, c.error = chk.verified, chk.max_abs_diff, chk.error

@@ -64,6 +64,21 @@ class OptimizeResult:
     portfolio_notes: list[str] = field(default_factory=list)  # sources that made no candidate, and why
     provider: str = "cpu"  # the ONNX Runtime execution provider the candidates were timed on
     chosen: str = ""  # the candidate written ("original" when none was faster); "" when nothing was timed
+    time_budget_s: float | None = None  # the wall-time budget of the whole call (None: unbounded)
+    # what ended the call early: "interrupt" (a stop request, the first Ctrl-C), "time" (the budget cut a phase
+    # short or left no time for it), "" (every phase ran as planned)
+    budget_stop: str = ""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a stop was requested (the first Ctrl-C) during the call or its search."""
+        return self.budget_stop == "interrupt" or self.search.stopped_by == "interrupt"
+
+    @property
+    def stopped_by(self) -> str:
+        """``"interrupt"`` when interrupted, else ``"time"`` when the budget cut a phase after the search short,
+        else the search's own ``stopped_by`` (``done``, ``time``, ...)."""
+        return "interrupt" if self.interrupted else (self.budget_stop or self.search.stopped_by)
 
     def speedup(self, level: str) -> float | None:
         """``before / after`` latency under ``level`` (``all`` or ``disable``); None if not timed."""
@@ -106,7 +121,10 @@ class OptimizeResult:
             "initial_cost": r.initial_cost,
             "best_cost": r.best_cost,
             "search_time_s": r.wall_time_s,
-            "stopped_by": r.stopped_by,
+            "stopped_by": self.stopped_by,
+            "search_stopped_by": r.stopped_by,
+            "interrupted": self.interrupted,
+            "time_budget_s": self.time_budget_s,
             "ops_before": self.original.num_ops,
             "ops_after": self.optimized.num_ops,
             "opaque_ops": sum(1 for _ in self.original.ops_of("opaque")),

@@ -13,6 +13,7 @@ that timing noise does not pass for a gain.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,44 +47,65 @@ def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
 
 def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarray], *, threads: int,
                     budget_ms: float, rounds: int = 5, provider: str = "cpu",
-                    sessions: dict[str, Callable[[float], float]] | None = None) -> dict[str, list[float]]:
+                    sessions: dict[str, Callable[[float], float]] | None = None,
+                    stop: Callable[[float], bool] | None = None) -> dict[str, list[float]]:
     """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
     rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
     created once, before the first round (and kept in ``sessions`` by name when given, to be reused by a later
     call: on a big model, creating a session costs seconds). A model that cannot be loaded or run raises
-    ExecutionError."""
+    ExecutionError. ``stop(need_s)`` is asked before each session is created and before each round, with the time
+    the last round took (0 before the first): once it says so (no time left, or not ``need_s``), no more rounds are
+    run (every model has the same number of rounds, maybe none)."""
     cache = {} if sessions is None else sessions
-    for name, m in models.items():
-        if name not in cache:
-            cache[name] = session_timer(m, feeds, threads=threads, provider=provider)
     names = list(models)
     out: dict[str, list[float]] = {n: [] for n in names}
+    for name, m in models.items():
+        if name not in cache:
+            if stop is not None and stop(0.0):
+                return out
+            cache[name] = session_timer(m, feeds, threads=threads, provider=provider)
+    need = 0.0
     for r in range(rounds):
+        if stop is not None and stop(need):
+            break
+        t = time.perf_counter()
         k = r % len(names)
         for name in names[k:] + names[:k]:
             out[name].append(cache[name](budget_ms))
+        need = time.perf_counter() - t
     return out
 
 
 def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
               rounds: int = 7, provider: str = "cpu",
-              extend_if: Callable[[list[float], list[float]], bool] | None = None) -> tuple[list[float], list[float]]:
+              extend_if: Callable[[list[float], list[float]], bool] | None = None,
+              stop: Callable[[float], bool] | None = None) -> tuple[list[float], list[float]]:
     """Per round, the median latency (ms) of ``a`` and of ``b``, each timed for ``budget_ms`` in a block of its own
     (which one goes first alternates by round), on two sessions created now (:func:`confirm_timer`); as many
-    rounds again when ``extend_if(a's rounds, b's rounds)`` says the first ones were inconclusive.
+    rounds again when ``extend_if(a's rounds, b's rounds)`` says the first ones were inconclusive. No round starts
+    once ``stop(need_s)`` (``need_s``: what the last round took) says so (both lists have the same length, maybe 0).
 
     It is the confirmation step of the decision: data independent of the rounds that picked the leader, which
     would otherwise favour whichever candidate was lucky (the winner's curse). Blocks, not finer interleaving:
     alternating single runs or short bursts of two sessions at several threads leaves one session's worker
     threads spinning (onnxruntime's default) while the other runs, which measured a 4% slower EfficientNet 17%
     faster (``benchmarks/results/suite21_b1.jsonl``, 2 threads)."""
-    timers = [confirm_timer(m, feeds, threads=threads, provider=provider) for m in (a, b)]
     out: tuple[list[float], list[float]] = ([], [])
+    timers = []
+    for m in (a, b):
+        if stop is not None and stop(0.0):
+            return out
+        timers.append(confirm_timer(m, feeds, threads=threads, provider=provider))
+    need = 0.0
     for r in range(2 * rounds):
         if r == rounds and (extend_if is None or not extend_if(*out)):
             break
+        if stop is not None and stop(need):
+            break
+        t = time.perf_counter()
         for i in (0, 1) if r % 2 == 0 else (1, 0):
             out[i].append(timers[i](budget_ms))
+        need = time.perf_counter() - t
     return out
 
 

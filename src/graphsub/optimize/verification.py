@@ -7,7 +7,7 @@ equivalence (the sequence is replayed from the input graph by rule name and node
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from graphsub.errors import ExecutionError, ExportError, GraphsubError, ReferenceFailed, VerificationError
@@ -34,32 +34,49 @@ def check(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: flo
     seed: ``(equivalent, max abs diff, worst output)``.  A candidate with a different interface, or
     one that cannot be exported or run, fails (the third item then says why).  Raises ReferenceFailed when the
     reference itself cannot run on the random inputs."""
+    ok, diff, worst, _ = check_seeds(reference, candidate, seeds, rtol=rtol, atol=atol, threads=threads)
+    return ok, diff, worst
+
+
+def check_seeds(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: float = 1e-4,
+                atol: float = 1e-5, threads: int | None = None,
+                stop: Callable[[], bool] | None = None) -> tuple[bool, float, str, tuple[int, ...]]:
+    """:func:`check`, and the seeds it compared on: all of them, unless ``stop()`` says so after one (the first
+    seed is always compared; a budget that ran out leaves the others)."""
     from graphsub.equivalence import equivalent
 
     worst_diff, worst_out = 0.0, ""
+    done: list[int] = []
     for s in seeds:
+        if done and stop is not None and stop():
+            break
+        done.append(s)
         try:
             rep = equivalent(reference, candidate, seed=s, trials=1, rtol=rtol, atol=atol, threads=threads)
         except ReferenceFailed:
             raise  # not the candidate's fault: no substitution is to blame
         except (VerificationError, ExportError, ExecutionError) as e:
-            return False, float("inf"), f"<{type(e).__name__}: {e}>"
+            return False, float("inf"), f"<{type(e).__name__}: {e}>", tuple(done)
         if rep.max_abs_diff >= worst_diff or not rep.equivalent:
             worst_diff, worst_out = max(worst_diff, rep.max_abs_diff), rep.worst_output
         if not rep.equivalent:
-            return False, worst_diff, worst_out
-    return True, worst_diff, worst_out
+            return False, worst_diff, worst_out, tuple(done)
+    return True, worst_diff, worst_out, tuple(done)
 
 
 def bisect(graph: Graph, reference: Graph, rules: Sequence[Rule], steps: Sequence[Step], seeds: Sequence[int],
-           seed: int, **tol: Any) -> Failure:
+           seed: int, stop: Callable[[], bool] | None = None, **tol: Any) -> Failure:
     """The first step of ``steps`` after which ``graph`` (replayed) no longer matches ``reference``.
 
-    Assumes that the whole sequence fails and the empty one passes; O(log n) verifications.
+    Assumes that the whole sequence fails and the empty one passes; O(log n) verifications. When ``stop()`` says so
+    between two of them, the Failure names the range the first bad step is in (``step`` 0).
     """
     lo, hi = 0, len(steps)
     diff, output = float("nan"), ""
     while hi - lo > 1:
+        if stop is not None and stop():
+            return Failure(0, "", (), output, diff, f"the budget ran out while bisecting: the first substitution "
+                           f"that breaks equivalence is one of {lo + 1}..{hi} of {len(steps)}")
         mid = (lo + hi) // 2
         try:
             ok, d, o = check(reference, finalize(reference, replay(graph, rules, steps[:mid]), seed), seeds, **tol)
@@ -80,4 +97,4 @@ def bisect(graph: Graph, reference: Graph, rules: Sequence[Rule], steps: Sequenc
                    f"{output!r} (max abs diff {diff:.3g})")
 
 
-__all__ = ["Failure", "bisect", "check", "finalize", "replay"]
+__all__ = ["Failure", "bisect", "check", "check_seeds", "finalize", "replay"]

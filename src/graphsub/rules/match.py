@@ -20,17 +20,22 @@ the graph's op index, choosing the pattern node whose op is rarest in the graph.
 :func:`find_matches` enumerates all matches; :func:`matches_near` only those touching a region
 (OCGGS DPP), :func:`rematch` updates a match list after an edit, and :func:`explain` reports
 why a rule does not match at a given node (the deepest partial match and the failed check).
+
+Matching can take long: a rule whose source is disconnected (two independent ``relu`` nodes, say)
+has O(n^2) candidate pairs in a graph with n such ops.  The searching functions take a ``stop``
+callable (e.g. a search's budget check), polled every :data:`STOP_EVERY` candidates; when it
+returns True they raise :class:`~graphsub.errors.BudgetExceeded` instead of finishing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from graphsub.errors import RuleError
+from graphsub.errors import BudgetExceeded, RuleError
 from graphsub.ir.analysis import is_weight_only, neighbourhood
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
@@ -186,6 +191,12 @@ def _plan_cached(pattern: Pattern, anchor: int) -> tuple[_Step, ...]:
     return plan
 
 
+#: candidates tried between two polls of a matcher's ``stop`` callable
+STOP_EVERY = 256
+
+StopFn = Callable[[], bool]
+
+
 def _op_ids(graph: Graph, op: str) -> Iterable[int]:
     if op == WILDCARD:
         return (n for n, node in graph.nodes.items() if not node.sig.opdef.leaf)
@@ -216,11 +227,13 @@ class _Trace:
 
 
 class _Matcher:
-    def __init__(self, graph: Graph, rule: Rule, trace: _Trace | None = None):
+    def __init__(self, graph: Graph, rule: Rule, trace: _Trace | None = None, stop: StopFn | None = None):
         self.g = graph
         self.rule = rule
         self.pattern = rule.source
         self.trace = trace
+        self.stop = stop
+        self.tries = 0
         self.map: dict[str, int] = {}
         self.vars: dict[str, Ref] = {}
         self.used: set[int] = set()
@@ -249,6 +262,10 @@ class _Matcher:
         return list(_op_ids(g, step.node.op))
 
     def _try(self, steps: Sequence[_Step], k: int, p: PNode, nid: int) -> Iterator[Match]:
+        if self.stop is not None:
+            self.tries += 1
+            if self.tries % STOP_EVERY == 0 and self.stop():
+                raise BudgetExceeded(f"matching {self.rule.name} stopped: budget exhausted")
         bound_here = self._bind(p, nid)
         if bound_here is None:
             return
@@ -392,27 +409,30 @@ class _Matcher:
 # ----------------------------------------------------------------------------- API
 
 
-def find_matches(graph: Graph, rule: Rule) -> list[Match]:
-    """All matches of ``rule`` in ``graph`` (deterministic order)."""
+def find_matches(graph: Graph, rule: Rule, *, stop: StopFn | None = None) -> list[Match]:
+    """All matches of ``rule`` in ``graph`` (deterministic order).  BudgetExceeded when ``stop()``
+    (polled every :data:`STOP_EVERY` candidates) says so."""
     pattern = rule.source
     anchor = min(range(len(pattern.nodes)), key=lambda i: (_op_count(graph, pattern.nodes[i].op), i))
     steps = _plan_cached(pattern, anchor)
     anchors = sorted(_op_ids(graph, pattern.nodes[anchor].op))
-    return list(_Matcher(graph, rule).run(steps, anchors))
+    return list(_Matcher(graph, rule, stop=stop).run(steps, anchors))
 
 
-def find_all(graph: Graph, rules: Iterable[Rule]) -> list[Match]:
-    """Matches of every rule, rule by rule."""
+def find_all(graph: Graph, rules: Iterable[Rule], *, stop: StopFn | None = None) -> list[Match]:
+    """Matches of every rule, rule by rule (BudgetExceeded as :func:`find_matches`)."""
     out: list[Match] = []
     for r in rules:
-        out.extend(find_matches(graph, r))
+        out.extend(find_matches(graph, r, stop=stop))
     return out
 
 
-def matches_near(graph: Graph, rules: Iterable[Rule], nodes: Iterable[int], radius: int) -> list[Match]:
+def matches_near(graph: Graph, rules: Iterable[Rule], nodes: Iterable[int], radius: int, *,
+                 stop: StopFn | None = None) -> list[Match]:
     """Matches (of any of ``rules``) that map some pattern node to a node within ``radius``
     undirected hops of ``nodes`` (OCGGS DPP's region-restricted matching).  With ``radius=0``
-    and ``nodes`` = the nodes an edit touched, these are all matches that can be new."""
+    and ``nodes`` = the nodes an edit touched, these are all matches that can be new.
+    BudgetExceeded when ``stop()`` says so (see :func:`find_matches`)."""
     region = neighbourhood(graph, nodes, radius)
     by_op: dict[str, list[int]] = {}
     for n in sorted(region):
@@ -428,7 +448,7 @@ def matches_near(graph: Graph, rules: Iterable[Rule], nodes: Iterable[int], radi
             anchors = every if pn.op == WILDCARD else by_op.get(pn.op)
             if not anchors:
                 continue
-            for m in _Matcher(graph, rule).run(_plan_cached(pattern, a), anchors):
+            for m in _Matcher(graph, rule, stop=stop).run(_plan_cached(pattern, a), anchors):
                 if m.key not in seen:
                     seen.add(m.key)
                     out.append(m)
@@ -453,20 +473,27 @@ def still_valid(graph: Graph, match: Match) -> bool:
     return not m._creates_cycle()
 
 
-def rematch(graph: Graph, rules: Sequence[Rule], old: Sequence[Match]) -> list[Match]:
+def rematch(graph: Graph, rules: Sequence[Rule], old: Sequence[Match], *,
+            stop: StopFn | None = None) -> list[Match]:
     """Matches of ``rules`` in ``graph`` (made by an edit) from the parent's matches ``old``.
 
     Parent matches that avoid every node the edit removed or touched are kept (after
     :func:`still_valid`); every match containing a touched node is found afresh by anchoring the
     search at the touched nodes.  Cost: O(touched nodes x rules + kept matches).
+    BudgetExceeded when ``stop()`` says so (see :func:`find_matches`).
     """
     info = graph.edit_info()
     if info is None:
         raise RuleError("rematch needs a graph produced by GraphEdit.commit()")
     _, removed, touched = info
     hit = set(removed) | set(touched)
-    kept = [m for m in old if not (m.node_ids & hit) and still_valid(graph, m)]
-    return kept + matches_near(graph, rules, touched, 0)
+    kept = []
+    for i, m in enumerate(old):
+        if stop is not None and i % STOP_EVERY == STOP_EVERY - 1 and stop():
+            raise BudgetExceeded("re-matching stopped: budget exhausted")
+        if not (m.node_ids & hit) and still_valid(graph, m):
+            kept.append(m)
+    return kept + matches_near(graph, rules, touched, 0, stop=stop)
 
 
 @dataclass(frozen=True)
@@ -498,6 +525,6 @@ def explain(graph: Graph, rule: Rule, at: int) -> Explanation:
 
 
 __all__ = [
-    "Explanation", "Match", "MatchView", "explain", "find_all", "find_matches", "matches_near", "max_radius",
-    "rematch",
+    "STOP_EVERY", "Explanation", "Match", "MatchView", "StopFn", "explain", "find_all", "find_matches",
+    "matches_near", "max_radius", "rematch",
 ]

@@ -23,11 +23,21 @@ This module makes them explicit:
   dimensions are unified symbolically, the free ones drawn (TASO's generator sizes first, then
   random ones, a grouped-conv variant where the rule allows it), and each candidate is checked
   with :func:`eval_side`.
+
+Solving the examples is most of the conversion's time (about 2 s for the file, at the start of every command that
+uses the default rule set), and its result depends only on the file and on this code: for the default file
+(:func:`~graphsub.rules.taso_pb.default_pb_path`), :func:`load_taso_pb` keeps it in the user's cache directory
+(``taso_pb_examples.json``, valid for one key: a hash of the file's bytes and of the source of this module and
+:mod:`~graphsub.rules.taso_pb_spec`), so later processes convert the file in a fraction of that. A cache that cannot
+be read or written, or holds another key, only costs the solving (and is replaced).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -140,10 +150,17 @@ def _target_fn(spec: Spec) -> Callable[[TargetBuilder, MatchView], dict[str, Ref
 # ----------------------------------------------------------------------------- rule
 
 
-def convert_rule(index: int, rule: PbRule) -> Rule:
-    """The graphsub Rule for rule ``index`` of the file; RuleError if it cannot be converted."""
+def convert_rule(index: int, rule: PbRule, solved: dict[int, list[dict[int, tuple[int, ...]]]] | None = None) -> Rule:
+    """The graphsub Rule for rule ``index`` of the file; RuleError if it cannot be converted. ``solved``: the example
+    shapes of rules solved before (:func:`solve_examples`, by index), used when they hold ``index`` and completed
+    with it otherwise."""
     spec = normalize(index, rule)
-    examples = solve_examples(spec)
+    if solved is not None and index in solved:
+        examples = solved[index]
+    else:
+        examples = solve_examples(spec)
+        if solved is not None:
+            solved[index] = examples
     if len(examples) < N_EXAMPLES:
         raise RuleError(f"found only {len(examples)} consistent example shapes (need {N_EXAMPLES})")
     text = describe(spec)
@@ -433,19 +450,75 @@ def load_taso_pb(path: str | Path | None = None) -> LoadResult:
     return _load_cached(str(p.resolve()))
 
 
+Solved = dict[int, list[dict[int, tuple[int, ...]]]]
+
+
+def _examples_key(path: str) -> tuple[Path, str] | None:
+    """Where the solved examples of the rule file ``path`` are kept and the key they are valid for (see the module
+    docstring); None for a file other than the default one, or when it or this code cannot be read."""
+    from graphsub.rules import taso_pb_spec
+
+    h = hashlib.sha256()
+    try:
+        if Path(path).resolve() != default_pb_path().resolve():
+            return None
+        h.update(Path(path).read_bytes())
+        for module_file in (__file__, taso_pb_spec.__file__):
+            h.update(Path(str(module_file)).read_bytes())
+    except OSError:
+        return None
+    h.update(f"{N_EXAMPLES} {SOLVER_TRIES}".encode())
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "graphsub" / "taso_pb_examples.json", h.hexdigest()
+
+
+def _read_solved(where: tuple[Path, str] | None) -> Solved:
+    """The examples kept under ``where`` (file, key); empty when there are none for that key."""
+    if where is None:
+        return {}
+    try:
+        data = json.loads(where[0].read_text())
+        if data.get("key") != where[1]:
+            return {}
+        return {int(i): [{int(v): tuple(int(d) for d in shape) for v, shape in ex.items()} for ex in exs]
+                for i, exs in data["solved"].items()}
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return {}
+
+
+def _write_solved(where: tuple[Path, str] | None, solved: Solved) -> None:
+    """Keep ``solved`` under ``where`` (atomically; a failure to write is ignored)."""
+    if where is None:
+        return
+    file, key = where
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        data = {str(i): [{str(v): list(s) for v, s in ex.items()} for ex in exs] for i, exs in sorted(solved.items())}
+        tmp.write_text(json.dumps({"key": key, "solved": data}))
+        os.replace(tmp, file)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 @functools.lru_cache(maxsize=8)
 def _load_cached(path: str) -> LoadResult:
     coll = read_collection(path, lenient=True)
     rules: list[Rule] = []
     rejected: list[tuple[int, str]] = list(coll.errors)
+    file = _examples_key(path)
+    solved = _read_solved(file)
+    known = len(solved)
     for r in coll.rules:
         try:
-            rules.append(convert_rule(r.index, r))
+            rules.append(convert_rule(r.index, r, solved))
         except RuleError as e:
             rejected.append((r.index, str(e)))
         except Exception as e:  # never crash on one bad rule
             rejected.append((r.index, f"conversion failed: {type(e).__name__}: {e}"))
     rejected.sort()
+    if len(solved) != known:
+        _write_solved(file, solved)
     return LoadResult(Path(path), coll, rules, rejected)
 
 

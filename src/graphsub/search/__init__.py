@@ -63,7 +63,11 @@ def search(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budg
     fn = ALGORITHMS.get(algo)
     if fn is None:
         raise GraphsubError(f"unknown search algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
-    return fn(graph, list(rules), cost, budget or Budget(), seed, progress=progress, **params)
+    stop = cost.stop
+    try:
+        return fn(graph, list(rules), cost, budget or Budget(), seed, progress=progress, **params)
+    finally:
+        cost.stop = stop  # also when the algorithm raised: the model measures again for the next caller
 
 
 __all__ = ["ALGORITHMS", "Budget", "ProgressFn", "SearchResult", "Step", "is_ordered", "labels_of", "search",

@@ -8,7 +8,13 @@ costs O(change)), prices the child incrementally (``cost.delta``), and drops chi
 structural hash was seen before.
 
 :class:`Budget` bounds wall time, graphs expanded, the sequence length K and memory; when any runs
-out an algorithm stops and returns the best graph found so far (the seeds' 1-hour cut-off).
+out (or a stop is requested, :mod:`graphsub.interrupt`: ``stopped_by == "interrupt"``) an algorithm
+stops and returns the best graph found so far (the seeds' 1-hour cut-off).  The wall time covers the
+whole search: matching polls the budget every few hundred candidates (a rule with a disconnected
+source has quadratically many on a large graph), and a measured cost model stops measuring when it
+runs out (:attr:`~graphsub.cost.base.SumCostModel.stop`; the input's cost is then a roofline
+estimate, :func:`root_cost`), so a search ends within one expansion of its budget whatever the
+graph's size.
 
 A search given ``progress`` (a :data:`ProgressFn`) reports ``progress(elapsed_s, best_cost)``
 through :class:`Progress`: once at the start with the initial cost, on every improvement of the
@@ -26,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphsub.cost.base import Cost, SumCostModel
+from graphsub.deadline import check_count, check_seconds
 from graphsub.errors import BudgetExceeded
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
@@ -40,13 +47,21 @@ class Budget:
     """Limits of one search; ``None`` = unlimited.
 
     ``time_s``: wall time; ``expansions``: graphs expanded (TASO's ``budget``); ``k``: maximum
-    substitution-sequence length (OCGGS's K); ``memory_mb``: peak RSS of the process.
+    substitution-sequence length (OCGGS's K); ``memory_mb``: peak RSS of the process.  Each is None or a finite
+    number >= 0; anything else (NaN, inf, negative) raises GraphsubError at construction.
     """
 
     time_s: float | None = 60.0
     expansions: int | None = None
     k: int | None = None
     memory_mb: float | None = None
+
+    def __post_init__(self) -> None:
+        """Every limit limits: NaN, infinite or negative values raise GraphsubError (``None`` = unlimited)."""
+        check_seconds("Budget.time_s", self.time_s, allow_none=True)
+        check_count("Budget.expansions", self.expansions)
+        check_count("Budget.k", self.k)
+        check_count("Budget.memory_mb", self.memory_mb)
 
 
 #: ``progress(elapsed_s, best_cost)``: the search's elapsed time and the best cost found so far
@@ -191,6 +206,20 @@ def rss_mb() -> float:
 _MASK = (1 << 64) - 1
 
 
+def root_cost(cost: SumCostModel, graph: Graph) -> tuple[Cost, str]:
+    """``(cost.graph_cost(graph), "")``, or -- when a measured model stops measuring because the budget ran out
+    (BudgetExceeded; a cold cache on a large model) -- the roofline estimate of this CPU and a note saying so: the
+    search then ends at once, so the estimate is only reported, never compared with a measured cost."""
+    try:
+        return cost.graph_cost(graph), ""
+    except BudgetExceeded:
+        from graphsub.cost.analytic import AnalyticCostModel, get_device
+
+        estimate = AnalyticCostModel(get_device("cpu"), objective=cost.objective).graph_cost(graph)
+        return estimate, ("roofline:cpu estimate: the budget ran out while the cost model "
+                          f"{getattr(cost, 'name', '?')} measured the input's ops")
+
+
 def _local_hash(graph: Graph, node: Node) -> int:
     """Hash of a node's signature and its inputs' signatures (id-independent, one hop)."""
     nodes = graph.nodes
@@ -251,7 +280,13 @@ class Search:
         self.stats = Stats()
         self.t0 = time.perf_counter()
         self.rss0 = rss_mb()
-        c = cost.graph_cost(graph)
+        self.stopped_by = ""
+        self.reporter: Progress | None = None
+        # a measured cost model stops measuring when the budget runs out (the search ends then); the
+        # search's result() gives it back its previous stop
+        self._cost_stop = cost.stop
+        cost.stop = self.out_of_budget
+        c, self.priced = root_cost(cost, graph)
         self.root = State(graph, c, cost.scalar(c))
         self.best = self.root
         # Duplicate detection in two levels: the O(change) fingerprint first; the structural hash
@@ -265,7 +300,6 @@ class Search:
         if dedup:
             self.seen[self.root.fp] = [graph.structural_hash()]
         self.trace: list[tuple[float, float]] = [(0.0, self.root.value)]
-        self.stopped_by = ""
         self.reporter = None if progress is None else Progress(progress, self.t0, self.root.value)
 
     # -- budget -----------------------------------------------------------------------
@@ -295,14 +329,23 @@ class Search:
 
     # -- expansion --------------------------------------------------------------------
     def matches(self, state: State, parent: State | None = None) -> list[Match]:
+        """``state``'s matches (computed once).  Matching polls :meth:`out_of_budget`: when the budget runs
+        out meanwhile (on a large graph, matching a rule with a disconnected source is quadratic), the
+        state gets no matches (none are stored) and the search stops."""
         if state.matches is None:
             t = time.perf_counter()
-            if parent is not None and parent.matches is not None and state.graph.edit_info() is not None:
-                state.matches = rematch(state.graph, self.rules, parent.matches)
-            else:
-                state.matches = [m for r in self.rules for m in find_matches(state.graph, r)]
-            self.stats.time_match_s += time.perf_counter() - t
-            self.stats.matches += len(state.matches)
+            stop = self.out_of_budget
+            try:
+                if parent is not None and parent.matches is not None and state.graph.edit_info() is not None:
+                    found = rematch(state.graph, self.rules, parent.matches, stop=stop)
+                else:
+                    found = [m for r in self.rules for m in find_matches(state.graph, r, stop=stop)]
+            except BudgetExceeded:
+                return []
+            finally:
+                self.stats.time_match_s += time.perf_counter() - t
+            state.matches = found
+            self.stats.matches += len(found)
         return state.matches
 
     def child(self, state: State, match: Match) -> State | None:
@@ -322,7 +365,11 @@ class Search:
             t3 = time.perf_counter()
             self.stats.time_hash_s += t3 - t2
             t2 = t3
-        c = state.cost + self.cost.delta(state.graph, sub.graph)  # O(change); limits give inf
+        try:
+            c = state.cost + self.cost.delta(state.graph, sub.graph)  # O(change); limits give inf
+        except BudgetExceeded:  # a measured model ran out of budget pricing a new op: the search ends now
+            self.out_of_budget()
+            return None
         value = self.cost.scalar(c)
         self.stats.time_cost_s += time.perf_counter() - t2
         step = Step(match.rule.name, tuple(n for _, n in match.nodes), value)
@@ -400,7 +447,14 @@ class Search:
                 state.matches = None
         return self.result()
 
+    def release(self) -> None:
+        """Give the cost model back the ``stop`` it had before this search (:meth:`result` does it)."""
+        self.cost.stop = self._cost_stop
+
     def result(self, **params: Any) -> SearchResult:
+        self.release()
+        if self.priced:
+            params = {**params, "initial_cost": self.priced}
         return SearchResult(
             algorithm=self.name, best=self.best.graph, best_cost=self.best.value, best_cost_detail=self.best.cost,
             initial_cost=self.root.value, sequence=self.best.seq, stats=self.stats, wall_time_s=self.elapsed(),
@@ -412,4 +466,4 @@ class Search:
 SearchFn = Callable[..., SearchResult]
 
 __all__ = ["HEARTBEAT_S", "Budget", "BudgetExceeded", "Progress", "ProgressFn", "Search", "SearchFn", "SearchResult",
-           "State", "Stats", "Step", "improves", "peak_rss_mb", "rss_mb"]
+           "State", "Stats", "Step", "improves", "peak_rss_mb", "root_cost", "rss_mb"]

@@ -23,20 +23,23 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import networkx as nx
 
 from graphsub.cost.base import SumCostModel
 from graphsub.ir.graph import Graph
-from graphsub.rules.match import Match, find_matches
+from graphsub.rules.match import Match
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget, ProgressFn, Search, SearchResult, State, improves
 
 
-def split_graph(graph: Graph, matches: Sequence[Match], threshold: int = 30) -> list[set[int]]:
+def split_graph(graph: Graph, matches: Sequence[Match], threshold: int = 30,
+                stop: Callable[[], bool] | None = None) -> list[set[int]]:
     """Partition the compute nodes into parts of at most ``threshold`` ops (recursive min
-    vertex cuts weighted by the number of matches spanning each node)."""
+    vertex cuts weighted by the number of matches spanning each node).  Once ``stop()`` says so
+    (a search's budget check), the remaining parts are cut in the middle of the topological order
+    instead (linear time, no max-flow)."""
     span: dict[int, int] = {}
     for m in matches:
         for n in m.node_ids:
@@ -50,7 +53,11 @@ def split_graph(graph: Graph, matches: Sequence[Match], threshold: int = 30) -> 
             if nodes:
                 parts.append(set(nodes))
             continue
-        left, right = _cut(graph, nodes, span)
+        if stop is not None and stop():
+            mid = len(nodes) // 2
+            left, right = nodes[:mid], nodes[mid:]
+        else:
+            left, right = _cut(graph, nodes, span)
         stack.extend([right, left])
     return parts
 
@@ -129,9 +136,11 @@ def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
              alpha: float = 1.05, threshold: int = 30, size_cap: float = 2.0,
              local_share: float = 0.25, progress: ProgressFn | None = None) -> SearchResult:
     """MetaFlow search (see module docstring).  ``local_share`` of the time/expansion budget is
-    kept for the search across split points; the rest is divided evenly among the parts."""
-    matches = [m for r in rules for m in find_matches(graph, r)]
-    parts = split_graph(graph, matches, threshold)
+    kept for the search across split points; the rest is divided evenly among the parts.  The
+    matching and the split count against the budget (the matching stops with it)."""
+    outer = Search("metaflow", graph, rules, cost, budget, progress=progress)
+    matches = outer.matches(outer.root)
+    parts = split_graph(graph, matches, threshold, stop=outer.out_of_budget)
     owner = {n: i for i, p in enumerate(parts) for n in p}
     cap = size_cap * max(graph.num_ops, 1)
 
@@ -141,8 +150,6 @@ def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
             expansions=None if budget.expansions is None else max(1, int(budget.expansions * frac)),
             k=budget.k, memory_mb=budget.memory_mb)
 
-    outer = Search("metaflow", graph, rules, cost, budget, progress=progress)
-    outer.root.matches = matches
     current = outer.root
     part_frac = (1 - local_share) / max(len(parts), 1)
     for i in [*range(len(parts)), -1]:  # every part, then the search across split points
@@ -155,6 +162,7 @@ def metaflow(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Bu
         remaining_k = None if budget.k is None else budget.k - len(current.seq)
         s.budget = Budget(s.budget.time_s, s.budget.expansions, remaining_k, s.budget.memory_mb)
         best = _backtrack_from(s, s.root, alpha, cap)
+        s.release()
         _merge_stats(outer, s)
         if best.value < current.value:
             current = State(best.graph, best.cost, best.value, (*current.seq, *best.seq), best.matches)

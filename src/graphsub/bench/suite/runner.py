@@ -109,7 +109,8 @@ def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int
     from graphsub.optimize import optimize
     from graphsub.search import Budget
 
-    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), seed=seed, threads=threads)
+    # the search budget as before the total --budget (time_s=None: the portfolio and timing take their own times)
+    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), time_s=None, seed=seed, threads=threads)
     if not res.verified:
         raise RuntimeError(res.decision)
     chosen = res.chosen_candidate

@@ -23,15 +23,15 @@ invariants, so checking on this representative is exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import BudgetExceeded, GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, OpSig, Ref, make_sig
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.match import MatchView, _plan, _Step
+from graphsub.rules.match import STOP_EVERY, MatchView, _plan, _Step
 from graphsub.rules.pattern import WILDCARD, Pattern, PNode
 from graphsub.rules.rule import Rule
 from graphsub.search.eqsat.egraph import EGraph, ENode, node_op
@@ -115,12 +115,14 @@ class MatchIndex:
 
 
 class _EMatcher:
-    def __init__(self, eg: EGraph, rule: Rule, index: MatchIndex, limit: int):
+    def __init__(self, eg: EGraph, rule: Rule, index: MatchIndex, limit: int, stop: Callable[[], bool] | None = None):
         self.eg = eg
         self.rule = rule
         self.pattern = rule.source
         self.index = index
         self.limit = limit
+        self.stop = stop
+        self.tries = 0
         self.map: dict[str, tuple[ENode, int]] = {}
         self.vars: dict[str, int] = {}
         self.used: set[ENode] = set()
@@ -159,6 +161,10 @@ class _EMatcher:
         return ix.users(eg.find(v), p.op, step.slot)
 
     def _try(self, steps: tuple[_Step, ...], k: int, cand: tuple[ENode, int]) -> Iterator[EMatch]:
+        if self.stop is not None:
+            self.tries += 1
+            if self.tries % STOP_EVERY == 0 and self.stop():
+                raise BudgetExceeded(f"e-matching {self.rule.name} stopped: budget exhausted")
         p = steps[k].node
         new_vars = self._bind(p, cand)
         if new_vars is None:
@@ -233,9 +239,12 @@ class _EMatcher:
         return new_vars
 
 
-def ematch(eg: EGraph, rule: Rule, index: MatchIndex | None = None, limit: int = 1 << 30) -> Iterator[EMatch]:
-    """Structural matches of ``rule``'s source in a rebuilt e-graph (``where`` not yet checked)."""
-    return _EMatcher(eg, rule, index or MatchIndex(eg), limit).run()
+def ematch(eg: EGraph, rule: Rule, index: MatchIndex | None = None, limit: int = 1 << 30, *,
+           stop: Callable[[], bool] | None = None) -> Iterator[EMatch]:
+    """Structural matches of ``rule``'s source in a rebuilt e-graph (``where`` not yet checked).
+    Raises BudgetExceeded when ``stop()``, polled every :data:`~graphsub.rules.match.STOP_EVERY`
+    candidates, says so (a rule with a disconnected source has quadratically many)."""
+    return _EMatcher(eg, rule, index or MatchIndex(eg), limit, stop).run()
 
 
 def symmetric_pair(rule: Rule) -> dict[str, str] | None:

@@ -24,11 +24,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from graphsub.cost.base import SumCostModel
-from graphsub.errors import GraphsubError
+from graphsub.errors import BudgetExceeded, GraphsubError
+from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref
 from graphsub.search.eqsat.egraph import EGraph, ENode
@@ -40,8 +42,14 @@ Choice = dict[int, ENode]
 MIP_HEURISTIC_EFFORT = 0.3
 
 
+#: the cost of an e-node a measured model did not price because the budget ran out: never extracted when
+#: the input's own e-nodes (always priced) are an alternative
+UNPRICED = 1e9
+
+
 class NodeCosts:
-    """Scalar run-time cost of each e-node under a per-op (sum) cost model, memoised."""
+    """Scalar run-time cost of each e-node under a per-op (sum) cost model, memoised (:data:`UNPRICED`
+    when the model stops measuring, see :attr:`~graphsub.cost.base.SumCostModel.stop`)."""
 
     def __init__(self, eg: EGraph, cost: SumCostModel):
         if cost.context_radius:
@@ -62,7 +70,10 @@ class NodeCosts:
         else:
             consts = tuple(eg.classes[eg.find(ch)].wo for ch in children)
             # weight-only nodes are folded before run time
-            c = 0.0 if all(consts) else self.cost.scalar(self.cost.node_cost(head, consts))
+            try:
+                c = 0.0 if all(consts) else self.cost.scalar(self.cost.node_cost(head, consts))
+            except BudgetExceeded:
+                c = UNPRICED
         self._memo[node] = c
         return c
 
@@ -215,7 +226,9 @@ def ilp(eg: EGraph, roots: Sequence[int], costs: NodeCosts, *, warm: Choice | Se
     """Exact DAG extraction with HiGHS (see the module docstring).  ``warm``: starting choices (the
     cheapest acyclic one is the incumbent; the greedy choice is always a candidate).  ``tick(now)``
     is called with ``time.perf_counter()`` between rounds and at HiGHS's interrupt checks (a
-    progress heartbeat; it does not change the result)."""
+    progress heartbeat; it does not change the result).  A stop request
+    (:func:`graphsub.interrupt.stop_requested`) interrupts the solve at its next check and ends the
+    rounds (``status == "interrupt"``; the best acyclic choice so far is returned)."""
     t0 = time.perf_counter()
     roots = [eg.find(r) for r in roots]
     greedy_choice, best = greedy_tree(eg, costs)
@@ -224,18 +237,26 @@ def ilp(eg: EGraph, roots: Sequence[int], costs: NodeCosts, *, warm: Choice | Se
         starts.append(warm)
     elif warm is not None:
         starts.extend(w for w in warm if w is not None)
-    prog = _Program(eg, roots, costs, _needed(eg, roots, costs, best, starts))
     first = min(range(len(starts)), key=lambda i: (dag_cost(eg, starts[i], roots, costs), i))
     incumbent = dict(starts[first])
+    if stop_requested() or time_limit_s - (time.perf_counter() - t0) <= 0.05:  # no time to build and solve
+        status = "interrupt" if stop_requested() else "time"
+        return IlpResult(incumbent, dag_cost(eg, incumbent, roots, costs), status,
+                         time_s=time.perf_counter() - t0)
+    prog = _Program(eg, roots, costs, _needed(eg, roots, costs, best, starts))
     res = IlpResult(incumbent, dag_cost(eg, incumbent, roots, costs), "greedy", variables=prog.ncol,
                     constraints=prog.nrows)
     if tick is not None:
         prog.h.cbMipInterrupt.subscribe(lambda _event: tick(time.perf_counter()))
+    prog.h.cbMipInterrupt.subscribe(_interrupt_on_stop)
     start = prog.indicator(res.choice)
     for rnd in range(max_rounds):
         now = time.perf_counter()
         if tick is not None:
             tick(now)
+        if stop_requested():
+            res.status = "interrupt"
+            break
         left = time_limit_s - (now - t0)
         if left <= 0.05:
             res.status = "time"
@@ -249,6 +270,12 @@ def ilp(eg: EGraph, roots: Sequence[int], costs: NodeCosts, *, warm: Choice | Se
         res.status = "max rounds"
     res.time_s = time.perf_counter() - t0
     return res
+
+
+def _interrupt_on_stop(event: Any) -> None:
+    """HiGHS callback: stop the solve when a stop was requested (the first Ctrl-C)."""
+    if stop_requested():
+        event.interrupt()
 
 
 def _needed(eg: EGraph, roots: Sequence[int], costs: NodeCosts, best: Mapping[int, float],

@@ -12,10 +12,14 @@
    (NasRNN-1: 6.6k instead of 25k e-nodes, same optimum) but not lossless -- the concat order can
    decide whether a later split/concat cancels (NasNet-A: 5.746 instead of 5.729 ms), so it is off
    by default.
-3. Stop on saturation (an iteration changes nothing), ``iter_limit``, ``node_limit`` e-nodes, or
-   the saturation share of the time budget (``sat_frac`` of ``budget.time_s``).
+3. Stop on saturation (an iteration changes nothing), ``iter_limit``, ``node_limit`` e-nodes,
+   the saturation share of the time budget (``sat_frac`` of ``budget.time_s``), or a stop request
+   (:func:`graphsub.interrupt.stop_requested`, the first Ctrl-C: ``stopped_by == "interrupt"``).
+   The limits are checked between rules, every :data:`CHECK_EVERY` matches and inside e-matching.
 4. Extraction: greedy tree cost first, then the ILP for the exact DAG cost with the rest of the
-   time (``extract="greedy"`` skips it); the cheaper acyclic one is written back as a Graph and
+   time (at least 10% of the budget, at most 1 s, when saturation used it all; none after a stop
+   request, and a running solve is interrupted by one) (``extract="greedy"`` skips it); the
+   cheaper acyclic one is written back as a Graph and
    priced by the cost model itself (the reported cost is ``cost.graph_cost(best)``).  If it is
    not cheaper than the input the input is returned.
 5. Anytime: while the e-graph has at most ``checkpoint_nodes`` e-nodes, each iteration ends with
@@ -40,16 +44,28 @@ the extracted graph uses; ``params`` holds the e-graph size and extraction detai
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from graphsub.cost.base import SumCostModel
-from graphsub.errors import GraphsubError
+from graphsub.errors import BudgetExceeded, GraphsubError
+from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget, Progress, ProgressFn, SearchResult, Stats, Step, improves, peak_rss_mb
+from graphsub.search.base import (
+    Budget,
+    Progress,
+    ProgressFn,
+    SearchResult,
+    Stats,
+    Step,
+    improves,
+    peak_rss_mb,
+    root_cost,
+)
 from graphsub.search.eqsat.cycles import filter_cycles
 from graphsub.search.eqsat.egraph import EGraph, ENode
 from graphsub.search.eqsat.ematch import (
@@ -73,6 +89,8 @@ from graphsub.search.eqsat.extract import (
 )
 
 EXTRACTORS = ("ilp", "greedy")
+#: matches instantiated between two budget checks of saturation
+CHECK_EVERY = 64
 
 
 def is_multi(rule: Rule) -> bool:
@@ -133,10 +151,12 @@ class _Saturation:
         self.accepted: set[tuple[Any, ...]] = set()  # applied matches of symmetric rules (see symmetric_pair)
 
     def over(self) -> str:
-        """Which limit ran out (``"time"``, ``"nodes"``), or ``""``."""
+        """Which limit ran out (``"interrupt"``, ``"time"``, ``"nodes"``), or ``""``."""
         now = time.perf_counter()
         if self.tick is not None:
             self.tick(now)
+        if stop_requested():
+            return "interrupt"
         if now - self.t0 > self.time_limit_s:
             return "time"
         if len(self.eg.hashcons) > self.node_limit:
@@ -149,29 +169,38 @@ class _Saturation:
         eg = self.eg
         index = MatchIndex(eg)
         todo: list[tuple[EMatch, Any]] = []
+        stop = self.over_bool
         for rule in rules:
             fresh = 0
             sym = symmetric_pair(rule) if self.symmetry else None
-            for m in ematch(eg, rule, index):
-                if m.key in self.done:
-                    continue
-                if sym is not None and mirror_key(m, sym) in self.accepted:
-                    continue  # the mirrored match (same computation up to concat order) was applied
-                if fresh >= self.match_limit:
-                    break
-                fresh += 1
-                self.done.add(m.key)
-                self.matches += 1
-                inst = instantiate(eg, m)
-                if isinstance(inst, str):
-                    self.rejected += 1
-                else:
-                    todo.append((m, inst))
-                    if sym is not None:
-                        self.accepted.add(m.key)
+            try:
+                for i, m in enumerate(ematch(eg, rule, index, stop=stop)):
+                    if i % CHECK_EVERY == CHECK_EVERY - 1 and stop():
+                        break
+                    if m.key in self.done:
+                        continue
+                    if sym is not None and mirror_key(m, sym) in self.accepted:
+                        continue  # the mirrored match (same computation up to concat order) was applied
+                    if fresh >= self.match_limit:
+                        break
+                    fresh += 1
+                    self.done.add(m.key)
+                    self.matches += 1
+                    inst = instantiate(eg, m)
+                    if isinstance(inst, str):
+                        self.rejected += 1
+                    else:
+                        todo.append((m, inst))
+                        if sym is not None:
+                            self.accepted.add(m.key)
+            except BudgetExceeded:
+                break
             if self.over():
                 break
         return todo
+
+    def over_bool(self) -> bool:
+        return bool(self.over())
 
     def apply(self, todo: Sequence[tuple[EMatch, Any]]) -> bool:
         """Add the targets of ``todo`` to the e-graph (tagged with their rule); whether it changed."""
@@ -208,7 +237,7 @@ class _Anytime:
     def __init__(self, graph: Graph, cost: SumCostModel, t0: float, progress: ProgressFn | None):
         self.like, self.cost, self.t0 = graph, cost, t0
         self.graph, self.by = graph, "input"
-        self.detail = cost.graph_cost(graph)
+        self.detail, self.priced = root_cost(cost, graph)
         self.value = self.initial = cost.scalar(self.detail)
         self.trace: list[tuple[float, float]] = [(0.0, self.value)]
         self.checkpoints: list[dict[str, Any]] = []
@@ -216,8 +245,14 @@ class _Anytime:
         self.tick = None if self.reporter is None else self.reporter.tick
 
     def offer(self, g: Graph, by: str) -> None:
-        """Keep ``g`` (found by ``by``) if it is cheaper under the cost model itself."""
-        detail = self.cost.graph_cost(g)
+        """Keep ``g`` (found by ``by``) if it is cheaper under the cost model itself (not when a measured
+        model ran out of budget pricing it)."""
+        if self.priced:
+            return
+        try:
+            detail = self.cost.graph_cost(g)
+        except BudgetExceeded:
+            return
         value = self.cost.scalar(detail)
         if improves(value, self.value):
             self.graph, self.value, self.detail, self.by = g, value, detail, by
@@ -226,12 +261,15 @@ class _Anytime:
             if self.reporter is not None:
                 self.reporter.improved(now, value)
 
-    def checkpoint(self, eg: EGraph, roots: list[int], *, max_nodes: int, base: float, time_limit_s: float) -> None:
+    def checkpoint(self, eg: EGraph, roots: list[int], *, max_nodes: int, base: float, time_limit_s: float,
+                   end: float = math.inf) -> None:
         """Anytime extraction while the e-graph has at most ``max_nodes`` e-nodes: the best graph so
-        far survives an e-graph too large for the final ILP, and warm-starts it."""
-        if eg.num_nodes > max_nodes:
-            return
+        far survives an e-graph too large for the final ILP, and warm-starts it.  The solve ends by
+        ``end`` (a ``time.perf_counter()`` reading: the search's deadline) at the latest."""
         t = time.perf_counter()
+        time_limit_s = min(time_limit_s, end - t)
+        if eg.num_nodes > max_nodes or time_limit_s <= 0.05:
+            return
         costs = NodeCosts(eg, self.cost)
         res = ilp(eg, roots, costs, warm=[choice_of_graph(eg, self.graph)], time_limit_s=time_limit_s, tick=self.tick)
         if res.cost + base < self.value:
@@ -255,35 +293,46 @@ def eqsat(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budge
     if budget.expansions is not None:
         iter_limit = min(iter_limit, budget.expansions)
     NodeCosts(EGraph(), cost)  # rejects context-dependent cost models before any work
-    best = _Anytime(graph, cost, t0, progress)
-    base = cost.scalar(cost.base_cost())
-    on_iteration = None
-    if checkpoint_nodes and extract == "ilp":
-        on_iteration = functools.partial(best.checkpoint, max_nodes=checkpoint_nodes, base=base,
-                                         time_limit_s=max(0.5, 0.1 * total_s))
-    eg, roots, rep = saturate(graph, rules, iter_limit=iter_limit, node_limit=node_limit,
-                              time_limit_s=total_s * sat_frac, multi_iters=multi_iters, match_limit=match_limit,
-                              cycle_filter=cycle_filter, symmetry=symmetry, on_iteration=on_iteration, tick=best.tick)
+    prev_stop, end = cost.stop, t0 + total_s
+    cost.stop = lambda: stop_requested() or time.perf_counter() > end  # a measured model stops measuring then
+    try:
+        best = _Anytime(graph, cost, t0, progress)
+        base = cost.scalar(cost.base_cost())
+        on_iteration = None
+        if checkpoint_nodes and extract == "ilp":
+            on_iteration = functools.partial(best.checkpoint, max_nodes=checkpoint_nodes, base=base,
+                                             time_limit_s=max(0.5, 0.1 * total_s), end=t0 + total_s)
+        eg, roots, rep = saturate(graph, rules, iter_limit=iter_limit, node_limit=node_limit,
+                                  time_limit_s=max(0.0, total_s * sat_frac - (time.perf_counter() - t0)),
+                                  multi_iters=multi_iters, match_limit=match_limit,
+                                  cycle_filter=cycle_filter, symmetry=symmetry, on_iteration=on_iteration,
+                                  tick=best.tick)
 
-    def ilp_limit() -> float:  # the final ILP's time: what is left of the budget when it starts, by default
-        return max(1.0, total_s - (time.perf_counter() - t0)) if ilp_time_s is None else ilp_time_s
+        def ilp_limit() -> float:  # the final ILP's time: what is left of the budget when it starts, by default
+            if stop_requested():
+                return 0.0
+            floor = min(1.0, 0.1 * total_s)
+            return max(floor, total_s - (time.perf_counter() - t0)) if ilp_time_s is None else ilp_time_s
 
-    choice, by, extraction = _extract(eg, roots, NodeCosts(eg, cost), base, best,
-                                      ilp_limit if extract == "ilp" else None)
-    best.offer(to_graph(eg, choice, roots, graph), by)
-    extraction["chosen"] = best.by
-    extraction["extracted_cost"] = best.value
-    stats = Stats(expanded=rep["iterations"], generated=rep["applied"], matches=rep["matches"],
-                  pruned=rep["rejected"], time_match_s=rep["time_s"])
-    wall = time.perf_counter() - t0
-    best.trace.append((wall, best.value))
-    params = {"egraph": {k: v for k, v in rep.items() if k != "per_iteration"}, "per_iteration": rep["per_iteration"],
-              "extraction": extraction, "iter_limit": iter_limit, "node_limit": node_limit,
-              "multi_iters": multi_iters, "extract": extract}
-    return SearchResult(algorithm="eqsat", best=best.graph, best_cost=best.value, best_cost_detail=best.detail,
-                        initial_cost=best.initial, sequence=_rules_used(eg, roots, best.graph, best.value),
-                        stats=stats, wall_time_s=wall, peak_mem_mb=peak_rss_mb(), trace=tuple(best.trace),
-                        stopped_by=rep["stop"], params=params)
+        choice, by, extraction = _extract(eg, roots, NodeCosts(eg, cost), base, best,
+                                          ilp_limit if extract == "ilp" else None)
+        best.offer(to_graph(eg, choice, roots, graph), by)
+        extraction["chosen"] = best.by
+        extraction["extracted_cost"] = best.value
+        stats = Stats(expanded=rep["iterations"], generated=rep["applied"], matches=rep["matches"],
+                      pruned=rep["rejected"], time_match_s=rep["time_s"])
+        wall = time.perf_counter() - t0
+        best.trace.append((wall, best.value))
+        params = {"egraph": {k: v for k, v in rep.items() if k != "per_iteration"},
+                  "per_iteration": rep["per_iteration"], "extraction": extraction, "iter_limit": iter_limit,
+                  "node_limit": node_limit, "multi_iters": multi_iters, "extract": extract,
+                  **({"initial_cost": best.priced} if best.priced else {})}
+        return SearchResult(algorithm="eqsat", best=best.graph, best_cost=best.value, best_cost_detail=best.detail,
+                            initial_cost=best.initial, sequence=_rules_used(eg, roots, best.graph, best.value),
+                            stats=stats, wall_time_s=wall, peak_mem_mb=peak_rss_mb(), trace=tuple(best.trace),
+                            stopped_by=rep["stop"], params=params)
+    finally:
+        cost.stop = prev_stop
 
 
 def _extract(eg: EGraph, roots: list[int], costs: NodeCosts, base: float, best: _Anytime,

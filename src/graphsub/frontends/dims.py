@@ -1,0 +1,232 @@
+"""Symbolic dimensions of a model's interface, kept symbolic in the models graphsub writes.
+
+graphsub's IR has static shapes: the import fixes every symbolic dimension of an input (ONNX ``dim_param``, e.g. a
+dynamic batch ``"batch"``) to what ``--input-shape`` says, or to 1.  A model exported from the IR then accepts
+only those sizes, which would silently narrow what the original accepts.  So every write of a model made from an
+original with symbolic dimensions goes through :func:`keep_symbolic`:
+
+* dimensions the user fixed (``input_shapes``, the ``--input-shape`` option) stay static, as asked;
+* the other (*free*) ones get the original's ``dim_param`` names back on the inputs and outputs, and the result is
+  run beside the original in onnxruntime on random inputs at two other sizes of the free dimensions (each one
+  above the imported size, then the free dimensions at distinct sizes); it is returned only when it computes what
+  the original computes there (the tolerances of :mod:`graphsub.equivalence`);
+* otherwise -- a rewrite, or the import's folding of shape arithmetic (``Shape -> Gather -> Reshape``), baked the
+  imported size into the graph -- :class:`~graphsub.errors.VerificationError` says so and names the
+  ``--input-shape`` that gives a static model instead.  Nothing is written.
+* An original that declares symbolic dimensions but itself fails at the other sizes (an export that baked its
+  sizes) cannot be compared there: the output keeps the declared dims, with a warning.
+
+The information comes from the original file itself (:func:`interface`: its inputs and outputs, read without the
+weights), so the IR, its hashes and the search carry none of it.  A name that an input the user fixed gives a size
+binds the same name in the other inputs (:func:`bound_params`; the import uses it too), so ``--input-shape
+input_ids=1x128`` fixes an ``attention_mask`` declared ``["batch", "sequence"]`` as well.
+
+>>> from onnx import TensorProto, helper
+>>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])
+>>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+>>> interface(m).free
+('batch',)
+>>> interface(m, {"x": (4, 8)}).free, interface(m, {"x": (4, 8)}).bound
+((), {'batch': 4})
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import onnx
+
+from graphsub.errors import VerificationError
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger("graphsub")
+
+#: a declared dimension: its static size, or its ``dim_param`` name ("" for an anonymous dimension)
+Dim = int | str
+Model = TypeVar("Model", onnx.ModelProto, bytes)
+Source = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+def _dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
+    """The declared dims of a tensor value, None without a shape (or not a tensor)."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim)
+
+
+def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    inits = {t.name for t in graph.initializer}
+    return [vi for vi in graph.input if vi.name not in inits]
+
+
+def bound_params(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """``dim_param`` name -> size, for the names the inputs in ``input_shapes`` declare (the first input giving a
+    name a size wins)."""
+    bound: dict[str, int] = {}
+    for vi in _graph_inputs(graph):
+        dims = _dims(vi)
+        if vi.name not in input_shapes or dims is None:
+            continue
+        for d, size in zip(dims, input_shapes[vi.name], strict=False):
+            if isinstance(d, str) and d:
+                bound.setdefault(d, int(size))
+    return bound
+
+
+@dataclass(frozen=True)
+class Interface:
+    """The declared inputs and outputs of a model (``(name, dims)`` pairs; dims None where no shape is declared),
+    the shapes the user gave inputs and the ``dim_param`` names they bind (:func:`bound_params`)."""
+
+    inputs: tuple[tuple[str, tuple[Dim, ...] | None], ...]
+    outputs: tuple[tuple[str, tuple[Dim, ...] | None], ...]
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    bound: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fixed(self) -> tuple[str, ...]:
+        """The inputs the user gave shapes."""
+        return tuple(self.shapes)
+
+    def free_axes(self, name: str) -> tuple[int, ...]:
+        """The axes of input ``name`` that are symbolic and not fixed by the user."""
+        if name in self.fixed:
+            return ()
+        dims = dict(self.inputs).get(name) or ()
+        return tuple(a for a, d in enumerate(dims) if isinstance(d, str) and (not d or d not in self.bound))
+
+    def free_key(self, name: str, axis: int) -> str:
+        """The name of a free input dimension: its ``dim_param``, or ``NAME[axis]`` when anonymous."""
+        d = dict(self.inputs)[name]
+        assert d is not None
+        return str(d[axis]) or f"{name}[{axis}]"
+
+    @property
+    def free(self) -> tuple[str, ...]:
+        """The free symbolic dimensions of the inputs (see :meth:`free_key`), in declaration order."""
+        keys = [self.free_key(n, a) for n, _ in self.inputs for a in self.free_axes(n)]
+        return tuple(dict.fromkeys(keys))
+
+    @property
+    def fixed_dims(self) -> dict[str, int]:
+        """The symbolic dimensions the user fixed: name (``NAME[axis]`` when anonymous) -> size."""
+        out = dict(self.bound)
+        for name, dims in self.inputs:
+            for a, d in enumerate(dims or ()):
+                if name in self.shapes and isinstance(d, str) and not d and a < len(self.shapes[name]):
+                    out[f"{name}[{a}]"] = self.shapes[name][a]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """For ``--json``: the symbolic dimensions kept symbolic and those fixed (name -> size)."""
+        return {"kept": list(self.free), "fixed": self.fixed_dims}
+
+
+def interface(original: Source, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Interface:
+    """The :class:`Interface` of ``original`` (a path, serialized bytes or a ModelProto; a file is read without its
+    weights) with ``input_shapes`` as given to the import."""
+    shapes = dict(input_shapes or {})
+    if isinstance(original, onnx.ModelProto):
+        model = original
+    elif isinstance(original, bytes):
+        model = onnx.load_from_string(original)
+    else:
+        model = onnx.load(os.fspath(original), load_external_data=False)
+    g = model.graph
+    return Interface(
+        inputs=tuple((vi.name, _dims(vi)) for vi in _graph_inputs(g)),
+        outputs=tuple((vi.name, _dims(vi)) for vi in g.output),
+        shapes={n: tuple(int(d) for d in v) for n, v in shapes.items() if any(vi.name == n for vi in g.input)},
+        bound=bound_params(g, shapes),
+    )
+
+
+def _set_dims(vi: onnx.ValueInfoProto, dims: Sequence[Dim], axes: Sequence[int], what: str) -> None:
+    """Make ``axes`` of ``vi`` symbolic as in ``dims`` (the original's declaration)."""
+    shape = vi.type.tensor_type.shape
+    if not vi.type.tensor_type.HasField("shape") or len(shape.dim) != len(dims):
+        have = len(shape.dim) if vi.type.tensor_type.HasField("shape") else "no"
+        raise VerificationError(f"{what} {vi.name!r} has {have} dimensions where the original declares {len(dims)}")
+    for a in axes:
+        dim = shape.dim[a]
+        dim.Clear()
+        if dims[a]:
+            dim.dim_param = str(dims[a])
+
+
+def restore(model: onnx.ModelProto, iface: Interface) -> bool:
+    """Give the inputs and outputs of ``model`` (in place) the free symbolic dims of ``iface``: the free input axes,
+    and every output axis the original declares symbolic except those named by a fixed name (an output the original
+    declares without a shape gets its rank only, no sizes: onnx.checker wants a shape on graph outputs); drops the
+    graph's ``value_info`` (shape hints at the static sizes). Whether anything was free."""
+    if not iface.free:
+        return False
+    orig_in = dict(iface.inputs)
+    for vi in _graph_inputs(model.graph):
+        dims, axes = orig_in.get(vi.name), iface.free_axes(vi.name)
+        if dims is not None and axes:
+            _set_dims(vi, dims, axes, "input")
+    orig_out = dict(iface.outputs)
+    by_name = all(vi.name in orig_out for vi in model.graph.output)
+    if not by_name and len(model.graph.output) != len(iface.outputs):
+        raise VerificationError(f"the model has {len(model.graph.output)} outputs, the original {len(iface.outputs)}")
+    for k, vi in enumerate(model.graph.output):
+        dims = orig_out[vi.name] if by_name else iface.outputs[k][1]
+        if dims is None:  # the original declares no shape: the output declares its rank only (not the sizes)
+            for dim in vi.type.tensor_type.shape.dim:
+                dim.Clear()
+            continue
+        out_axes = [a for a, d in enumerate(dims) if isinstance(d, str) and (not d or d not in iface.bound)]
+        if out_axes:
+            _set_dims(vi, dims, out_axes, "output")
+    del model.graph.value_info[:]
+    return True
+
+
+def restored(candidate: Model, iface: Interface) -> onnx.ModelProto:
+    """A copy of ``candidate`` (a ModelProto or serialized bytes) with the free symbolic dims of ``iface`` restored
+    (:func:`restore`)."""
+    model = onnx.ModelProto()
+    if isinstance(candidate, bytes):
+        model.ParseFromString(candidate)
+    else:
+        model.CopyFrom(candidate)
+    restore(model, iface)
+    return model
+
+
+def as_candidate(model: onnx.ModelProto, like: Model) -> Model:
+    """``model`` in the form of ``like``: serialized when ``like`` is bytes."""
+    return model.SerializeToString() if isinstance(like, bytes) else model
+
+
+def source_for_session(original: Source) -> bytes | str:
+    """``original`` as :func:`graphsub.frontends.ort.make_session` takes it (serialized bytes or a path)."""
+    if isinstance(original, onnx.ModelProto):
+        return original.SerializeToString()
+    return original if isinstance(original, bytes) else os.fspath(original)
+
+
+def as_proto(original: Source) -> onnx.ModelProto:
+    """``original`` (a path, serialized bytes or a ModelProto) as a ModelProto, weights included."""
+    if isinstance(original, onnx.ModelProto):
+        return original
+    return onnx.load_from_string(original) if isinstance(original, bytes) else onnx.load(os.fspath(original))
+
+
+def display_name(original: Source) -> str:
+    """A file's name, else "the model"."""
+    return Path(os.fspath(original)).name if isinstance(original, str | os.PathLike) else "the model"
+
+
+__all__ = ["Dim", "Interface", "Model", "Source", "as_candidate", "as_proto", "bound_params", "display_name",
+           "interface", "restore", "restored", "source_for_session"]

@@ -1,0 +1,157 @@
+"""`optimize`'s time budget bounds the whole call, bad budgets are refused, and a stop request (the first Ctrl-C)
+finishes the call early: verified candidates only, written only when confirmed faster, else nothing written."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from graphsub import interrupt
+from graphsub.errors import GraphsubError
+from graphsub.optimize import optimize
+from graphsub.optimize.budget import plan
+from graphsub.optimize.peers import PeerInput, run_peer
+from graphsub.optimize.timing import time_candidates
+from graphsub.search import Budget
+
+FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0}
+#: wall-time slack past a budget in these tests (CI machines are small and shared)
+SLACK_S = 10.0
+
+
+@pytest.fixture(autouse=True)
+def no_stop_request() -> Iterator[None]:
+    interrupt.clear()
+    yield
+    interrupt.clear()
+
+
+def relu_chain(path: Path, n: int) -> Path:
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], ["y" if i == n - 1 else f"t{i}"])
+             for i in range(n)]
+    g = helper.make_graph(nodes, f"chain{n}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(("kw", "what"), [
+    ({"time_s": math.nan}, "time_s"), ({"time_s": math.inf}, "time_s"), ({"time_s": -1.0}, "time_s"),
+    ({"time_s": 0.0}, "time_s"), ({"eqsat_s": math.nan}, "eqsat_s"), ({"on_top_s": -2.0}, "on_top_s"),
+    ({"timing_budget_ms": 0.0}, "timing_budget_ms"), ({"min_speedup": math.inf}, "min_speedup"),
+    ({"seeds": 0}, "seeds"), ({"threads": 0}, "threads"),
+])
+def test_optimize_refuses_limits_that_do_not_limit(model_path: Path, kw: dict[str, float], what: str) -> None:
+    t = time.perf_counter()
+    with pytest.raises(GraphsubError, match=what):
+        optimize(model_path, **{**FAST, **kw})  # type: ignore[arg-type]
+    assert time.perf_counter() - t < 1.0  # refused before any work
+
+
+def test_plan_keeps_todays_phases_at_the_default_and_shrinks_the_portfolio_to_fit() -> None:
+    full = plan(75.0, 74.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
+    assert (full.search_s, full.eqsat_s, full.peers, full.on_top_s, full.dropped) == (12.0, 5.0, True, 2.0, ())
+    mid = plan(30.0, 29.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
+    assert mid.dropped == ("searches on top of the peers",) and mid.peers and mid.eqsat_s == 5.0
+    small = plan(5.0, 4.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
+    assert not small.peers and small.eqsat_s == small.on_top_s == 0.0 and len(small.notes()) == 3
+    assert small.search_s is not None and 0.8 < small.search_s <= 4.0 - small.tail_s  # the search gets their time
+    capped = plan(75.0, 74.0, search_cap=3.0, eqsat_s=5.0, on_top_s=2.0, n_peers=0, portfolio=True)
+    assert capped.search_s == 3.0
+    unbounded = plan(None, math.inf, search_cap=12.0, eqsat_s=5.0, on_top_s=2.0, n_peers=2, portfolio=True)
+    assert (unbounded.search_s, unbounded.eqsat_s, unbounded.peers, unbounded.tail_s) == (12.0, 5.0, True, 0.0)
+
+
+def test_budget_bounds_optimize_on_a_long_relu_chain(tmp_path: Path) -> None:
+    src = relu_chain(tmp_path / "chain.onnx", 1000)
+    out = tmp_path / "out.onnx"
+    t = time.perf_counter()
+    res = optimize(src, output=out, cost="roofline:cpu", time_s=2.0, timing_budget_ms=20)
+    wall = time.perf_counter() - t
+    assert wall < 2.0 + SLACK_S, res.timings_s
+    assert res.verified and res.written == str(out) and out.is_file()
+    assert res.time_budget_s == 2.0 and not res.interrupted
+    assert any("skipped" in n for n in res.portfolio_notes)  # eqsat and the peers do not fit in 2 s
+    assert res.to_dict()["time_budget_s"] == 2.0
+
+
+def test_timing_rounds_stop_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("graphsub.optimize.timing.session_timer", lambda m, feeds, **kw: lambda ms: float(len(m)))
+    calls = [0]
+
+    def stop(need_s: float) -> bool:
+        calls[0] += 1
+        return calls[0] > 4  # two session checks, two rounds
+
+    rounds = time_candidates({"original": b"ab", "c": b"a"}, {}, threads=1, budget_ms=1, rounds=5, stop=stop)
+    assert rounds == {"original": [2.0, 2.0], "c": [1.0, 1.0]}
+
+
+def test_stop_request_before_optimize_writes_nothing(model_path: Path, tmp_path: Path,
+                                                     fake_timing: Callable[..., None]) -> None:
+    out = tmp_path / "out.onnx"
+    interrupt.request_stop()
+    res = optimize(model_path, output=out, **FAST)  # type: ignore[arg-type]
+    d = res.to_dict()
+    assert res.interrupted and d["stopped_by"] == "interrupt" and d["interrupted"]
+    assert res.written is None and not out.exists() and "nothing written" in res.decision
+    assert res.verified  # what there is (the input) is still checked, never an unverified model
+
+
+def test_stop_during_timing_writes_nothing_unconfirmed(model_path: Path, tmp_path: Path,
+                                                       fake_timing: Callable[..., None]) -> None:
+    """The search's result is verified, then Ctrl-C arrives while the sessions are made: no round is timed, so no
+    candidate is confirmed faster, and nothing is written."""
+
+    def latency(model: bytes | str) -> float:
+        interrupt.request_stop()
+        return 1.0 if isinstance(model, str) else 0.5
+
+    fake_timing(latency)
+    out = tmp_path / "out.onnx"
+    res = optimize(model_path, output=out, **FAST)  # type: ignore[arg-type]
+    assert res.search.sequence and res.verified and res.interrupted
+    assert res.kept_original and not out.exists() and res.to_dict()["stopped_by"] == "interrupt"
+
+
+def test_stop_after_a_confirmed_gain_writes_it(model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               fake_timing: Callable[..., None]) -> None:
+    """Ctrl-C after the candidate was confirmed faster in its paired rounds: the confirmed candidate is written."""
+    fake_timing(lambda m: 1.0 if isinstance(m, str) else 0.5)
+    calls = [0]
+
+    def confirm_timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        v = 1.0 if isinstance(model, str) else 0.5
+
+        def once(budget_ms: float) -> float:
+            calls[0] += 1
+            if calls[0] == 14:  # the last of 7 paired rounds
+                interrupt.request_stop()
+            return v
+
+        return once
+
+    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", confirm_timer)
+    out = tmp_path / "out.onnx"
+    res = optimize(model_path, output=out, **FAST)  # type: ignore[arg-type]
+    assert res.interrupted and res.chosen == "search" and res.written == str(out) and out.is_file()
+    assert len(res.chosen_candidate.confirm_rounds) == 7
+
+
+def peer_sleeps(src: Path, dst: Path, meta: PeerInput) -> None:
+    time.sleep(60)
+
+
+def test_a_stop_request_stops_a_running_peer(tmp_path: Path) -> None:
+    src = relu_chain(tmp_path / "m.onnx", 3)
+    t0 = time.perf_counter()
+    res = run_peer("sleeps", src, tmp_path / "o.onnx", PeerInput(), timeout_s=60, registry={"sleeps": peer_sleeps},
+                   stop=lambda: time.perf_counter() - t0 > 0.5)
+    assert res.status == "failed" and "stopped" in res.error and time.perf_counter() - t0 < SLACK_S
+    assert not (tmp_path / "o.onnx").exists()
