@@ -133,15 +133,25 @@ def test_markup_in_tensor_names_and_op_types_prints_as_text(command: list[str], 
 # ------------------------------------------------------------------ op-time caches (item 4)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "schema"])
+def test_a_file_that_is_no_database_is_never_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = small_model(tmp_path / "m.onnx")
+    before = model.read_bytes()
+    r = runner.invoke(app, ["cost", str(model), "-m", "measured", "--cache", str(model), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["total"]["time_ms"] > 0  # measured, cached in memory only
+    assert model.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("damage", ["corrupted", "schema"])
 def test_a_broken_cache_is_moved_aside_and_rebuilt(damage: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "ops.sqlite"
-    if damage == "garbage":
-        cache.write_bytes(b"this is not a database" * 100)
-    else:
-        with sqlite3.connect(cache) as c:
-            c.execute("CREATE TABLE op_timings (a INTEGER)")
+    with sqlite3.connect(cache) as c:
+        c.execute("CREATE TABLE op_timings (a INTEGER)")
+    if damage == "corrupted":  # the header says SQLite, the pages are garbage
+        data = bytearray(cache.read_bytes())
+        data[100:] = b"\xff" * (len(data) - 100)
+        cache.write_bytes(bytes(data))
     monkeypatch.setenv("GRAPHSUB_CACHE", str(cache))
     r = runner.invoke(app, ["cost", str(small_model(tmp_path / "m.onnx")), "-m", "measured", "--json"])
     assert r.exit_code == 0, r.output

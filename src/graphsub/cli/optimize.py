@@ -27,7 +27,7 @@ from graphsub.cli.common import (
     parse_spec,
     print_sequence,
 )
-from graphsub.errors import ExportError, ImportError_, VerificationError
+from graphsub.errors import ExportError, ImportError_, ReferenceFailed, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
 from graphsub.spec import ModelSpec
 
@@ -155,8 +155,8 @@ def optimize_cmd(
                           "eqsat_s": eqsat_budget, "on_top_s": on_top_budget, "spelling": spelling,
                           "provider": provider}
     progress = _progress_bar(budget, as_json)
-    with progress, exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), (ExportError, Exit.CANNOT_WRITE),
-                         (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):
+    with progress, exits(as_json, (ReferenceFailed, Exit.BAD_INPUT), (VerificationError, Exit.NOT_EQUIVALENT),
+                         (ExportError, Exit.CANNOT_WRITE), (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):
         log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, budget)
         kw["progress"] = _on_progress(progress, budget, started)
         res = _optimize_module(spec, shapes, kw) if spec.kind == "module" else optimize(spec.text, input_shapes=shapes,

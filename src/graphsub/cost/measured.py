@@ -153,16 +153,26 @@ _COLUMNS = ("digest", "consts", "ort_version", "threads", "cpu", "optimization",
             "iqr_ms", "min_ms", "repeats", "measured_at")
 
 
+def _is_sqlite(path: Path) -> bool:
+    """Whether ``path`` holds an SQLite database (its 16-byte header), so that it may be a cache of ours."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 class OpTimeCache:
     """Persistent, process-safe store of op timings (see the module docstring).
 
     One connection per process (re-opened after a fork); every write is its own transaction.
 
-    A cache that cannot be used never stops the work, it only costs re-measuring: a file that is not an SQLite
-    database, is corrupted or has another schema is moved aside (``<name>.broken-<time>``, kept for inspection) and
-    a new one is created; when that is impossible (a read-only file or directory, a full disk), or the database
-    fails later, the cache lives in memory for the rest of the process. Either way one warning says so
-    (``fallback`` holds the reason).
+    A cache that cannot be used never stops the work, it only costs re-measuring: an SQLite database that is
+    corrupted or has another schema is moved aside (``<name>.broken-<time>``, kept for inspection) and a new one is
+    created; a file that is no SQLite database at all (a wrong ``--cache`` path, a model, ...) is never touched; in
+    that case, and when moving is impossible (a read-only file or directory, a full disk) or the database fails
+    later, the cache lives in memory for the rest of the process. Either way one warning says so (``fallback``
+    holds the reason).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
@@ -204,8 +214,8 @@ class OpTimeCache:
         try:
             return self._connect(str(self.path))
         except sqlite3.DatabaseError as e:
-            if "locked" in str(e) or "readonly" in str(e) or "unable to open" in str(e):
-                raise
+            if "locked" in str(e) or "readonly" in str(e) or "unable to open" in str(e) or not _is_sqlite(self.path):
+                raise  # -> in memory; a file that is no SQLite database (a model given as --cache?) is never touched
             aside = self.path.with_name(f"{self.path.name}.broken-{int(time.time())}")
             os.replace(self.path, aside)
             for suffix in ("-wal", "-shm"):

@@ -55,7 +55,7 @@ from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import consistent, decide, time_candidates, time_pair
-from graphsub.optimize.verification import bisect, check_seeds, finalize
+from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget
@@ -210,6 +210,8 @@ def optimize(
             t = time.perf_counter()
             ok, diff, worst, done = check_seeds(ref, final, seed_list, rtol=rtol, atol=atol, stop=run.deadline.expired)
             run.seed_s = (time.perf_counter() - t) / len(done)
+        else:  # nothing to compare, but a model onnxruntime rejects is bad input, never passed through
+            check_reference(ref, seed_list[0])
         if ok and len(done) < len(seed_list):  # the budget ran out: the candidates are checked on the same draws
             run.notes.append(f"verification: on {len(done)} of {len(seed_list)} random input draws (no time left in "
                              "the budget for more)")

@@ -28,6 +28,20 @@ def finalize(reference: Graph, candidate: Graph, seed: int) -> Graph:
     return fold_weights(candidate.with_params({k: v for k, v in weights.items() if k in candidate.leaves}))
 
 
+def check_reference(reference: Graph, seed: int, *, threads: int | None = None) -> None:
+    """Run ``reference`` (with weight data) once in onnxruntime on random inputs; ReferenceFailed (bad input) when
+    onnxruntime rejects it or it fails. What an optimize call that changed nothing does before it writes the
+    original back: a model onnxruntime cannot run is refused in every command, not passed through."""
+    from graphsub.data import random_inputs
+    from graphsub.frontends.onnx_export import export_graph
+    from graphsub.frontends.ort import make_session, run_session
+
+    try:
+        run_session(make_session(export_graph(reference), threads=threads), random_inputs(reference, seed))
+    except (ExecutionError, ExportError) as e:
+        raise ReferenceFailed(f"onnxruntime cannot run the input model: {e}") from e
+
+
 def check(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: float = 1e-4,
           atol: float = 1e-5, threads: int | None = None) -> tuple[bool, float, str]:
     """Compare ``candidate`` with ``reference`` (both with weight data) on random inputs for every
