@@ -248,3 +248,17 @@ def test_sigterm_leaves_no_temporaries(tmp_path: Path) -> None:
     assert "Traceback" not in errs
     left = [p.name for d in (tmp, tmp_path) for p in d.iterdir() if p.name.startswith(".graphsub-")]
     assert left == [] and not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize("command", [["info", "--json"], ["search", "--time", "1", "--json"],
+                                     ["optimize", "--budget", "2", "--peers", "none", "--json", "-o", "OUT"]])
+def test_a_graph_name_that_is_not_utf8(command: list[str], tmp_path: Path) -> None:
+    """The fuzz campaign's one internal error: protobuf hands a damaged string field over as bytes."""
+    data = small_model(tmp_path / "m.onnx").read_bytes()
+    assert data.count(b"small") == 1
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data.replace(b"small", b"sm\xa5ll"))
+    args = [a if a != "OUT" else str(tmp_path / "o.onnx") for a in command]
+    r = runner.invoke(app, [args[0], str(bad), *args[1:]])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)

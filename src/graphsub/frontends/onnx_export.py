@@ -167,13 +167,23 @@ def export_graph(
         if src != oname:  # leaf output or a value already exported under another name
             ctx.emit("Identity", [src], outputs=[oname])
         outputs.append(value_info(oname, graph.type_of(ref)))
-    g = helper.make_graph(
-        ctx.nodes, graph.name, leaves.inputs + leaves.extra, outputs, initializer=ctx.initializers, doc_string=doc
-    )
+    try:
+        g = helper.make_graph(ctx.nodes, _utf8(graph.name), leaves.inputs + leaves.extra, outputs,
+                              initializer=ctx.initializers, doc_string=doc)
+    except UnicodeError as e:  # a name read from a file that is not valid UTF-8 (protobuf refuses to write it)
+        raise ExportError(f"the model has names that are not valid UTF-8 ({e})") from None
     opsets = [helper.make_opsetid("", opset)] + [
         helper.make_opsetid(d, v) for d, v in sorted(ctx.domains.items())
     ]
     return make_model(g, opsets, producer_name=PRODUCER)
+
+
+def _utf8(text: str | bytes) -> str:
+    """``text`` with what is not valid UTF-8 replaced (protobuf hands a damaged file's string as bytes, or with
+    surrogates): for the graph's name, which nothing refers to."""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "replace")
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _default_opset(graph: Graph) -> int:

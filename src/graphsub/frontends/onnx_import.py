@@ -742,10 +742,16 @@ def _from_onnx(
     try:
         return Graph.from_arena(
             imp.nodes, imp.inputs, outputs, [o.name for o in graph.output], imp.params,
-            name=name or graph.name or "model",
+            name=name or _text(graph.name) or "model",
         )
     except GraphsubError as e:
         raise ImportError_(str(e)) from e
 
+
+
+
+def _text(value: str | bytes) -> str:
+    """A string field of the file as text: protobuf hands one that is not valid UTF-8 (a damaged file) as bytes."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 __all__ = ["FOLD_LIMIT", "MIN_OPSET", "from_onnx"]

@@ -73,8 +73,9 @@ def load(
 ) -> Graph:
     """Load an ONNX file into a Graph (weights with data)."""
     model = read_model(path)
-    return from_onnx(model, input_shapes=input_shapes, default_dim=default_dim,
-                     name=model.graph.name or Path(path).stem)
+    raw: str | bytes = model.graph.name  # bytes when it is not valid UTF-8 (a damaged file)
+    name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name or Path(path).stem)
 
 
 def to_onnx(
