@@ -28,17 +28,17 @@ def finalize(reference: Graph, candidate: Graph, seed: int) -> Graph:
     return fold_weights(candidate.with_params({k: v for k, v in weights.items() if k in candidate.leaves}))
 
 
-def check_reference(reference: Graph, seed: int, *, threads: int | None = None) -> None:
-    """Run ``reference`` (with weight data) once in onnxruntime on random inputs; ReferenceFailed (bad input) when
-    onnxruntime rejects it or it fails. What an optimize call that changed nothing does before it writes the
-    original back: a model onnxruntime cannot run is refused in every command, not passed through."""
+def check_reference(source: bytes | str, reference: Graph, seed: int, *, threads: int | None = None) -> None:
+    """Run the input model (``source``: its serialized bytes or its path; ``reference``: its graph, for the random
+    inputs) once in onnxruntime; ReferenceFailed (bad input) when onnxruntime rejects it or it fails. What an optimize
+    call in which the input never ran does before it writes the original back: a model onnxruntime cannot run is
+    refused in every command, not passed through."""
     from graphsub.data import random_inputs
-    from graphsub.frontends.onnx_export import export_graph
     from graphsub.frontends.ort import make_session, run_session
 
     try:
-        run_session(make_session(export_graph(reference), threads=threads), random_inputs(reference, seed))
-    except (ExecutionError, ExportError) as e:
+        run_session(make_session(source, threads=threads), random_inputs(reference, seed))
+    except ExecutionError as e:
         raise ReferenceFailed(f"onnxruntime cannot run the input model: {e}") from e
 
 
