@@ -30,7 +30,8 @@ output, plus work that grows with the weights and is never interrupted (random w
 serializing them, onnxruntime loading them, writing them: about 15 s per GB here). ``benchmarks/results/
 budget_overshoot.md`` measures it: within 3 s on chains of up to 5,000 ops and on the zoo except the weight-bound
 VGG-16/19 (0.55 GB, +8.5/+9 s) and ResNet-50 (+4 s) on this 2-core machine. A command also has the interpreter's
-start and imports before its budget starts (about 1 s). On a large model a budget smaller than one verification leaves the search no time at all.
+start and imports before its budget starts (about 1 s). On a large model a budget smaller than one verification
+leaves the search no time at all.
 
 >>> p = plan(75.0, 74.8, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
 >>> p.search_s, p.eqsat_s, p.peers, p.on_top_s, p.tail_s, p.dropped
