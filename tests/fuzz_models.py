@@ -103,8 +103,12 @@ def graphsub_export() -> bytes:
 
 
 def base_models() -> dict[str, onnx.ModelProto]:
-    """The valid starting points of every mutation."""
-    return {"conv": conv_model(), "matmul": matmul_model(), "symbolic": symbolic_model()}
+    """The valid starting points of every mutation (each passes onnx's full check: a mutation is the only fault)."""
+    models = {"conv": conv_model(), "matmul": matmul_model(), "symbolic": symbolic_model()}
+    for m in models.values():
+        onnx.checker.check_model(m, full_check=True)
+        assert len(m.graph.node) >= 2 and m.graph.output, "a base model needs something to mutate"
+    return models
 
 
 # ----------------------------------------------------------------------------- byte mutations

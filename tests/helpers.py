@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import pytest
 
 from graphsub.execute import run
 from graphsub.frontends.onnx_io import to_onnx
@@ -42,3 +43,14 @@ def check_ort(g: Graph, feeds: dict[str, np.ndarray], opset: int | None = None) 
     assert got.shape == ref.shape
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     return ref
+
+
+@pytest.fixture(autouse=True)
+def no_stop_request() -> Iterator[None]:
+    """No pending stop request before or after a test (a Ctrl-C flag left behind would end the next searches at
+    once). Autouse in the modules that import it: ``from helpers import no_stop_request  # noqa: F401``."""
+    from graphsub import interrupt
+
+    interrupt.clear()
+    yield
+    interrupt.clear()

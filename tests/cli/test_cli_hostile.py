@@ -216,16 +216,24 @@ def _wait_for(proc: subprocess.Popen[str], what: str) -> list[str]:
     raise AssertionError(f"{what!r} never appeared: {''.join(lines)}")
 
 
-def test_ctrl_c_during_search_prints_the_best_result_as_json(tmp_path: Path) -> None:
-    proc = _graphsub("search", "zoo:nasrnn", "--time", "120", "--json", "-o", str(tmp_path / "best.onnx"))
+def _signal_once_working(sig: int, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Start ``graphsub -v ARGS``, send ``sig`` a second after its log says the work started; exit code, stdout,
+    the rest of stderr."""
+    proc = _graphsub(*args, env=env)
     try:
         _wait_for(proc, "Ctrl-C stops it")
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, errs = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130, errs
+    return proc.returncode, out, errs
+
+
+def test_ctrl_c_during_search_prints_the_best_result_as_json(tmp_path: Path) -> None:
+    code, out, errs = _signal_once_working(signal.SIGINT, "search", "zoo:nasrnn", "--time", "120", "--json", "-o",
+                                           str(tmp_path / "best.onnx"))
+    assert code == 130, errs
     doc = json.loads(out)
     assert doc["stopped_by"] == "interrupt" and doc["search_time_s"] < 100
     assert doc["verification"]["equivalent"] and (tmp_path / "best.onnx").is_file()
@@ -235,16 +243,9 @@ def test_ctrl_c_during_search_prints_the_best_result_as_json(tmp_path: Path) -> 
 def test_sigterm_leaves_no_temporaries(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = _graphsub("optimize", "zoo:nasrnn", "-o", str(tmp_path / "o.onnx"), "--budget", "60",
-                     env={"TMPDIR": str(tmp)})
-    try:
-        _wait_for(proc, "Ctrl-C stops it")
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGTERM)
-        _, errs = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, errs
+    code, _, errs = _signal_once_working(signal.SIGTERM, "optimize", "zoo:nasrnn", "-o", str(tmp_path / "o.onnx"),
+                                         "--budget", "60", env={"TMPDIR": str(tmp)})
+    assert code == 143, errs
     assert "Traceback" not in errs
     left = [p.name for d in (tmp, tmp_path) for p in d.iterdir() if p.name.startswith(".graphsub-")]
     assert left == [] and not (tmp_path / "o.onnx").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -19,17 +19,11 @@ from graphsub.optimize.budget import plan
 from graphsub.optimize.peers import PeerInput, run_peer
 from graphsub.optimize.timing import time_candidates
 from graphsub.search import Budget
+from helpers import no_stop_request  # noqa: F401 -- autouse: no Ctrl-C flag across tests
 
 FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0}
 #: wall-time slack past a budget in these tests (CI machines are small and shared)
 SLACK_S = 10.0
-
-
-@pytest.fixture(autouse=True)
-def no_stop_request() -> Iterator[None]:
-    interrupt.clear()
-    yield
-    interrupt.clear()
 
 
 def relu_chain(path: Path, n: int) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +17,10 @@ from graphsub.ir.graph import Graph
 from graphsub.rules.match import find_matches
 from graphsub.rules.rule import Rule, make_rule
 from graphsub.search import Budget, search
+from helpers import no_stop_request  # noqa: F401 -- autouse: no Ctrl-C flag across tests
 
 #: wall-time slack of a search past its budget in these tests (CI machines are small and shared)
 SLACK_S = 10.0
-
-
-@pytest.fixture(autouse=True)
-def no_stop_request() -> Iterator[None]:
-    interrupt.clear()
-    yield
-    interrupt.clear()
 
 
 def relu_chain(n: int) -> Graph:

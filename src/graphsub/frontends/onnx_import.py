@@ -18,12 +18,14 @@
   output counts); opset and IR version must be ones onnx knows; no value may need more than
   :func:`graphsub.data.tensor_limit` bytes.  A graph output's declared type gives way to the type the
   graph computes (a warning; a different dtype is an error).
+
+The structural checks live in :mod:`graphsub.frontends.onnx_checks`, the value types (static inputs, shape
+inference, its completion by one onnxruntime run) in :mod:`graphsub.frontends.onnx_types`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,36 +34,19 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ImportError_, ShapeError
+from graphsub.frontends.onnx_checks import check_schema, check_single_definitions, check_size, topological_nodes
 from graphsub.frontends.onnx_export import make_model
+from graphsub.frontends.onnx_types import FOLD_LIMIT, infer_types, static_inputs
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
 from graphsub.ops.registry import ONNX_IMPORTERS, Imported, Unsupported
-from graphsub.ops.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType, dtype_of
+from graphsub.ops.types import FLOAT_DTYPES, TensorType, dtype_of
 
 log = logging.getLogger("graphsub")
 
 MIN_OPSET = 13
 #: all-constant nodes whose outputs have at most this many elements are folded at import
-FOLD_LIMIT = 4096
 _DEFAULT_DOMAINS = ("", "ai.onnx")
-
-
-def _tensor_type(name: str, tp: onnx.TypeProto, *, what: str) -> TensorType | None:
-    """TensorType of a value's TypeProto; None when the shape is not fully static."""
-    if not tp.HasField("tensor_type"):
-        raise ImportError_(f"{what} {name!r} is not a tensor (sequence/map/optional unsupported)")
-    tt = tp.tensor_type
-    if tt.elem_type not in DTYPE_OF_ONNX_CODE:
-        dt = onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type else "undefined"
-        raise ImportError_(f"{what} {name!r} has unsupported dtype {dt}")
-    if not tt.HasField("shape"):
-        return None
-    dims = []
-    for d in tt.shape.dim:
-        if not d.HasField("dim_value"):
-            return None
-        dims.append(d.dim_value)
-    return TensorType(tuple(dims), DTYPE_OF_ONNX_CODE[tt.elem_type])
 
 
 def _f32(v: float) -> float:
@@ -99,39 +84,6 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray:
         if a.name == "value_ints":
             return np.asarray(v, dtype=np.int64)
     raise ImportError_(f"Constant node {node.name!r}: unsupported value kind (sparse/string)")
-
-
-_ATTR_TYPE_NAMES = {v: k for k, v in onnx.AttributeProto.AttributeType.items()}
-
-
-def _check_schema(node: onnx.NodeProto, opset: int) -> None:
-    """ImportError_ when a node of the default domain breaks its ONNX schema in a way onnxruntime rejects: an
-    attribute the operator does not define (it would be dropped silently) or of the wrong type, or a number of
-    inputs/outputs out of range.  Operators without a schema are left to the opaque path."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, "")
-    except Exception:  # SchemaError: not an ONNX operator at this opset
-        return
-    where = f"{node.op_type} node {node.name!r}"
-    for a in node.attribute:
-        spec = schema.attributes.get(a.name)
-        if spec is None:
-            known = ", ".join(sorted(schema.attributes)) or "none"
-            raise ImportError_(f"{where} has attribute {a.name!r}, which {node.op_type} (opset {opset}) does not "
-                               f"define (its attributes: {known})")
-        want = int(getattr(spec.type, "value", 0))  # a pybind enum; UNDEFINED (0) when unknown
-        if want != onnx.AttributeProto.UNDEFINED and a.type != want:
-            raise ImportError_(f"{where}: attribute {a.name!r} is {_ATTR_TYPE_NAMES.get(a.type, a.type)}, "
-                               f"{node.op_type} needs {_ATTR_TYPE_NAMES.get(want, want)}")
-    n_in = len(node.input)
-    while n_in and not node.input[n_in - 1]:
-        n_in -= 1  # trailing optional inputs left out
-    if not schema.min_input <= n_in <= schema.max_input:
-        raise ImportError_(f"{where} has {n_in} input(s); {node.op_type} takes {schema.min_input} to "
-                           f"{schema.max_input}")
-    if not schema.min_output <= len(node.output) <= schema.max_output:
-        raise ImportError_(f"{where} has {len(node.output)} output(s); {node.op_type} gives {schema.min_output} "
-                           f"to {schema.max_output}")
 
 
 class _NodeCtx:
@@ -235,7 +187,7 @@ class _Importer:
     def import_node(self, node: onnx.NodeProto) -> None:
         domain_default = node.domain in _DEFAULT_DOMAINS
         if domain_default:
-            _check_schema(node, self.opset)
+            check_schema(node, self.opset)
         if domain_default and node.op_type == "Constant":
             self.consts[node.output[0]] = _constant_value(node)
             return
@@ -429,221 +381,6 @@ class _Importer:
         return True
 
 
-def _check_single_definitions(graph: onnx.GraphProto) -> None:
-    """Every tensor name is defined once -- by a graph input, an initializer (which may also be listed as an
-    input, its default value) or one node output -- as ONNX requires (onnxruntime rejects the model otherwise);
-    importing such a model would silently keep one definition and drop the other."""
-    defined: dict[str, str] = {}
-
-    def define(name: str, what: str) -> None:
-        if name in defined:
-            raise ImportError_(f"tensor {name!r} is defined twice, by {defined[name]} and by {what}: malformed "
-                               "model (ONNX requires every tensor name to be defined once)")
-        defined[name] = what
-
-    init_names = {t.name for t in graph.initializer}
-    for vi in graph.input:
-        if vi.name not in init_names:
-            define(vi.name, f"graph input {vi.name!r}")
-    for t in graph.initializer:
-        define(t.name, f"initializer {t.name!r}")
-    for n in graph.node:
-        for o in n.output:
-            if o:
-                define(o, f"{n.op_type} node {n.name!r}")
-
-
-def _topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """Nodes in a valid order (ONNX requires one, but be lenient); errors on undefined inputs."""
-    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    pending = list(graph.node)
-    order: list[onnx.NodeProto] = []
-    while pending:
-        rest = []
-        for n in pending:
-            if all(x in available for x in n.input):
-                order.append(n)
-                available.update(n.output)
-            else:
-                rest.append(n)
-        if len(rest) == len(pending):
-            n = rest[0]
-            missing = [x for x in n.input if x not in available]
-            produced = {o for m in rest for o in m.output}
-            if all(m in produced for m in missing):
-                raise ImportError_(f"the model's graph has a cycle through node {n.name!r} ({n.op_type})")
-            raise ImportError_(
-                f"{n.op_type} node {n.name!r} reads undefined value(s) {missing}: malformed model"
-            )
-        pending = rest
-    return order
-
-
-def _static_inputs(
-    graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]], default_dim: int | None
-) -> dict[str, TensorType]:
-    from graphsub.frontends.dims import bound_params
-
-    init_names = {t.name for t in graph.initializer}
-    bound = bound_params(graph, input_shapes)  # a name --input-shape gives a size has it in every input
-    out: dict[str, TensorType] = {}
-    for vi in graph.input:
-        if vi.name in init_names:
-            continue
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            raise ImportError_(f"graph input {vi.name!r} is not a tensor")
-        if tt.elem_type not in DTYPE_OF_ONNX_CODE:
-            raise ImportError_(f"graph input {vi.name!r} has an unsupported dtype")
-        if vi.name in input_shapes:
-            shape = tuple(int(d) for d in input_shapes[vi.name])
-            declared = list(tt.shape.dim) if tt.HasField("shape") else []
-            if declared and len(declared) != len(shape):
-                raise ImportError_(
-                    f"--input-shape for {vi.name!r} has rank {len(shape)}, the model says {len(declared)}"
-                )
-            for d, s in zip(declared, shape, strict=False):
-                if d.HasField("dim_value") and d.dim_value != s:
-                    raise ImportError_(
-                        f"input shape for {vi.name!r}: dimension {s} contradicts the model's {d.dim_value}"
-                    )
-        else:
-            if not tt.HasField("shape"):
-                raise ImportError_(f"graph input {vi.name!r} has no shape; pass input_shapes")
-            dims: list[int] = []
-            symbolic = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(d.dim_value)
-                elif d.dim_param and d.dim_param in bound:
-                    dims.append(bound[d.dim_param])
-                else:
-                    symbolic.append(d.dim_param or "?")
-                    if default_dim is None:
-                        dims.append(-1)
-                    else:
-                        dims.append(default_dim)
-            if symbolic and default_dim is None:
-                raise ImportError_(
-                    f"graph input {vi.name!r} has symbolic dimensions {symbolic}; give static shapes "
-                    f"(e.g. --input-shape {vi.name}=1x3x224x224)"
-                )
-            if symbolic:
-                log.warning(
-                    "input %r: symbolic dimension(s) %s set to %d (use --input-shape to choose); written models "
-                    "keep them symbolic where they can",
-                    vi.name, symbolic, default_dim,
-                )
-            shape = tuple(dims)
-        if any(s <= 0 for s in shape) and shape:
-            raise ImportError_(f"input {vi.name!r}: impossible shape {shape}")
-        out[vi.name] = TensorType(shape, DTYPE_OF_ONNX_CODE[tt.elem_type])
-        _check_size(f"input {vi.name!r}", out[vi.name])
-    unknown = set(input_shapes) - set(out)
-    if unknown:
-        raise ImportError_(f"input_shapes names unknown inputs {sorted(unknown)}; inputs: {sorted(out)}")
-    return out
-
-
-def _check_size(what: str, t: TensorType) -> None:
-    """ImportError_ when a tensor could not be allocated on this machine (:func:`graphsub.data.check_sizes`)."""
-    from graphsub.data import check_sizes
-
-    try:
-        check_sizes([(what, t)])
-    except ShapeError as e:
-        raise ImportError_(str(e)) from None
-
-
-def _infer_types(model: onnx.ModelProto,
-                 inputs: Mapping[str, TensorType]) -> tuple[dict[str, TensorType], set[str]]:
-    """ONNX shape inference on a light copy (large initializers become typed inputs), and the names of the graph
-    outputs whose type comes from their declaration alone (inference did not give one)."""
-    skel = onnx.ModelProto()
-    skel.CopyFrom(model)
-    g = skel.graph
-    keep: list[onnx.TensorProto] = []
-    move: list[onnx.TensorProto] = []
-    for t in g.initializer:
-        (keep if math.prod(t.dims) <= FOLD_LIMIT else move).append(t)
-    for t in move:
-        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    init_names = {t.name for t in g.initializer}
-    for vi in g.output:  # inferred afresh: a wrong declaration must not become the type of the value
-        vi.ClearField("type")
-    for vi in g.input:
-        if vi.name in inputs and vi.name not in init_names:
-            t = inputs[vi.name]
-            vi.type.tensor_type.ClearField("shape")
-            for d in t.shape:
-                vi.type.tensor_type.shape.dim.add().dim_value = d
-    try:
-        inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=False, data_prop=True)
-    except Exception as e:  # onnx raises InferenceError and others
-        log.warning("ONNX shape inference failed (%s); relying on graphsub's own inference", e)
-        inferred = skel
-    out: dict[str, TensorType] = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in DTYPE_OF_ONNX_CODE:
-            t = _tensor_type(vi.name, vi.type, what="value")
-            if t is not None:
-                out[vi.name] = t
-    declared_only: set[str] = set()
-    for vi in model.graph.output:  # declared types: for the outputs that inference left open
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in DTYPE_OF_ONNX_CODE:
-            t = _tensor_type(vi.name, vi.type, what="value")
-            if t is None or vi.name in inputs:
-                continue
-            if vi.name not in out:
-                out[vi.name] = t
-                declared_only.add(vi.name)
-            elif out[vi.name].dtype != t.dtype:
-                raise ImportError_(f"graph output {vi.name!r} is declared {t.dtype} but the graph computes "
-                                   f"{out[vi.name].dtype}: malformed model")
-            elif out[vi.name] != t:
-                log.warning("graph output %r is declared %s but the graph computes %s; using %s",
-                            vi.name, t, out[vi.name], out[vi.name])
-    missing = [o for node in model.graph.node for o in node.output if o and o not in out and o not in inputs]
-    if missing:
-        out.update(_runtime_types(model, inputs, missing))
-    return out, declared_only
-
-
-def _runtime_types(model: onnx.ModelProto, inputs: Mapping[str, TensorType],
-                   names: Sequence[str]) -> dict[str, TensorType]:
-    """The types of values ONNX shape inference left open, read off one onnxruntime run of the model on inputs of the
-    static input shapes (zeros for integers: always valid indices; ones for floats and booleans).
-
-    Exporters leave such values behind (a mask ``Expand``-ed to a shape computed from ``Shape`` ops, then ``Where``):
-    with static input shapes their shapes are fixed, but only a run tells them.  A value whose shape depends on the
-    data (``NonZero``) gets the shape of this run; the numeric check of every result guards what is built on it.
-    Returns what the run gave (nothing when the model does not run)."""
-    from graphsub.data import allocation_limit
-    from graphsub.frontends.ort import make_session, run_session
-
-    need = sum(t.nbytes for t in inputs.values())
-    if 4 * need > allocation_limit():  # the inputs, and at least as much again for the values of the run
-        log.info("not running the model to complete shape inference: its inputs take %d bytes", need)
-        return {}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    present = {o.name for o in probe.graph.output}
-    for name in names:
-        if name not in present:
-            probe.graph.output.append(onnx.ValueInfoProto(name=name))
-    feeds = {n: (np.ones if t.dtype in FLOAT_DTYPES or t.dtype == "bool" else np.zeros)(t.shape, dtype=t.dtype)
-             for n, t in inputs.items()}
-    try:
-        values = run_session(make_session(probe.SerializeToString(), optimization="disable", threads=1), feeds, names)
-    except GraphsubError as e:
-        log.info("could not run the model to complete shape inference: %s", e)
-        return {}
-    return {n: TensorType(tuple(int(d) for d in v.shape), dtype_of(v)) for n, v in zip(names, values, strict=True)
-            if dtype_of(v) in FLOAT_DTYPES or v.dtype.kind in "iub"}
-
-
 def from_onnx(
     model: onnx.ModelProto,
     *,
@@ -698,10 +435,10 @@ def _from_onnx(
             ) from e
         opset = MIN_OPSET
     graph = model.graph
-    _check_single_definitions(graph)
-    static = _static_inputs(graph, input_shapes or {}, default_dim)
-    order = _topological_nodes(graph)
-    inferred, declared_only = _infer_types(model, static)
+    check_single_definitions(graph)
+    static = static_inputs(graph, input_shapes or {}, default_dim)
+    order = topological_nodes(graph)
+    inferred, declared_only = infer_types(model, static)
     inferred.update(static)
     imp = _Importer(model, opset, inferred)
     imp.declared_only = declared_only - set(static)
@@ -730,7 +467,7 @@ def _from_onnx(
                                f"{e}") from e
         for o in node.output:
             if o in imp.env:
-                _check_size(f"{node.op_type} node {node.name!r}: output {o!r}", imp.type_of(o))
+                check_size(f"{node.op_type} node {node.name!r}: output {o!r}", imp.type_of(o))
     outputs = []
     for o in graph.output:
         if o.name not in imp.env and o.name not in imp.consts:
