@@ -164,6 +164,9 @@ def slot_role(sig: OpSig, slot: int) -> str:
     if sig.op == "opaque":
         return _opaque_role(sig, slot)
     role = sig.opdef.role(slot)
+    if role == "index" and sig.op == "gather_grad":  # indices into the gathered tensor, whose shape is an attribute
+        shape = tuple(sig.attr["x_shape"])
+        return f"index:{shape[int(sig.attr.get('axis', 0)) % len(shape)]}"
     if role == "index":
         axis = int(sig.attr.get("axis", 0))
         data = sig.in_types[0]
@@ -254,19 +257,21 @@ def _leaf_context(graph: Graph, nid: int) -> tuple[str, float]:
 def random_inputs(
     graph: Graph, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None
 ) -> dict[str, np.ndarray]:
-    """Random data for every graph input, keyed by input name; ``shapes`` replace the shapes of the inputs they
-    name (the roles stay the graph's: a model with symbolic dimensions fed at another size)."""
-    plan: list[tuple[str, TensorType, str]] = []
+    """Random data for every graph input, keyed by input name (an input read as a convolution or matmul weight -- a
+    trained weight of a training graph -- is scaled by its fan-in, as :func:`random_weights` does); ``shapes``
+    replace the shapes of the inputs they name (the roles stay the graph's: a model with symbolic dimensions fed at
+    another size)."""
+    plan: list[tuple[str, TensorType, str, float]] = []
     for nid in graph.inputs:
         sig = graph.nodes[nid].sig
         name = sig.attr["name"]
-        role, _ = _leaf_context(graph, nid)
+        role, scale = _leaf_context(graph, nid)
         t = sig.out_types[0]
         if shapes is not None and name in shapes:
             t = TensorType(tuple(shapes[name]), t.dtype)
-        plan.append((name, t, role))
-    check_sizes([(f"input {name!r}", t) for name, t, _ in plan], total=True)
-    return {name: random_array(t, _rng(seed, "input:" + name), role) for name, t, role in plan}
+        plan.append((name, t, role, scale))
+    check_sizes([(f"input {name!r}", t) for name, t, _, _ in plan], total=True)
+    return {name: random_array(t, _rng(seed, "input:" + name), role, scale) for name, t, role, scale in plan}
 
 
 def input_specs(graph: Graph) -> list[dict[str, object]]:

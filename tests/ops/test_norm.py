@@ -76,12 +76,21 @@ def test_batchnorm_import() -> None:
     assert np.float32(eps) == np.float32(1e-3)  # ONNX float attributes are float32
 
 
-def test_batchnorm_training_mode_stays_opaque() -> None:
+def test_batchnorm_training_mode_imports_as_batchnorm_train() -> None:
     p = {k: rand(3) for k in ("s", "b", "m")} | {"v": np.abs(rand(3)) + 0.5}
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
                             training_mode=1)
     model = model_of([node], (2, 3, 4, 5), 15, p, y_shape=(2, 3, 4, 5))
-    assert ops_of(from_onnx(model)) == ["opaque"]
+    assert ops_of(from_onnx(model)) == ["batchnorm_train"]
+
+
+def test_batchnorm_training_mode_with_running_stats_used_stays_opaque() -> None:
+    p = {k: rand(3) for k in ("s", "b", "m")} | {"v": np.abs(rand(3)) + 0.5}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                            training_mode=1)
+    model = model_of([node], (2, 3, 4, 5), 15, p, y_shape=(2, 3, 4, 5))
+    model.graph.output.append(helper.make_tensor_value_info("rm", 1, (3,)))
+    assert "opaque" in ops_of(from_onnx(model))
 
 
 # ----------------------------------------------------------------------------- layernorm

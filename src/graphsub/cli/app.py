@@ -14,7 +14,7 @@ import typer
 from rich.logging import RichHandler
 
 from graphsub import __version__
-from graphsub.cli import bench, convert, cost, dynamic, fuse, info, optimize, rules, search, zoo
+from graphsub.cli import bench, convert, cost, dynamic, fuse, info, optimize, rules, search, training, zoo
 from graphsub.cli.common import err, log
 from graphsub.cli.root import RootGroup
 
@@ -71,6 +71,7 @@ app.command("optimize")(optimize.optimize_cmd)
 app.command("bench")(bench.bench_cmd)
 app.command("fuse")(fuse.fuse_cmd)
 app.add_typer(dynamic.dynamic_app, name="dynamic")
+app.add_typer(training.training_app, name="training")
 
 
 def main() -> None:

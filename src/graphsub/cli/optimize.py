@@ -79,6 +79,22 @@ def optimize_cmd(
     min_speedup: Annotated[float, typer.Option("--min-speedup", help="Speedup under ORT_ENABLE_ALL needed to "
                                                                      "prefer the optimized model.")] = 1.03,
     seeds: Annotated[int, typer.Option("--seeds", help="Random input draws for verification.")] = 3,
+    training: Annotated[bool, typer.Option("--training", help="Optimize the training graph instead (MetaFlow "
+                                                              "Sec. 6.3): forward and backward as one graph whose "
+                                                              "outputs are the loss and the gradient of every "
+                                                              "trained weight (ONNX in, ONNX out; see --loss, "
+                                                              "--params, --batchnorm). For FILE.py:ClassName, the "
+                                                              "module is exported as it trains.")] = False,
+    loss: Annotated[str, typer.Option("--loss", help="--training: cross_entropy (against soft/one-hot 'labels' "
+                                                     "of the output's shape, batch mean), mse (against 'target'), "
+                                                     "or output (the model's output is the loss).")] = "cross_entropy",
+    params: Annotated[str | None, typer.Option("--params", help="--training: the weights to train, "
+                                                                "comma-separated (default: every floating-point "
+                                                                "weight of more than one element that is not a "
+                                                                "batch-norm running statistic).")] = None,
+    batchnorm: Annotated[str, typer.Option("--batchnorm", help="--training: batch (normalise with the batch's "
+                                                               "statistics, as train() does) or frozen (the "
+                                                               "running statistics, as eval() does).")] = "batch",
     report_path: Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report "
                                                                       "(histograms, substitutions, cost, latency, "
                                                                       "search trace, changed regions), even when "
@@ -106,6 +122,13 @@ def optimize_cmd(
     --min-speedup, in 80% of the paired rounds), else the original.
 
     6. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
+
+    With --training, all of the above runs on the training graph: the model is differentiated (every
+    gradient written with ordinary ops, so the same rules apply to the backward pass), the trained weights
+    become inputs (no rule folds them; their step-0 values are the output's initializers), and every output,
+    gradients included, is verified and timed. The output's inputs are the data, 'labels' (or 'target')
+    and the weights; its outputs 'loss' and 'grad.<weight>'. --json adds max_grad_abs_diff (on the model's
+    own weights) and speedup_train (forward + backward per step). Ops without a gradient: exit 3, named.
 
     Time: --budget (default 75 s) bounds the whole command, from its start to the written file: 16%
     for the search (12 s by default), eqsat, the peers and the searches on top of them while
@@ -145,6 +168,14 @@ def optimize_cmd(
         if report_path.resolve() == output.resolve():
             fail(Exit.USAGE, "--report and --output must be different files", as_json)
     check_names(as_json, rules=rules, cost=cost, threads=threads)
+    if training:
+        from graphsub.training import BATCHNORM_MODES, LOSSES
+
+        if loss not in (*LOSSES, "output"):
+            fail(Exit.USAGE, f"unknown --loss {loss!r}; choose one of {', '.join((*LOSSES, 'output'))}", as_json)
+        if batchnorm not in BATCHNORM_MODES:
+            fail(Exit.USAGE, f"unknown --batchnorm {batchnorm!r}; choose one of {', '.join(BATCHNORM_MODES)}",
+                 as_json)
     shapes = parse_shapes(input_shape)
     from graphsub.cli.common import log
     from graphsub.interrupt import EXIT_INTERRUPTED, graceful
@@ -159,16 +190,24 @@ def optimize_cmd(
                          (ExportError, Exit.CANNOT_WRITE), (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):
         log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, budget)
         kw["progress"] = _on_progress(progress, budget, started)
-        res = _optimize_module(spec, shapes, kw) if spec.kind == "module" else optimize(spec.text, input_shapes=shapes,
-                                                                                        **kw)
+        extra: dict[str, Any] = {}
+        if training:
+            tres = _optimize_training(spec, shapes, kw, loss=loss, params=params, batchnorm=batchnorm)
+            res, extra = tres.result, tres.to_dict()
+        elif spec.kind == "module":
+            res = _optimize_module(spec, shapes, kw)
+        else:
+            res = optimize(spec.text, input_shapes=shapes, **kw)
         if report_path is not None:
             kw["progress"]("report", 0.0, None)
             _write_report(res, report_path)
     code = EXIT_INTERRUPTED if res.interrupted else Exit.OK if res.verified else Exit.NOT_EQUIVALENT
     if as_json:
-        print(json.dumps({**res.to_dict(), "exit_code": int(code)}, indent=2))
+        print(json.dumps({**res.to_dict(), **extra, "exit_code": int(code)}, indent=2))
     else:
         _print_human(res)
+        if extra:
+            _print_training(extra)
     raise typer.Exit(int(code))
 
 
@@ -215,6 +254,37 @@ def _optimize_module(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: di
     if not shapes:
         raise ImportError_("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
     return optimize_module(spec.load_module(), random_tensors(list(shapes.values()), kw["seed"]), **kw).result
+
+
+def _optimize_training(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any], *, loss: str,
+                       params: str | None, batchnorm: str) -> Any:
+    """``--training``: the training graph of the model (a PyTorch module is exported as it trains first)."""
+    import tempfile
+
+    from graphsub.optimize.training import optimize_training
+
+    names = None if params is None else [p.strip() for p in params.split(",") if p.strip()]
+    opts: dict[str, Any] = {"loss": loss, "params": names, "batchnorm": batchnorm}
+    if spec.kind != "module":
+        return optimize_training(spec.text, input_shapes=shapes, **opts, **kw)
+    from graphsub.frontends.torch_export import export_module, random_tensors
+
+    if not shapes:
+        raise ImportError_("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
+    with tempfile.TemporaryDirectory(prefix="graphsub-train-") as tmp:
+        path = Path(tmp) / "module.onnx"
+        export_module(spec.load_module(), random_tensors(list(shapes.values()), kw["seed"]), path, training=True)
+        return optimize_training(str(path), **opts, **kw)
+
+
+def _print_training(d: dict[str, Any]) -> None:
+    """The training graph's own lines: what was trained, and the gradients' agreement on the model's weights."""
+    def f(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.3g}"
+
+    out.print(f"training graph: loss {d['loss']}, batch norm {d['batchnorm']}, {d['params']} trained weight(s); "
+              f"on the model's own weights: loss |diff| {f(d['max_loss_abs_diff'])}, gradients max |diff| "
+              f"{f(d['max_grad_abs_diff'])} (largest gradient {f(d['max_abs_grad'])})", highlight=False)
 
 
 def _print_human(res: OptimizeResult) -> None:

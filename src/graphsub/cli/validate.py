@@ -100,6 +100,8 @@ LIMITS: dict[str, Limit] = {
     "--train-steps": COUNT,
     "--emb": COUNT,
     "--hidden": COUNT,
+    "--image": COUNT,
+    "--steps": COUNT,
 }
 
 

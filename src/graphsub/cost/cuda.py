@@ -2,13 +2,13 @@
 
 ``get_model("measured:cuda")`` (only where ``torch.cuda.is_available()``; never needed by tests).
 Each distinct ``(op, attributes, input shapes, constant mask)`` is run alone through
-:mod:`graphsub.cost.torch_ops` on random float32 tensors on the GPU: warm-up, then ``groups``
+:mod:`graphsub.frontends.torch_ops` on random float32 tensors on the GPU: warm-up, then ``groups``
 groups of ``inner`` back-to-back launches timed with CUDA events; the time of one launch is the
 group time / ``inner``, and the median / IQR / minimum over groups are stored in the same SQLite
 cache as the CPU timings, keyed by torch version, GPU name and method.  Back-to-back launches
 measure GPU time, as TASO does with cudaEvents; the CPU-side launch cost is not included.
 
-Ops without a torch implementation (layout/indexing ops, opaque nodes) fall back to the roofline
+Ops without a torch implementation (opaque nodes) fall back to the roofline
 estimate of an H100 (``roofline:h100``, spec sheet) and are counted in ``stats.fallbacks``.
 :func:`run_graph` executes a whole graph with the same kernels (for end-to-end calibration).
 """
@@ -26,7 +26,7 @@ from graphsub.cost.base import Cost, CostModelError, Limits, Objective
 from graphsub.cost.measured import Context, MeasuredCostModel, OpTimeCache, Timing, default_consts
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
-from graphsub.ir.node import OpSig, Ref
+from graphsub.ir.node import OpSig
 
 METHOD = "torch-cuda-events-v2"
 
@@ -70,29 +70,27 @@ def _random_inputs(graph: Graph, seed: int, device: str) -> dict[str, Any]:
 
 def run_graph(graph: Graph, device: str = "cuda", seed: int = 0) -> Callable[[], dict[str, Any]]:
     """A closure running ``graph`` eagerly with torch on ``device`` (inputs and weights random,
-    created once).  Raises CostModelError for an op without a torch implementation."""
-    from graphsub.cost.torch_ops import run_sig, supported
-    from graphsub.data import materialize
+    created once): the module of :func:`graphsub.frontends.torch_emit.to_module`, every weight a buffer.
+    Raises CostModelError for an op without a torch implementation."""
+    import torch
+
+    from graphsub.data import materialize, random_inputs
+    from graphsub.errors import ExportError
+    from graphsub.frontends.torch_emit import to_module
     from graphsub.rules.apply import fold_weights
 
     graph = fold_weights(materialize(graph, seed))  # weight-only subgraphs become constants, as at run time
-    bad = sorted({n.sig.op for n in graph.nodes.values() if not n.sig.opdef.leaf and not supported(n.sig)})
-    if bad:
-        raise CostModelError(f"no torch implementation for: {', '.join(bad)}")
-    feeds = _random_inputs(graph, seed, device)
-    order = list(graph.topo_order())
+    try:
+        module = to_module(graph, trainable=()).to(device)
+    except ExportError as e:
+        raise CostModelError(str(e)) from e
+    feeds = random_inputs(graph, seed)
+    args = [torch.from_numpy(np.array(feeds[name])).to(device) for name in graph.input_names]
 
     def run() -> dict[str, Any]:
-        vals: dict[Ref, Any] = {}
-        for nid in order:
-            node = graph.nodes[nid]
-            if node.sig.opdef.leaf:
-                vals[Ref(nid, 0)] = feeds[node.sig.attr["name"]]
-                continue
-            outs = run_sig(node.sig, [vals[r] for r in node.inputs])
-            for i, o in enumerate(outs):
-                vals[Ref(nid, i)] = o
-        return {name: vals[r] for name, r in zip(graph.output_names, graph.outputs, strict=True)}
+        out = module(*args)
+        outs = out if len(graph.outputs) > 1 else (out,)
+        return dict(zip(graph.output_names, outs, strict=True))
 
     return run
 
@@ -119,7 +117,7 @@ class CudaCostModel(MeasuredCostModel):
         return 0.0  # GPU time of back-to-back launches: no per-call session overhead
 
     def _measure(self, graph: Graph) -> Timing:
-        from graphsub.cost.torch_ops import run_sig
+        from graphsub.frontends.torch_ops import run_sig
 
         (nid,) = [n for n in graph.topo_order() if not graph.nodes[n].sig.opdef.leaf]
         node = graph.nodes[nid]
@@ -131,7 +129,7 @@ class CudaCostModel(MeasuredCostModel):
             raise GraphsubError(f"torch failed on {node.sig.op}: {e}") from e
 
     def _node_cost(self, sig: OpSig, consts: tuple[bool, ...] | None) -> Cost:
-        from graphsub.cost.torch_ops import supported
+        from graphsub.frontends.torch_ops import supported
 
         if not supported(sig):
             self.fallbacks += 1
@@ -142,7 +140,7 @@ class CudaCostModel(MeasuredCostModel):
         return Cost(time_ms=ms, flops=a.flops, bytes=a.bytes, launches=a.launches)
 
     def items(self, graph: Graph) -> dict[tuple[str, str], tuple[str, Any]]:
-        from graphsub.cost.torch_ops import supported
+        from graphsub.frontends.torch_ops import supported
 
         timed = {self.key_of(n.sig, ())[0] for n in graph.nodes.values() if supported(n.sig)}
         return {k: v for k, v in super().items(graph).items() if k[0] in timed}  # the rest: roofline

@@ -123,6 +123,20 @@ def write_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, check: 
     return out
 
 
+def attach_initializers(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> Path:
+    """Give the graph inputs of the model at ``path`` named in ``arrays`` those values as initializers of the same
+    name (ONNX's default values of inputs: a runtime may leave them out of its feeds), and rewrite it atomically."""
+    from onnx import numpy_helper
+
+    model = read_model(path)
+    inputs = {i.name for i in model.graph.input}
+    have = {t.name for t in model.graph.initializer}
+    for name, arr in arrays.items():
+        if name in inputs and name not in have:
+            model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+    return write_model(model, path)
+
+
 def has_external_data(path: str | os.PathLike[str]) -> bool:
     """Whether the model at ``path`` keeps some weights in files beside it (read without loading them)."""
     m = onnx.load(os.fspath(path), load_external_data=False)

@@ -14,19 +14,36 @@ from typing import Any
 from graphsub.errors import ImportError_
 
 
-def export_module(module: Any, example_inputs: Sequence[Any], path: str | os.PathLike[str]) -> tuple[str, ...]:
+def export_module(module: Any, example_inputs: Sequence[Any], path: str | os.PathLike[str], *,
+                  training: bool = False) -> tuple[str, ...]:
     """Export ``module`` to ONNX at ``path`` (static shapes of ``example_inputs``); returns the input
-    names (``input_0``, ``input_1``, ...)."""
+    names (``input_0``, ``input_1``, ...).
+
+    ``training``: export the forward pass as ``train()`` runs it, for a training graph: batch norms normalise with
+    the batch's statistics (``BatchNormalization(training_mode=1)``, not folded into the convolutions as the
+    inference export does), weights keep their ``state_dict`` names (no constant folding), and dropout is left out
+    (a training graph does not model it: its modules are put in ``eval()`` mode for the export). The module's modes
+    are restored afterwards."""
     import torch
 
     names = tuple(f"input_{i}" for i in range(len(example_inputs)))
+    modes = {m: m.training for m in module.modules()}
+    if training:
+        module.train()
+        for m in module.modules():
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+                m.eval()
+    mode = torch.onnx.TrainingMode.PRESERVE if training else torch.onnx.TrainingMode.EVAL
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(module, tuple(example_inputs), os.fspath(path), dynamo=False, opset_version=17,
-                              input_names=list(names), do_constant_folding=True)
+                              input_names=list(names), do_constant_folding=not training, training=mode)
     except Exception as e:  # the exporter raises many types
         raise ImportError_(f"torch.onnx.export failed: {e}") from e
+    finally:
+        for m, was in modes.items():
+            m.training = was
     return names
 
 

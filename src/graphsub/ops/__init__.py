@@ -15,6 +15,8 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     const,
     conv,
     elementwise,
+    grad,
+    grad_pool,
     layout,
     leaf,
     linalg,
@@ -22,6 +24,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     norm,
     pool,
     shape,
+    train,
 )
 from graphsub.ops.registry import ONNX_IMPORTERS, REGISTRY, OpDef, get_op
 

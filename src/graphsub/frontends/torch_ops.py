@@ -1,12 +1,18 @@
-"""PyTorch implementations of graphsub operators, for timing them on a GPU (:mod:`graphsub.cost.cuda`).
+"""PyTorch implementations of graphsub operators, for timing them on a GPU (:mod:`graphsub.cost.cuda`) and
+for running graphs in PyTorch (:mod:`graphsub.frontends.torch_emit`, which emits modules calling this table).
 
 ``TORCH_OPS[op](xs, attrs) -> tuple of tensors`` mirrors the OpDef's numpy reference (checked on
-every OpDef sample in ``tests/cost/test_torch_ops.py``, on the CPU).  Ops missing here (slice,
-gather, pad, expand, shape, resize, cast, opaque) are priced by the roofline fallback of the CUDA
-model; weight-only ops never run (they are folded before run time).  ``split`` materialises its
-pieces, as a split kernel does: torch's views would make every consumer pay a hidden copy for
-reading a non-contiguous input, which a per-op timing cannot see (measured on an H100: merged
-convs looked 10-15% slower end to end with views).
+every OpDef sample in ``tests/frontends/test_torch_ops.py``, on the CPU); ``attrs`` are a signature's
+canonical attributes.  Every op but ``opaque`` is here, the weight transforms (``enlarge``,
+``merge_gconv``) and constant generators (``const_*``, CPU tensors) included: the CUDA model never
+runs those (they are folded before run time), but a trainable module must differentiate through them.
+Everything is differentiable where torch is (indices come from numpy, data never leaves torch).
+
+``split``, ``slice`` and ``expand`` materialise their results, as a split kernel does: torch's views
+would make every consumer pay a hidden copy for reading a non-contiguous input, which a per-op timing
+cannot see (measured on an H100: merged convs looked 10-15% slower end to end with views).
+``resize`` uses ``F.interpolate`` for the linear modes it computes (half_pixel, pytorch_half_pixel
+with output sizes > 1, align_corners) and index gathers (exact, as the reference) otherwise.
 
 >>> import torch
 >>> from graphsub.ir.node import make_sig
@@ -23,10 +29,16 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from graphsub.ir.node import OpSig
+from graphsub.ops.common import conv_out_hw
+from graphsub.ops.conv import _enlarge_pads, _merge_mask
+from graphsub.ops.layout import _linear_taps, _nearest_index, _pad_widths, _slice_bounds, _source_coords
+from graphsub.ops.registry import get_op
+from graphsub.ops.types import TensorType
 
 T = torch.Tensor
 A = Mapping[str, Any]
@@ -134,6 +146,144 @@ def _clip(xs: Sequence[T], a: A) -> tuple[T]:
     return (torch.clamp(xs[0], a["min"], a["max"]),)
 
 
+#: torch dtype of each IR dtype
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "float64": torch.float64, "bfloat16": torch.bfloat16,
+    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+
+
+def _index(values: Any, like: T) -> T:
+    """An int64 index tensor on the device of ``like``."""
+    return torch.as_tensor(np.asarray(values, dtype=np.int64), device=like.device)
+
+
+def _pool_op(avg: bool) -> TorchFn:
+    def fn(xs: Sequence[T], a: A) -> tuple[T]:
+        out_hw = conv_out_hw(tuple(xs[0].shape[2:]), a["kernel"], a["strides"], a["pads"],
+                             ceil_mode=a["ceil_mode"])
+        return (_pool(xs, a, out_hw, avg),)
+
+    return fn
+
+
+def _slice(xs: Sequence[T], a: A) -> tuple[T]:
+    x = xs[0]
+    shape = TensorType(tuple(x.shape))
+    plan: list[slice] = [slice(None)] * x.dim()
+    backward: list[tuple[int, range]] = []
+    for ax, start, end, step in _slice_bounds(shape, a):
+        if x.shape[ax] == 0:
+            plan[ax] = slice(0, 0)
+            continue
+        if step > 0:
+            plan[ax] = slice(start, end, step)
+        else:  # torch slicing has no negative steps: gather those axes
+            backward.append((ax, range(*slice(start, None if end < 0 else end, step).indices(x.shape[ax]))))
+    y = x[tuple(plan)]
+    for ax, picked in backward:
+        y = y.index_select(ax, _index(list(picked), y))
+    return (y.contiguous(),)
+
+
+def _gather(xs: Sequence[T], a: A) -> tuple[T]:
+    x, idx = xs
+    axis = a["axis"] % x.dim()
+    flat = idx.reshape(-1).long()
+    flat = torch.where(flat < 0, flat + x.shape[axis], flat)  # negative indices count from the end
+    y = x.index_select(axis, flat)
+    return (y.reshape(*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]),)
+
+
+def _pad(xs: Sequence[T], a: A) -> tuple[T]:
+    x = xs[0]
+    widths = _pad_widths(TensorType(tuple(x.shape)), a)
+    flat = [w for lo_hi in reversed(widths) for w in lo_hi]  # F.pad: last dim first
+    if a["mode"] == "constant":
+        return (F.pad(x, flat, value=a["value"]),)
+    padded = [k for k, (lo, hi) in enumerate(widths) if lo or hi]
+    if not padded:
+        return (x.clone(),)
+    k = x.dim() - padded[0]  # trailing dims F.pad would have to pad
+    if k <= 3 and x.dim() in (k + 1, k + 2):
+        return (F.pad(x, flat[: 2 * k], mode="reflect" if a["mode"] == "reflect" else "replicate"),)
+    y = x  # other ranks: one gather per padded axis (numpy's index pattern)
+    for ax in padded:
+        src = np.pad(np.arange(x.shape[ax]), widths[ax], mode=a["mode"])
+        y = y.index_select(ax, _index(src, y))
+    return (y,)
+
+
+def _expand(xs: Sequence[T], a: A) -> tuple[T]:
+    x = xs[0]
+    return (x.expand(torch.broadcast_shapes(tuple(x.shape), tuple(a["shape"]))).contiguous(),)
+
+
+def _shape(xs: Sequence[T], a: A) -> tuple[T]:
+    dims, rank = xs[0].shape, xs[0].dim()
+
+    def clamp(v: int) -> int:
+        return min(max(v + rank if v < 0 else v, 0), rank)
+
+    picked = dims[clamp(a["start"]): clamp(rank if a["end"] is None else a["end"])]
+    return (torch.tensor(list(picked), dtype=torch.int64, device=xs[0].device),)
+
+
+def _interpolate_mode(a: A) -> bool | None:
+    """``align_corners`` of the ``F.interpolate`` computing this resize exactly, None if none does."""
+    if a["mode"] != "linear":
+        return None
+    coord, sizes = a["coordinate_transformation_mode"], a["sizes"]
+    if coord == "half_pixel" or (coord == "pytorch_half_pixel" and min(sizes[-2:]) > 1):
+        return False
+    return True if coord == "align_corners" else None
+
+
+def _resize(xs: Sequence[T], a: A) -> tuple[T]:
+    x = xs[0]
+    sizes = tuple(a["sizes"])
+    align = _interpolate_mode(a)
+    if align is not None:
+        flat = x.reshape(1, -1, *x.shape[-2:])
+        y = F.interpolate(flat, size=sizes[-2:], mode="bilinear", align_corners=align)
+        return (y.reshape(sizes),)
+    y = x
+    for axis in (x.dim() - 2, x.dim() - 1):
+        n_in, n_out = x.shape[axis], sizes[axis]
+        c = _source_coords(n_in, n_out, a["coordinate_transformation_mode"])
+        if a["mode"] == "nearest":
+            y = y.index_select(axis, _index(_nearest_index(c, n_in, a["nearest_mode"]), y))
+            continue
+        lo, hi, w_hi = _linear_taps(c, n_in)
+        shape = [1] * x.dim()
+        shape[axis] = n_out
+        w = torch.as_tensor(w_hi, device=x.device).reshape(shape)
+        y = y.index_select(axis, _index(lo, y)) * (1 - w) + y.index_select(axis, _index(hi, y)) * w
+    return (y.to(x.dtype),)
+
+
+def _enlarge(xs: Sequence[T], a: A) -> tuple[T]:
+    w = xs[0]
+    ph, pw = _enlarge_pads(TensorType(tuple(w.shape)), a["kernel"])
+    return (F.pad(w, (pw, pw, ph, ph)),)
+
+
+def _merge_gconv(xs: Sequence[T], a: A) -> tuple[T]:
+    w = xs[0]
+    o, cg, kh, kw = w.shape
+    count = a["count"]
+    mask = torch.as_tensor(_merge_mask(o, a["groups"], count), device=w.device).to(w.dtype)
+    return ((w[:, None] * mask[:, :, None, None, None]).reshape(o, count * cg, kh, kw),)
+
+
+def _constant(op: str) -> TorchFn:
+    """A constant generator: its numpy reference's value, as a CPU tensor."""
+    ref = get_op(op).reference
+    assert ref is not None
+    return lambda xs, a: tuple(torch.from_numpy(np.array(v)) for v in ref([], a))
+
+
 TORCH_OPS: dict[str, TorchFn] = {
     "conv2d": lambda xs, a: (_conv(xs, a, ACTS[a["act"]]),),
     "ms_fused_conv": lambda xs, a: (_conv(xs[:3], a, _fused_conv_act(a), xs[3] if len(xs) > 3 else None),),
@@ -164,12 +314,24 @@ TORCH_OPS: dict[str, TorchFn] = {
     "ms_skip_layernorm": _sln,
     "ms_mha": lambda xs, a: (_mha(xs, a),),
     "batchnorm": lambda xs, a: (F.batch_norm(xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, a["epsilon"]),),
+    "batchnorm_train": lambda xs, a: (F.batch_norm(xs[0], None, None, xs[1], xs[2], True, 0.0, a["epsilon"]),),
     "layernorm": lambda xs, a: (_layernorm(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a["axis"], a["epsilon"]),),
     "softmax": lambda xs, a: (torch.softmax(xs[0], a["axis"]),),
     "reduce_mean": lambda xs, a: (torch.mean(xs[0], dim=tuple(a["axes"]), keepdim=a["keepdims"]),),
     "reduce_sum": lambda xs, a: (torch.sum(xs[0], dim=tuple(a["axes"]), keepdim=a["keepdims"]),),
     "global_avgpool": lambda xs, a: (torch.mean(xs[0], dim=tuple(range(2, xs[0].dim())), keepdim=True),),
+    "maxpool2d": _pool_op(avg=False), "avgpool2d": _pool_op(avg=True),
+    "slice": _slice, "gather": _gather, "pad": _pad, "expand": _expand, "shape": _shape, "resize": _resize,
+    "cast": lambda xs, a: (xs[0].to(DTYPES[a["to"]]),),
+    # weight transforms and constant generators (run in emitted modules; the CUDA model folds them)
+    "enlarge": _enlarge, "merge_gconv": _merge_gconv,
+    **{op: _constant(op) for op in ("const_iconv", "const_imm", "const_pool", "const_one")},
 }
+
+
+from graphsub.frontends.torch_grad_ops import GRAD_TORCH_OPS  # noqa: E402  (gradient kernels, same table)
+
+TORCH_OPS.update(GRAD_TORCH_OPS)
 
 
 def _unsqueezed(shape: tuple[int, ...], axes: Sequence[int]) -> list[int]:
@@ -181,15 +343,12 @@ def _unsqueezed(shape: tuple[int, ...], axes: Sequence[int]) -> list[int]:
 
 def supported(sig: OpSig) -> bool:
     """Whether ``sig`` has a torch implementation here."""
-    return sig.op in TORCH_OPS or sig.op in ("maxpool2d", "avgpool2d")
+    return sig.op in TORCH_OPS
 
 
 def run_sig(sig: OpSig, xs: Sequence[T]) -> tuple[T, ...]:
     """Evaluate the operator ``sig`` on torch tensors ``xs`` (KeyError if unsupported)."""
-    a = sig.attr
-    if sig.op in ("maxpool2d", "avgpool2d"):
-        return (_pool(xs, a, tuple(sig.out_types[0].shape[2:]), sig.op == "avgpool2d"),)  # type: ignore[arg-type]
-    return TORCH_OPS[sig.op](xs, a)
+    return TORCH_OPS[sig.op](xs, sig.attr)
 
 
-__all__ = ["TORCH_OPS", "run_sig", "supported"]
+__all__ = ["DTYPES", "TORCH_OPS", "run_sig", "supported"]

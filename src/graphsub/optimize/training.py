@@ -1,0 +1,126 @@
+"""``optimize_training``: optimize the training graph of a model (MetaFlow Sec. 6.3) for ONNX Runtime.
+
+The forward graph is differentiated (:func:`graphsub.training.build_training`: the loss and the gradient of every
+trained weight are its outputs, the trained weights are inputs), and that joint graph goes through the same
+pipeline as an inference model (:func:`graphsub.optimize.optimize`: search, portfolio, verification of *every*
+output -- the gradients included -- on random draws, end-to-end timing in onnxruntime, the faster one kept).
+Then the chosen joint graph and the original one are run once more on the model's own weights, on a batch with
+one-hot labels, and the largest difference of the loss and of any gradient is reported.
+
+The written model's inputs are the data, the labels (``labels`` or ``target``) and the trained weights (each
+with its value at step 0 as the initializer of the same name, so a runtime may leave it out); its outputs are
+``loss`` and ``grad.<weight>``.
+
+>>> from graphsub import zoo
+>>> r = optimize_training(zoo.get("resnet", blocks=1), loss="mse", time_s=None, measure_latency=False,
+...                       budget=None, seeds=1)
+>>> r.verified, r.spec.params[:2], r.max_grad_abs_diff < 1e-3
+(True, ('w0', 'b0'), True)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsub.data import materialize, random_inputs
+from graphsub.ir.graph import Graph
+from graphsub.optimize.pipeline import load_input, optimize
+from graphsub.optimize.result import OptimizeResult
+from graphsub.training import GRAD_PREFIX, TrainingSpec, build_training, initial_params
+
+
+@dataclass
+class TrainingResult:
+    """The optimize result of the joint graph, what the training graph is, and how the chosen graph's loss and
+    gradients compare with the original's on the model's own weights."""
+
+    result: OptimizeResult
+    spec: TrainingSpec
+    forward: Graph
+    max_grad_abs_diff: float
+    max_loss_abs_diff: float
+    grad_norm: float  # the largest absolute gradient value (the scale max_grad_abs_diff is measured against)
+
+    @property
+    def verified(self) -> bool:
+        return self.result.verified
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.result.to_dict()
+        d.update(training=True, loss=self.spec.loss, batchnorm=self.spec.batchnorm, params=len(self.spec.params),
+                 label_input=self.spec.label_input, max_grad_abs_diff=_finite(self.max_grad_abs_diff),
+                 max_loss_abs_diff=_finite(self.max_loss_abs_diff), max_abs_grad=_finite(self.grad_norm),
+                 speedup_train=self.result.speedup("all"))
+        return d
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def training_feeds(joint: Graph, spec: TrainingSpec, params: Mapping[str, np.ndarray],
+                   seed: int) -> dict[str, np.ndarray]:
+    """Feeds of one training step: random data, one-hot labels (cross entropy; random targets for mse) and the
+    weights ``params``."""
+    feeds = random_inputs(joint, seed)
+    feeds.update({k: np.asarray(v) for k, v in params.items()})
+    if spec.loss == "cross_entropy" and spec.label_input is not None:
+        shape = feeds[spec.label_input].shape
+        rng = np.random.default_rng(seed)
+        classes = rng.integers(0, shape[1], size=(shape[0], *shape[2:]))
+        onehot = np.moveaxis(np.eye(shape[1], dtype=feeds[spec.label_input].dtype)[classes], -1, 1)
+        feeds[spec.label_input] = np.ascontiguousarray(onehot)
+    return feeds
+
+
+def compare_steps(a: Any, b: Any, feeds: Mapping[str, np.ndarray], *, threads: int | None = None
+                  ) -> tuple[float, float, float]:
+    """Run two training models (ONNX bytes or paths) on ``feeds`` in onnxruntime: (largest loss difference, largest
+    gradient difference, largest absolute gradient of ``a``)."""
+    from graphsub.frontends.ort import make_session, run_session
+
+    outs = []
+    for m in (a, b):
+        sess = make_session(m, optimization="all", threads=threads)
+        names = [o.name for o in sess.get_outputs()]
+        used = {i.name for i in sess.get_inputs()}
+        outs.append(dict(zip(names, run_session(sess, {k: v for k, v in feeds.items() if k in used}), strict=True)))
+    loss_d = float(np.max(np.abs(outs[0]["loss"] - outs[1]["loss"])))
+    grads = [k for k in outs[0] if k.startswith(GRAD_PREFIX)]
+    grad_d = max((float(np.max(np.abs(outs[0][k] - outs[1][k]))) for k in grads), default=0.0)
+    scale = max((float(np.max(np.abs(outs[0][k]))) for k in grads), default=0.0)
+    return loss_d, grad_d, scale
+
+
+def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os.PathLike[str] | None = None,
+                      loss: str = "cross_entropy", params: Collection[str] | None = None,
+                      loss_output: str | None = None, batchnorm: str = "batch", seed: int = 0,
+                      input_shapes: Mapping[str, tuple[int, ...]] | None = None, **kwargs: Any) -> TrainingResult:
+    """Build the training graph of ``model`` and optimize it (``kwargs`` go to :func:`graphsub.optimize.optimize`);
+    see the module docstring. Raises GradientError when the model cannot be differentiated (naming the ops)."""
+    from graphsub.frontends.onnx_export import export_graph
+    from graphsub.frontends.onnx_io import attach_initializers
+
+    _, fwd = load_input(model, dict(input_shapes) if input_shapes is not None else None)
+    fwd = materialize(fwd, seed)
+    joint, spec = build_training(fwd, loss=loss, params=params, output=loss_output, batchnorm=batchnorm)
+    init = initial_params(fwd, spec)
+    res = optimize(joint, output=output, seed=seed, **kwargs)
+    loss_d = grad_d = scale = float("nan")
+    if res.verified:
+        original = export_graph(res.original).SerializeToString()
+        cand = res.chosen_candidate
+        chosen = cand.data if cand is not None else (export_graph(res.graph).SerializeToString())
+        feeds = training_feeds(joint, spec, init, seed)
+        loss_d, grad_d, scale = compare_steps(original, chosen, feeds, threads=res.threads)
+        if res.written:
+            attach_initializers(res.written, init)
+    return TrainingResult(res, spec, fwd, grad_d, loss_d, scale)
+
+
+__all__ = ["TrainingResult", "compare_steps", "optimize_training", "training_feeds"]
