@@ -6,8 +6,10 @@ ResNet-50, and a transformer encoder), exported as users export it for training
 (:func:`graphsub.frontends.torch_export.export_module` with ``training=True``) and imported:
 
 * **onnxruntime**: the training graph of the import (:func:`graphsub.training.build_training`) is the original;
-  :func:`graphsub.optimize.optimize` searches, verifies and times it (every output, gradients included); both run
-  full SGD steps (:class:`~graphsub.optimize.train_step.OrtTrainer`) in interleaved rounds.
+  :func:`graphsub.optimize.optimize` searches, verifies and times it (every output, gradients included), with the
+  ``forward-first`` candidate (:func:`graphsub.optimize.training.forward_first`) in its portfolio and without the
+  peers (their passes target inference graphs); both run full SGD steps
+  (:class:`~graphsub.optimize.train_step.OrtTrainer`) in interleaved rounds.
 * **PyTorch**: the original is the user's module with autograd; the optimized one is the searched forward graph
   with the trained weights as inputs (:func:`graphsub.training.trainable_forward`: nothing trained is folded)
   emitted as an ``nn.Module`` (:func:`graphsub.frontends.torch_emit.to_module`) with the module's own parameters;
@@ -121,11 +123,13 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
     """Optimize the training graph for onnxruntime at ``threads`` and time full SGD steps of both."""
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.optimize import optimize
-    from graphsub.optimize.training import compare_steps
+    from graphsub.optimize.training import compare_steps, forward_first
 
-    g, _, params, data = joint(case)
+    g, spec, params, data = joint(case)
     t0 = time.perf_counter()
-    res = optimize(g, time_s=budget_s, threads=threads, seed=seed, peers=())
+    cand = forward_first(case.forward, spec, budget_s=0.16 * budget_s, seed=seed, threads=threads)
+    res = optimize(g, time_s=budget_s, started=t0, threads=threads, seed=seed, peers=(),
+                   extra_candidates=[cand] if cand is not None else [])
     opt_s = time.perf_counter() - t0
     original = export_graph(g).SerializeToString()
     cand = res.chosen_candidate
@@ -142,6 +146,7 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
             "faster_rounds": timed.faster_rounds("original", "optimized"), "rounds_ms": timed.rounds_ms,
             "load_avg": list(timed.load_avg), "optimize_s": opt_s, "decision": res.decision,
             "applied": [s["rule"] for s in res.applied], "ops_joint": g.num_ops,
+            "candidates": {c.name: c.speedup for c in res.candidates},
             "speedup_in_optimize": res.speedup("all")}
 
 

@@ -143,6 +143,7 @@ def optimize(
     on_top_s: float = DEFAULT_ON_TOP_S,
     spelling: bool = True,
     provider: str = "cpu",
+    extra_candidates: Sequence[tuple[str, Graph, tuple[Any, ...]]] = (),
     **search_params: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
@@ -163,7 +164,9 @@ def optimize(
     ``keep_slower`` the fastest one whatever its speed); ``provider="cuda"`` times and decides on ONNX Runtime's CUDA
     provider (the search's cost model and the verification stay on the CPU) and raises ExecutionError before any
     work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
-    byte for a file input). Nothing is written when the search's result fails verification.
+    byte for a file input). ``extra_candidates`` (name, graph, substitutions) join the portfolio, verified against
+    the input and timed like the others (:func:`graphsub.optimize.training.optimize_training` adds the training
+    graph of the searched forward graph). Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
     the input file), ExportError/OSError when the output cannot be written, VerificationError (nothing written) when
     the chosen model does not keep the input file's symbolic dimensions that ``input_shapes`` leave free
@@ -236,7 +239,8 @@ def optimize(
         settings = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
                              keep_slower=keep_slower, budget_ms=timing_budget_ms,
                              peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
-                             on_top_s=shares.on_top_s, spelling=spelling, provider=provider, plan=shares)
+                             on_top_s=shares.on_top_s, spelling=spelling, provider=provider, plan=shares,
+                             extra=tuple(extra_candidates))
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
@@ -304,6 +308,7 @@ class _Settings:
     spelling: bool
     provider: str = "cpu"
     plan: Plan | None = None
+    extra: tuple[tuple[str, Graph, tuple[Any, ...]], ...] = ()
 
 
 def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
@@ -319,6 +324,9 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     if exported is not None:
         port.add(pf.Candidate("search", bytes(exported.SerializeToString()), res.optimized, pf.ORIGINAL,
                               res.search.sequence, res.search.wall_time_s, True, res.max_abs_diff))
+    for name, g, steps in st.extra:  # candidates the caller built (verified and timed like the others)
+        fin = finalize(ref, g, st.seed)
+        port.add(pf.Candidate(name, pf.export_bytes(fin), fin, pf.ORIGINAL, steps))
     tail_s = st.plan.tail_s if st.plan is not None else 0.0
     port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
     sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=get_set("ort-spelling") if st.spelling

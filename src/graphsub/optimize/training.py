@@ -29,6 +29,7 @@ import numpy as np
 
 from graphsub.data import materialize, random_inputs
 from graphsub.ir.graph import Graph
+from graphsub.optimize.budget import DEFAULT_TIME_S
 from graphsub.optimize.pipeline import load_input, optimize
 from graphsub.optimize.result import OptimizeResult
 from graphsub.training import GRAD_PREFIX, TrainingSpec, build_training, initial_params
@@ -97,20 +98,62 @@ def compare_steps(a: Any, b: Any, feeds: Mapping[str, np.ndarray], *, threads: i
     return loss_d, grad_d, scale
 
 
+def forward_first(fwd: Graph, spec: TrainingSpec, *, budget_s: float, rules: Any = "default",
+                  cost: str = "fused[min]", algo: str = "taso", seed: int = 0,
+                  threads: int | None = None) -> tuple[str, Graph, tuple[Any, ...]] | None:
+    """The portfolio candidate ``forward-first``: search the *forward* graph with its weights as weights (so the
+    rules that transform weights -- merging convolutions by concatenating their kernels, enlarging a kernel -- can
+    fire), then differentiate the result with the same trained weights. A transform of a trained weight stays an
+    op of the training graph, computed every step and differentiated (concat's gradient is a split, enlarge's a
+    slice): what is trained is unchanged, and the backward pass inherits the forward merges (one merged weight
+    gradient instead of two). None when the search changed nothing or the result cannot be differentiated."""
+    from graphsub.cost import get_model
+    from graphsub.errors import GraphsubError
+    from graphsub.rules.library import resolve_rules
+    from graphsub.search import Budget, search
+    from graphsub.training import build_training
+
+    rule_list = resolve_rules(rules) if isinstance(rules, str) else rules
+    result = search(fwd, rule_list, get_model(cost, threads=threads, progress=False), Budget(time_s=budget_s), seed,
+                    algo=algo)
+    if not result.sequence:
+        return None
+    try:
+        g, _ = build_training(result.best, loss=spec.loss, params=spec.params, batchnorm=spec.batchnorm)
+    except GraphsubError:
+        return None
+    return "forward-first", g, tuple(result.sequence)
+
+
 def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os.PathLike[str] | None = None,
                       loss: str = "cross_entropy", params: Collection[str] | None = None,
                       loss_output: str | None = None, batchnorm: str = "batch", seed: int = 0,
-                      input_shapes: Mapping[str, tuple[int, ...]] | None = None, **kwargs: Any) -> TrainingResult:
+                      input_shapes: Mapping[str, tuple[int, ...]] | None = None, forward_s: float | None = None,
+                      **kwargs: Any) -> TrainingResult:
     """Build the training graph of ``model`` and optimize it (``kwargs`` go to :func:`graphsub.optimize.optimize`);
-    see the module docstring. Raises GradientError when the model cannot be differentiated (naming the ops)."""
+    see the module docstring. ``forward_s``: seconds of the :func:`forward_first` search (default: the main search's
+    share of ``time_s``; 0 leaves that candidate out); it counts in ``time_s``. Raises GradientError when the model
+    cannot be differentiated (naming the ops)."""
+    import time
+
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.frontends.onnx_io import attach_initializers
+    from graphsub.optimize.pipeline import DEFAULT_BUDGET_S
 
+    started = kwargs.pop("started", None) or time.perf_counter()
     _, fwd = load_input(model, dict(input_shapes) if input_shapes is not None else None)
     fwd = materialize(fwd, seed)
     joint, spec = build_training(fwd, loss=loss, params=params, output=loss_output, batchnorm=batchnorm)
     init = initial_params(fwd, spec)
-    res = optimize(joint, output=output, seed=seed, **kwargs)
+    extra = []
+    if kwargs.get("measure_latency", True) and forward_s != 0.0:
+        time_s = kwargs.get("time_s", DEFAULT_TIME_S)
+        share = forward_s if forward_s is not None else (DEFAULT_BUDGET_S if time_s is None else 0.16 * time_s)
+        cand = forward_first(fwd, spec, budget_s=share, rules=kwargs.get("rules", "default"),
+                             cost=kwargs.get("cost", "fused[min]"), algo=kwargs.get("algo", "taso"), seed=seed,
+                             threads=kwargs.get("threads"))
+        extra = [cand] if cand is not None else []
+    res = optimize(joint, output=output, seed=seed, started=started, extra_candidates=extra, **kwargs)
     loss_d = grad_d = scale = float("nan")
     if res.verified:
         original = export_graph(res.original).SerializeToString()

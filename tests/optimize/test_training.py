@@ -1,0 +1,118 @@
+"""`graphsub optimize --training` and the training entry points: the joint graph is verified (gradients included),
+written with its step-0 weights, reported with max_grad_abs_diff / speedup_train; the forward-first candidate keeps
+every gradient; a PyTorch module optimized for training trains like the module."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from graphsub import zoo
+from graphsub.cli import app
+from graphsub.data import materialize
+from graphsub.optimize.training import forward_first, optimize_training
+from graphsub.optimize.verification import check_seeds
+from graphsub.training import build_training
+
+runner = CliRunner()
+FAST = ("--cost", "roofline:cpu", "--budget", "20", "--k", "4", "--peers", "none", "--eqsat-budget", "0",
+        "--threads", "1")
+
+
+def test_cli_training_json_and_output(tmp_path: Path, fake_timing: Callable[..., None]) -> None:
+    out = tmp_path / "train.onnx"
+    r = runner.invoke(app, ["optimize", "zoo:resnet:blocks=1", "-o", str(out), "--training", "--loss", "mse",
+                            *FAST, "--json"])
+    assert r.exit_code == 0, r.stdout
+    d = json.loads(r.stdout)
+    assert d["verified"] and d["training"] and d["loss"] == "mse" and d["params"] == 3
+    assert d["max_grad_abs_diff"] is not None and d["max_grad_abs_diff"] <= 1e-4 * max(d["max_abs_grad"], 1.0)
+    assert "speedup_train" in d
+    m = onnx.load(str(out))
+    names = [o.name for o in m.graph.output]
+    assert names[0] == "loss" and all(n.startswith("grad.") for n in names[1:])
+    inits = {t.name for t in m.graph.initializer}
+    assert {n.removeprefix("grad.") for n in names[1:]} <= inits  # step-0 weights travel with the model
+
+
+def test_cli_training_usage_and_refusal(model_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.onnx"
+    r = runner.invoke(app, ["optimize", "zoo:resnet:blocks=1", "-o", str(out), "--training", "--loss", "hinge",
+                            *FAST, "--json"])
+    assert r.exit_code == 2 and "--loss" in json.loads(r.stdout)["error"]
+    # the fixture model has an op graphsub keeps opaque (Hardmax) between a weight and the output
+    r = runner.invoke(app, ["optimize", str(model_path), "-o", str(out), "--training", "--loss", "mse", *FAST,
+                            "--json"])
+    assert r.exit_code == 3, r.stdout
+    assert "no gradient" in json.loads(r.stdout)["error"] and not out.exists()
+
+
+def test_forward_first_candidate_keeps_every_gradient() -> None:
+    fwd = materialize(zoo.get("inception_e", blocks=1), 0)
+    g, spec = build_training(fwd, loss="mse")
+    cand = forward_first(fwd, spec, budget_s=5, cost="roofline:p100", seed=0)  # merges the 1x1 convs
+    assert cand is not None
+    name, g1, steps = cand
+    assert name == "forward-first" and steps and g1.output_names == g.output_names
+    ref = materialize(g, 0)
+    ok, diff, worst, _ = check_seeds(ref, materialize(g1, 0), (0, 1000), rtol=1e-4, atol=1e-5)
+    assert ok, (worst, diff)
+
+
+def test_optimize_training_without_timing_reports_gradients() -> None:
+    r = optimize_training(zoo.get("squeezenet"), loss="cross_entropy", time_s=None, measure_latency=False, seeds=1,
+                          cost="roofline:cpu")
+    assert r.verified and r.spec.label_input == "labels" and len(r.spec.params) == 52
+    assert r.max_grad_abs_diff <= 1e-4 * max(r.grad_norm, 1.0)
+    assert r.to_dict()["max_grad_abs_diff"] == r.max_grad_abs_diff
+
+
+def test_optimize_module_for_training_trains_like_the_module() -> None:
+    from graphsub.optimize.torch_training import one_hot, optimize_module_training
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                 torch.nn.Conv2d(8, 8, 1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                 torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 5))
+    x = torch.randn(4, 3, 12, 12)
+    labels = one_hot(4, 5, 0)
+    r = optimize_module_training(module, [x], labels=labels, budget_s=3, cost="roofline:cpu", rounds=1, steps=1,
+                                 min_speedup=0.0)  # keep the optimized module whatever its speed: check it trains
+    assert r.verified and r.max_grad_abs_diff <= 1e-5 and len(r.params) == len(list(module.parameters()))
+    assert r.speedup_train is not None and r.speedup_emitted_original is not None
+    emitted = r.module
+    assert emitted is not module or not r.optimized
+    # one SGD step from the same weights gives the same loss and weights (dropout left out, as in the export)
+    import copy
+
+    a, b = copy.deepcopy(module).train(), copy.deepcopy(emitted).train()
+    for m in (*a.modules(), *b.modules()):
+        if isinstance(m, torch.nn.Dropout):
+            m.eval()
+    losses = []
+    for m in (a, b):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        loss = torch.nn.functional.cross_entropy(m(x), torch.from_numpy(labels))
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert abs(losses[0] - losses[1]) < 1e-5
+    keys = getattr(b, "graph_names", {k: k for k, _ in a.named_parameters()})
+    pb = dict(b.named_parameters())
+    for k, p in a.named_parameters():
+        np.testing.assert_allclose(pb[keys[k]].detach().numpy(), p.detach().numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [{"loss": "nope"}, {"batchnorm": "sometimes"}, {"params": ["missing"]}])
+def test_bad_training_options_are_graphsub_errors(bad: dict) -> None:
+    from graphsub.training import GradientError
+
+    with pytest.raises(GradientError):
+        build_training(materialize(zoo.get("resnet", blocks=1), 0), **bad)
