@@ -75,7 +75,8 @@ def test_optimize_training_without_timing_reports_gradients() -> None:
 
 
 def test_optimize_module_for_training_trains_like_the_module() -> None:
-    from graphsub.optimize.torch_training import one_hot, optimize_module_training
+    from graphsub.optimize import optimize_module
+    from graphsub.optimize.torch_training import TrainedModule, one_hot
 
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
@@ -83,8 +84,9 @@ def test_optimize_module_for_training_trains_like_the_module() -> None:
                                  torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 5))
     x = torch.randn(4, 3, 12, 12)
     labels = one_hot(4, 5, 0)
-    r = optimize_module_training(module, [x], labels=labels, budget_s=3, cost="roofline:cpu", rounds=1, steps=1,
-                                 min_speedup=0.0)  # keep the optimized module whatever its speed: check it trains
+    r = optimize_module(module, [x], training=True, labels=labels, budget_s=3, cost="roofline:cpu", rounds=1,
+                        steps=1, min_speedup=0.0)  # min_speedup 0: the optimized module is kept unless it is slower
+    assert isinstance(r, TrainedModule)
     assert r.verified and r.max_grad_abs_diff <= 1e-5 and len(r.params) == len(list(module.parameters()))
     assert r.speedup_train is not None and r.speedup_emitted_original is not None
     emitted = r.module

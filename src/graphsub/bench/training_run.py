@@ -136,7 +136,8 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
     chosen = cand.data if cand is not None else original
     loss_d, grad_d, scale = compare_steps(original, chosen, {**data, **params}, threads=threads)
     runners = {"original": OrtTrainer(original, params, data, threads=threads),
-               "optimized": OrtTrainer(chosen, params, data, threads=threads)}
+               "optimized": OrtTrainer(chosen, params, data, threads=threads),
+               "original_again": OrtTrainer(original, params, data, threads=threads)}  # A/A: the noise floor
     timed = time_interleaved(runners, rounds=rounds, steps=steps)
     return {"runtime": "onnxruntime", "model": case.name, "batch": case.batch, "image": case.image,
             "threads": threads, "verified": res.verified, "chosen": res.chosen or "original",
@@ -144,6 +145,8 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
             "step_ms_original": timed.median_ms("original"), "step_ms_optimized": timed.median_ms("optimized"),
             "speedup_train": timed.speedup("original", "optimized"),
             "faster_rounds": timed.faster_rounds("original", "optimized"), "rounds_ms": timed.rounds_ms,
+            "aa_ratio": timed.speedup("original", "original_again"),
+            "aa_faster_rounds": timed.faster_rounds("original", "original_again"),
             "load_avg": list(timed.load_avg), "optimize_s": opt_s, "decision": res.decision,
             "applied": [s["rule"] for s in res.applied], "ops_joint": g.num_ops,
             "candidates": {c.name: c.speedup for c in res.candidates},
@@ -170,7 +173,8 @@ def torch_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, roun
             "step_ms_optimized": med["optimized"], "speedup_train": r.speedup_train,
             "speedup_emitted_original": r.speedup_emitted_original, "faster_rounds": r.faster_rounds,
             "rounds_ms": r.rounds_ms, "load_avg": list(os.getloadavg()), "optimize_s": time.perf_counter() - t0,
-            "decision": r.decision, "applied": r.applied}
+            "decision": r.decision, "applied": r.applied, "aa_ratio": None if r.aa is None else r.aa[0],
+            "aa_faster_rounds": None if r.aa is None else r.aa[1]}
 
 
 def loss_curves(case: Case, *, steps: int = 100, lr: float = 0.01, threads: int | None = None, budget_s: float = 12.0,

@@ -115,12 +115,14 @@ def bench_cmd(
 
 def _print(cases: list[dict[str, Any]]) -> None:
     t = Table("model", "batch", "runtime", "threads", "original ms", "optimized ms", "speedup", "faster rounds",
-              "verified", "max |grad diff|", "substitutions", title="full training step (forward, backward, SGD)")
+              "A/A", "verified", "max |grad diff|", "substitutions",
+              title="full training step (forward, backward, SGD); A/A: the original against a copy of itself")
     for c in cases:
         subs = ", ".join(sorted(set(c["applied"]))) or "-"
         t.add_row(c["model"], str(c["batch"]), c["runtime"], str(c["threads"]), _f(c["step_ms_original"], ".1f"),
                   _f(c["step_ms_optimized"], ".1f"), _f(c["speedup_train"], ".3f") + "x",
-                  f"{c['faster_rounds']:.0%}", "yes" if c["verified"] else "NO", _f(c["max_grad_abs_diff"]),
+                  f"{c['faster_rounds']:.0%}", _f(c.get("aa_ratio"), ".3f") + "x",
+                  "yes" if c["verified"] else "NO", _f(c["max_grad_abs_diff"]),
                   subs[:60])
     wide(180).print(t)
     torch_cases = [c for c in cases if c["runtime"] == "pytorch"]

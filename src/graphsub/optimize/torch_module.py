@@ -68,10 +68,19 @@ def _draws(example: Sequence[Any], seed: int, n: int) -> list[list[np.ndarray]]:
 
 def optimize_module(module: Any, example_inputs: Sequence[Any], *, output: str | os.PathLike[str] | None = None,
                     seed: int = 0, draws: int = 2, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-                    **kwargs: Any) -> OptimizedModule:
+                    training: bool = False, **kwargs: Any) -> Any:
     """Export, optimize (``kwargs`` go to :func:`graphsub.optimize.optimize`), verify against the module,
     and return an :class:`OptimizedModule`.  ``output``: where the ONNX model goes (default: a new
-    temporary directory).  Raises VerificationError when the graph-level or the module-level check fails."""
+    temporary directory).  Raises VerificationError when the graph-level or the module-level check fails.
+
+    ``training=True``: optimize the module for training in PyTorch instead and return a
+    :class:`~graphsub.optimize.torch_training.TrainedModule`, whose ``module`` is an ``nn.Module`` holding the
+    module's parameters (the optimized emitted module, or the module itself when that was not faster per SGD step);
+    ``kwargs`` go to :func:`~graphsub.optimize.torch_training.optimize_module_training`."""
+    if training:
+        from graphsub.optimize.torch_training import optimize_module_training
+
+        return optimize_module_training(module, example_inputs, seed=seed, rtol=rtol, atol=atol, **kwargs)
     import torch
 
     from graphsub.frontends.ort import make_session

@@ -19,6 +19,7 @@ and a merge or an enlargement of weights stays an op computed every step, which 
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 import time
@@ -52,13 +53,15 @@ class TrainedModule:
     graph: Graph | None = None
     params: tuple[str, ...] = ()
     timings_s: dict[str, float] = field(default_factory=dict)
+    aa: tuple[float, float] | None = None  # the module against a copy of itself: (ratio, faster rounds), noise floor
 
     def to_dict(self) -> dict[str, Any]:
         return {"training": True, "runtime": "pytorch", "optimized": self.optimized, "verified": self.verified,
                 "max_grad_abs_diff": self.max_grad_abs_diff, "max_loss_abs_diff": self.max_loss_abs_diff,
                 "speedup_train": self.speedup_train, "speedup_emitted_original": self.speedup_emitted_original,
                 "faster_rounds": self.faster_rounds, "applied": self.applied, "decision": self.decision,
-                "rounds_ms": self.rounds_ms, "params": len(self.params), "timings_s": self.timings_s}
+                "rounds_ms": self.rounds_ms, "params": len(self.params), "timings_s": self.timings_s,
+                "aa_ratio": None if self.aa is None else self.aa[0]}
 
 
 def one_hot(batch: int, classes: int, seed: int) -> np.ndarray:
@@ -154,7 +157,8 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
         x_np, y_np = [x.numpy() for x in xs], labels_t.numpy()
         runners = {"module": TorchTrainer(module, x_np, y_np, lr=lr, threads=threads),
                    "emitted_original": TorchTrainer(emitted["original"], x_np, y_np, lr=lr, threads=threads),
-                   "optimized": TorchTrainer(emitted["optimized"], x_np, y_np, lr=lr, threads=threads)}
+                   "optimized": TorchTrainer(emitted["optimized"], x_np, y_np, lr=lr, threads=threads),
+                   "module_again": TorchTrainer(copy.deepcopy(module), x_np, y_np, lr=lr, threads=threads)}
         module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})  # timing steps moved it
         timed = time_interleaved(runners, rounds=rounds, steps=steps)
         module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
@@ -163,6 +167,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
         for m in dropped:
             m.train()
     speedup = timed.speedup("module", "optimized")
+    aa = (timed.speedup("module", "module_again"), timed.faster_rounds("module", "module_again"))
     faster = timed.faster_rounds("module", "optimized")
     chosen = bool(result.sequence) and ok and speedup > min_speedup and faster >= 0.8
     final = emitted["optimized"] if chosen else module
@@ -174,7 +179,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     timings["total_s"] = time.perf_counter() - t0
     return TrainedModule(final, chosen, ok, grad_d, loss_d, speedup,
                          timed.speedup("module", "emitted_original"), faster,
-                         [s.rule for s in result.sequence], decision, timed.rounds_ms, best, names, timings)
+                         [s.rule for s in result.sequence], decision, timed.rounds_ms, best, names, timings, aa)
 
 
 __all__ = ["TrainedModule", "one_hot", "optimize_module_training"]

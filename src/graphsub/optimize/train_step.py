@@ -6,7 +6,8 @@ Runners (each owns its weights and runs whole steps):
 * :class:`OrtTrainer` -- a training graph (:mod:`graphsub.training`: outputs ``loss`` and ``grad.<w>``) in an
   onnxruntime session under ``ORT_ENABLE_ALL``; the SGD update ``w -= lr * grad`` is done in numpy, in place, the same
   code for the original and the optimized graph.
-* :class:`TorchTrainer` -- an ``nn.Module`` in ``train()`` mode: cross entropy against one-hot labels,
+* :class:`TorchTrainer` -- an ``nn.Module`` in ``train()`` mode (dropout off, as in training graphs): cross entropy
+  against one-hot labels,
   ``loss.backward()``, ``torch.optim.SGD.step()``.
 
 :func:`time_interleaved` runs the runners in rounds whose order rotates (drifting load hits all alike) and reports
@@ -76,6 +77,9 @@ class TorchTrainer:
             torch.set_num_threads(threads)
         self.torch = torch
         self.module = module.train()
+        for m in module.modules():  # like for like: training graphs do not model dropout (export_module leaves it out)
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+                m.eval()
         self.inputs = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
         self.labels = torch.from_numpy(np.ascontiguousarray(labels))
         self.opt = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=lr)
@@ -114,8 +118,9 @@ class Timed:
 
 def time_interleaved(runners: Mapping[str, Trainer], *, rounds: int = 5, steps: int = 3, warmup: int = 2,
                      stop: Callable[[], bool] | None = None) -> Timed:
-    """Each round runs ``steps`` steps of every runner (order rotating per round) and records each one's median;
-    ``warmup`` steps of each first. ``stop`` ends the rounds early (at least one is run)."""
+    """Each round runs ``steps`` steps of every runner, one step of each in turn (the order rotating per round), and
+    records each one's median step; ``warmup`` steps of each first. ``stop`` ends the rounds early (at least one is
+    run). Give the same model twice under two names (an A/A control) to measure the noise floor of a ratio."""
     import os
 
     names = list(runners)
@@ -125,13 +130,14 @@ def time_interleaved(runners: Mapping[str, Trainer], *, rounds: int = 5, steps: 
     out = Timed({n: [] for n in names}, os.getloadavg())
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
-        for n in order:
-            ts = []
-            for _ in range(steps):
+        ts: dict[str, list[float]] = {n: [] for n in names}
+        for _ in range(steps):
+            for n in order:
                 t = time.perf_counter()
                 runners[n].step()
-                ts.append((time.perf_counter() - t) * 1e3)
-            out.rounds_ms[n].append(statistics.median(ts))
+                ts[n].append((time.perf_counter() - t) * 1e3)
+        for n in names:
+            out.rounds_ms[n].append(statistics.median(ts[n]))
         if stop is not None and stop():
             break
     return out
