@@ -150,6 +150,9 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
             "load_avg": list(timed.load_avg), "optimize_s": opt_s, "decision": res.decision,
             "applied": [s["rule"] for s in res.applied], "ops_joint": g.num_ops,
             "candidates": {c.name: c.speedup for c in res.candidates},
+            "candidate_notes": {c.name: c.error or (f"same file as {c.same_as}" if c.same_as else "")
+                                for c in res.candidates},
+            "candidate_rules": {c.name: [s.rule for s in c.steps] for c in res.candidates},
             "speedup_in_optimize": res.speedup("all")}
 
 

@@ -246,7 +246,10 @@ def _loss(ctx: VjpCtx, y: Value, loss: str) -> tuple[Value, Value, str | None]:
     labels = b.input("labels", y.shape, y.dtype)
     n = int(np.prod(y.shape)) // y.shape[1]  # batch and spatial positions, as torch's mean reduction
     prob = ctx.op("softmax", y, axis=1)
-    logp = ctx.op("log", prob)
+    # log(p + tiny): a probability that underflows to 0 gives log(tiny) (about -87 in float32), not -inf, so that
+    # 0 * log(p) of the other classes stays 0 (the IR has no max to write a shifted log-softmax with)
+    tiny = float(np.finfo(np.dtype(y.dtype)).tiny) if y.dtype in ("float16", "float32", "float64") else 1e-38
+    logp = ctx.op("log", ctx.op("add", prob, ctx.scalar(tiny, y)))
     total = ctx.op("reduce_sum", ctx.op("mul", labels, logp), axes=axes, keepdims=False)
     value = ctx.scale(total, -1.0 / n)
     # d/dy of -sum(labels * log_softmax(y)) / n = (softmax(y) * sum_c labels - labels) / n
