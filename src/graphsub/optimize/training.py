@@ -15,7 +15,7 @@ with its value at step 0 as the initializer of the same name, so a runtime may l
 >>> r = optimize_training(zoo.get("resnet", blocks=1), loss="mse", time_s=None, measure_latency=False,
 ...                       budget=None, seeds=1)
 >>> r.verified, r.spec.params[:2], r.max_grad_abs_diff < 1e-3
-(True, ('w0', 'b0'), True)
+(True, ('r1_conv1_w', 'r1_conv2_w'), True)
 """
 
 from __future__ import annotations
