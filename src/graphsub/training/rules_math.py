@@ -12,8 +12,7 @@ the op's output where the derivative is a function of it (``exp``, ``sigmoid``, 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,18 +20,8 @@ from graphsub.ir.builder import Value
 from graphsub.ops.registry import broadcast_shapes, normalize_axis
 from graphsub.ops.types import FLOAT_DTYPES
 from graphsub.training.rules_nn import act_grad
-from graphsub.training.vjp import Grad, VjpCtx, register_vjp
-
-Ins = Sequence[Value]
-Outs = Sequence[Value]
-GOuts = Sequence[Grad]
-Attrs = Mapping[str, Any]
-
-
-def _g(gouts: GOuts, i: int = 0) -> Value:
-    g = gouts[i]
-    assert g is not None, "the sweep calls a single-output rule only with a gradient"
-    return g
+from graphsub.training.vjp import Attrs, GOuts, Grad, Ins, Outs, VjpCtx, register_vjp
+from graphsub.training.vjp import out_grad as _g
 
 
 def const_value(ctx: VjpCtx, v: Value) -> np.ndarray | None:

@@ -9,24 +9,13 @@ broadcast axes for ``expand``, and the ``gather_grad`` scatter-add kernel for ``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from graphsub.ir.builder import Value
 from graphsub.ops.layout import INT64_MIN, _slice_bounds
 from graphsub.ops.registry import normalize_axis
-from graphsub.training.vjp import Grad, GradientError, VjpCtx, register_vjp
-
-Ins = Sequence[Value]
-Outs = Sequence[Value]
-GOuts = Sequence[Grad]
-Attrs = Mapping[str, Any]
-
-
-def _g(gouts: GOuts, i: int = 0) -> Value:
-    g = gouts[i]
-    assert g is not None, "the sweep calls a single-output rule only with a gradient"
-    return g
+from graphsub.training.vjp import Attrs, GOuts, Grad, GradientError, Ins, Outs, VjpCtx, register_vjp
+from graphsub.training.vjp import out_grad as _g
 
 
 def _slice1(ctx: VjpCtx, x: Value, axis: int, start: int, end: int, step: int = 1) -> Value:

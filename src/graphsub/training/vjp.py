@@ -45,6 +45,21 @@ NO_GRADIENT_OPS = frozenset({"shape", "const_one", "const_imm", "const_iconv", "
 _VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "unsqueeze"})
 
 
+#: the argument types of a rule
+Ins = Sequence[Value]
+Outs = Sequence[Value]
+GOuts = Sequence[Grad]
+Attrs = Mapping[str, Any]
+
+
+def out_grad(gouts: GOuts, i: int = 0) -> Value:
+    """The gradient flowing into output ``i`` (the sweep calls a rule only when one of its outputs has one; a
+    single-output rule can rely on it)."""
+    g = gouts[i]
+    assert g is not None, "the sweep calls a single-output rule only with a gradient"
+    return g
+
+
 class GradientError(GraphsubError):
     """The graph cannot be differentiated: an op has no gradient rule, or the loss is not a float scalar."""
 
@@ -153,4 +168,5 @@ def vjp_of(op: str) -> VjpFn:
         raise GradientError(f"no gradient rule for op {op!r}") from None
 
 
-__all__ = ["NO_GRADIENT_OPS", "VJPS", "Grad", "GradientError", "VjpCtx", "VjpFn", "register_vjp", "vjp_of"]
+__all__ = ["NO_GRADIENT_OPS", "VJPS", "Attrs", "GOuts", "Grad", "GradientError", "Ins", "Outs", "VjpCtx", "VjpFn",
+           "out_grad", "register_vjp", "vjp_of"]
