@@ -119,3 +119,26 @@ def test_bad_training_options_are_graphsub_errors(bad: dict) -> None:
 
     with pytest.raises(GradientError):
         build_training(materialize(zoo.get("resnet", blocks=1), 0), **bad)
+
+
+def test_training_graphs_are_timed_on_a_real_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidates are timed on one-hot labels and the model's weights (``training_feeds``), not random draws:
+    a training graph's kernels run at data-dependent speeds."""
+    seen: list[dict] = []
+
+    def timer(model: bytes | str, feeds: dict, **kw: object) -> Callable[[float], float]:
+        seen.append(feeds)
+        n = len(onnx.load_from_string(model).graph.node) if isinstance(model, bytes) else 1
+        return lambda budget_ms: float(n)
+
+    monkeypatch.setattr("graphsub.optimize.timing.session_timer", timer)
+    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", timer)
+    fwd = materialize(zoo.get("resnet", blocks=1), 0)
+    r = optimize_training(fwd, rules="training", cost="fused", budget=Budget(time_s=10, k=2), time_s=60, peers=(),
+                          eqsat_s=0, threads=1, forward_s=0)
+    assert r.verified and seen, r.result.decision
+    labels = seen[0][r.spec.label_input]
+    assert set(np.unique(labels)) == {0.0, 1.0} and np.all(labels.sum(axis=1) == 1)  # one-hot, every timing call
+    assert all(np.array_equal(f[r.spec.label_input], labels) for f in seen)
+    w = r.spec.params[0]
+    assert np.array_equal(seen[0][w], fwd.params[w])  # the model's own weights

@@ -129,7 +129,7 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
     t0 = time.perf_counter()
     cand = forward_first(case.forward, spec, budget_s=0.16 * budget_s, seed=seed, threads=threads)
     res = optimize(g, time_s=budget_s, started=t0, threads=threads, seed=seed, peers=(),
-                   extra_candidates=[cand] if cand is not None else [])
+                   extra_candidates=[cand] if cand is not None else [], timing_feeds={**data, **params})
     opt_s = time.perf_counter() - t0
     original = export_graph(g).SerializeToString()
     cand = res.chosen_candidate

@@ -43,7 +43,7 @@ import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,6 +144,7 @@ def optimize(
     spelling: bool = True,
     provider: str = "cpu",
     extra_candidates: Sequence[tuple[str, Graph, tuple[Any, ...]]] = (),
+    timing_feeds: Mapping[str, Any] | None = None,
     **search_params: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
@@ -166,7 +167,10 @@ def optimize(
     work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
     byte for a file input). ``extra_candidates`` (name, graph, substitutions) join the portfolio, verified against
     the input and timed like the others (:func:`graphsub.optimize.training.optimize_training` adds the training
-    graph of the searched forward graph). Nothing is written when the search's result fails verification.
+    graph of the searched forward graph). ``timing_feeds``: the inputs the candidates are timed on (default: the
+    first verification seed's random inputs); a training graph's kernels run at speeds that depend on its data
+    (one-hot labels, real weights), so :func:`~graphsub.optimize.training.optimize_training` passes a real step's.
+    Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
     the input file), ExportError/OSError when the output cannot be written, VerificationError (nothing written) when
     the chosen model does not keep the input file's symbolic dimensions that ``input_shapes`` leave free
@@ -240,7 +244,8 @@ def optimize(
                              keep_slower=keep_slower, budget_ms=timing_budget_ms,
                              peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
                              on_top_s=shares.on_top_s, spelling=spelling, provider=provider, plan=shares,
-                             extra=tuple(extra_candidates))
+                             extra=tuple(extra_candidates),
+                             timing_feeds=dict(timing_feeds) if timing_feeds is not None else None)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
@@ -309,6 +314,7 @@ class _Settings:
     provider: str = "cpu"
     plan: Plan | None = None
     extra: tuple[tuple[str, Graph, tuple[Any, ...]], ...] = ()
+    timing_feeds: dict[str, Any] | None = None
 
 
 def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
@@ -343,7 +349,8 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     timed = [c for c in port.distinct if c.verified]
     if timed:
         with run.step("time", "time_s"):
-            if _time(port, timed, source, feeds[0][1], st, run.deadline):
+            if _time(port, timed, source, feeds[0][1] if st.timing_feeds is None else st.timing_feeds, st,
+                     run.deadline):
                 run.cut_short()
     res.provider = st.provider
     res.candidates = port.candidates

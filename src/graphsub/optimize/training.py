@@ -153,13 +153,14 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
                              cost=kwargs.get("cost", "fused[min]"), algo=kwargs.get("algo", "taso"), seed=seed,
                              threads=kwargs.get("threads"))
         extra = [cand] if cand is not None else []
+    feeds = training_feeds(joint, spec, init, seed)
+    kwargs.setdefault("timing_feeds", feeds)
     res = optimize(joint, output=output, seed=seed, started=started, extra_candidates=extra, **kwargs)
     loss_d = grad_d = scale = float("nan")
     if res.verified:
         original = export_graph(res.original).SerializeToString()
         cand = res.chosen_candidate
         chosen = cand.data if cand is not None else (export_graph(res.graph).SerializeToString())
-        feeds = training_feeds(joint, spec, init, seed)
         loss_d, grad_d, scale = compare_steps(original, chosen, feeds, threads=res.threads)
         if res.written:
             attach_initializers(res.written, init)
