@@ -6,7 +6,8 @@ the same weights on the same batch; and the control: the module with every weigh
 original. The optimized curve agrees with the original "to float rounding" when its distance is no larger than the
 control's. Writes ``benchmarks/results/training_curves.json`` and ``training_curves.png``.
 
-Usage: ``.venv/bin/python benchmarks/training_curves.py [--models squeezenet,encoder] [--steps 100]``
+Usage: ``.venv/bin/python benchmarks/training_curves.py [--models squeezenet,encoder] [--steps 100]`` (the runs of
+other models already in the JSON are kept unless ``--replace``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--budget", type=float, default=30.0)
+    ap.add_argument("--replace", action="store_true", help="drop the runs of models not given (default: keep them)")
     args = ap.parse_args()
     rows = []
     for name in args.models.split(","):
@@ -38,8 +40,11 @@ def main() -> None:
         print(json.dumps({k: v for k, v in r.items() if k != "curves"}))
         rows.append(r)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "training_curves.json").write_text(json.dumps({"runs": rows, "load_avg": list(os.getloadavg())},
-                                                         indent=2))
+    path = OUT / "training_curves.json"
+    if path.exists() and not args.replace:  # keep the other models' runs: one model at a time fits a session
+        done = {r["model"] for r in rows}
+        rows = [r for r in json.loads(path.read_text())["runs"] if r["model"] not in done] + rows
+    path.write_text(json.dumps({"runs": rows, "load_avg": list(os.getloadavg())}, indent=2))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -142,3 +142,74 @@ def test_training_graphs_are_timed_on_a_real_step(monkeypatch: pytest.MonkeyPatc
     assert all(np.array_equal(f[r.spec.label_input], labels) for f in seen)
     w = r.spec.params[0]
     assert np.array_equal(seen[0][w], fwd.params[w])  # the model's own weights
+
+
+NET = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = torch.nn.AvgPool2d(3, stride=1, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.conv(x)))
+        return self.fc(y.mean(dim=(2, 3)))
+'''
+
+
+def _net(tmp_path: Path) -> str:
+    path = tmp_path / "net.py"
+    path.write_text(NET)
+    return f"{path}:Net"
+
+
+def test_cli_training_pytorch_route_usage(tmp_path: Path) -> None:
+    spec = _net(tmp_path)
+    for extra, words in ((["-o", str(tmp_path / "m.txt")], "-o OUT.py"),
+                         (["-o", str(tmp_path / "m.py"), "--loss", "mse"], "--loss")):
+        r = runner.invoke(app, ["optimize", spec, "--training", "--input-shape", "x=4x3x8x8", *extra, "--json"])
+        assert r.exit_code == 2 and words in json.loads(r.stdout)["error"], r.stdout
+    assert not list(tmp_path.glob("m.*"))
+
+
+def test_cli_training_pytorch_route_writes_the_emitted_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """FILE.py:Class --training -o OUT.py: the faster emitted module's class and its weights, which load and train
+    like the module (the timing is faked: the emitted module is declared faster, to exercise the writing)."""
+    from graphsub.optimize import train_step
+
+    real = train_step.time_interleaved
+
+    def favour_optimized(runners: dict, **kw: object) -> train_step.Timed:
+        t = real(runners, rounds=1, steps=1)
+        t.rounds_ms["optimized"] = [0.5 * v for v in t.rounds_ms["module"]]
+        return t
+
+    monkeypatch.setattr(train_step, "time_interleaved", favour_optimized)
+    out = tmp_path / "fast.py"
+    r = runner.invoke(app, ["optimize", _net(tmp_path), "--training", "--input-shape", "x=4x3x8x8", "-o", str(out),
+                            "--cost", "launches", "--budget", "20", "--threads", "1", "--json"])
+    assert r.exit_code == 0, r.stdout
+    d = json.loads(r.stdout)
+    assert d["runtime"] == "pytorch" and d["verified"] and d["optimized"], d["decision"]
+    assert "alg_conv_bias_relu_fuse" in d["applied"] and d["written"] == [str(out), str(out.with_suffix(".pt"))]
+    ns: dict = {}
+    exec(compile(out.read_text(), str(out), "exec"), ns)
+    m = ns["GraphModule"]()
+    m.load_state_dict(torch.load(out.with_suffix(".pt")))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("net", tmp_path / "net.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    ref = mod.Net()  # the user's module with the same weights: the state dict names are its own
+    assert {k for k, _ in ref.named_parameters()} <= set(m.state_dict())
+    ref.load_state_dict({k: v for k, v in m.state_dict().items() if k in ref.state_dict()}, strict=False)
+    x = torch.randn(4, 3, 8, 8)
+    np.testing.assert_allclose(m.train()(x).detach().numpy(), ref.train()(x).detach().numpy(), atol=1e-5)

@@ -123,13 +123,14 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
     """Optimize the training graph for onnxruntime at ``threads`` and time full SGD steps of both."""
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.optimize import optimize
-    from graphsub.optimize.training import compare_steps, forward_first
+    from graphsub.optimize.training import backward_rules, compare_steps, forward_first
 
     g, spec, params, data = joint(case)
     t0 = time.perf_counter()
-    cand = forward_first(case.forward, spec, budget_s=0.16 * budget_s, seed=seed, threads=threads)
+    cands = [backward_rules(g, threads=threads, deadline_s=0.2 * budget_s),
+             forward_first(case.forward, spec, budget_s=0.16 * budget_s, seed=seed, threads=threads)]
     res = optimize(g, time_s=budget_s, started=t0, threads=threads, seed=seed, peers=(),
-                   extra_candidates=[cand] if cand is not None else [], timing_feeds={**data, **params})
+                   extra_candidates=[c for c in cands if c is not None], timing_feeds={**data, **params})
     opt_s = time.perf_counter() - t0
     original = export_graph(g).SerializeToString()
     cand = res.chosen_candidate

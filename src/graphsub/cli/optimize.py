@@ -43,7 +43,8 @@ def optimize_cmd(
                                               "graphsub imports and runs FILE.py as Python, so give only files you "
                                               "trust (an existing file whose name merely contains '.py:' is read as "
                                               "ONNX, never run).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the result (.onnx); never the "
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the result (.onnx; .py for "
+                                                                 "--training with a PyTorch module); never the "
                                                                  "input file.")],
     algo: Annotated[str, typer.Option("--algo", help="Search algorithm: taso | greedy | metaflow | enum.")] = "taso",
     rules: Annotated[str, typer.Option("--rules", help="Rule set(s), comma-separated (see `graphsub rules "
@@ -83,8 +84,11 @@ def optimize_cmd(
                                                               "Sec. 6.3): forward and backward as one graph whose "
                                                               "outputs are the loss and the gradient of every "
                                                               "trained weight (ONNX in, ONNX out; see --loss, "
-                                                              "--params, --batchnorm). For FILE.py:ClassName, the "
-                                                              "module is exported as it trains.")] = False,
+                                                              "--params, --batchnorm). For FILE.py:ClassName: "
+                                                              "optimized for PyTorch, the faster emitted module "
+                                                              "written as -o OUT.py (weights: OUT.pt); with -o "
+                                                              "OUT.onnx, the module is exported as it trains and "
+                                                              "its ONNX training graph optimized.")] = False,
     loss: Annotated[str, typer.Option("--loss", help="--training: cross_entropy (against soft/one-hot 'labels' "
                                                      "of the output's shape, batch mean), mse (against 'target'), "
                                                      "or output (the model's output is the loss).")] = "cross_entropy",
@@ -177,6 +181,11 @@ def optimize_cmd(
             fail(Exit.USAGE, f"unknown --batchnorm {batchnorm!r}; choose one of {', '.join(BATCHNORM_MODES)}",
                  as_json)
     shapes = parse_shapes(input_shape)
+    from graphsub.cli import train_module
+
+    pytorch_route = train_module.torch_route(training, spec, output)
+    if pytorch_route:
+        train_module.check_options(spec, output, loss=loss, params=params, batchnorm=batchnorm, as_json=as_json)
     from graphsub.cli.common import log
     from graphsub.interrupt import EXIT_INTERRUPTED, graceful
 
@@ -191,6 +200,8 @@ def optimize_cmd(
         log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, budget)
         kw["progress"] = _on_progress(progress, budget, started)
         extra: dict[str, Any] = {}
+        if pytorch_route:
+            train_module.run(spec, shapes, kw, output, as_json)  # exits
         if training:
             tres = _optimize_training(spec, shapes, kw, loss=loss, params=params, batchnorm=batchnorm)
             res, extra = tres.result, tres.to_dict()

@@ -155,8 +155,13 @@ def rules_generate(
     max_ops: Annotated[int, typer.Option("--max-ops", help="Size threshold: operators per graph (TASO: 3).")] = 3,
     shards: Annotated[int, typer.Option("--shards", help="Split the enumeration into this many shards.")] = 64,
     workers: Annotated[int, typer.Option("--workers", help="Worker processes (--executor process).")] = 0,
-    executor: Annotated[str, typer.Option("--executor", help="serial, process, or ray (optional extra; "
-                                          "`pip install ray`).")] = "process",
+    executor: Annotated[str, typer.Option("--executor", help="Where every stage runs (enumeration shards, confirm, "
+                                          "renaming keys, verification): serial, process (local worker processes) "
+                                          "or ray (a Ray cluster; optional extra `pip install -e .[ray]`). The "
+                                          "output is the same file on each.")] = "process",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="--executor ray: the cluster to use "
+                                                    "(e.g. ray://head:10001 or head:6379; default: $RAY_ADDRESS, "
+                                                    "else a local Ray started for this command).")] = None,
     checkpoint: Annotated[Path | None, typer.Option(
         "--checkpoint", help="Directory for finished shards; a rerun skips them (resume).")] = None,
     tests: Annotated[int, typer.Option("--tests", help="Extra random inputs each candidate pair must agree on.")] = 3,
@@ -202,7 +207,7 @@ def rules_generate(
 
         try:
             gen = generate(cfg, num_shards=shards, executor=executor, workers=workers or None,
-                           checkpoint=checkpoint, tests=tests, progress=report)
+                           checkpoint=checkpoint, tests=tests, progress=report, ray_address=ray_address)
         except GraphsubError as e:
             fail(Exit.USAGE, str(e), as_json)
             return

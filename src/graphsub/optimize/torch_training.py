@@ -15,6 +15,8 @@ and a merge or an enlargement of weights stays an op computed every step, which 
 4. time full SGD steps (forward, backward, update) of the module, the emitted original graph and the emitted
    optimized one in interleaved rounds; the optimized module is chosen when it is faster than the user's module
    (median of per-round ratios above ``min_speedup`` and faster in 80% of the rounds), otherwise the module itself.
+   ``TrainedModule.source`` is then the chosen module's class as Python source (``graphsub optimize FILE.py:Class
+   --training -o OUT.py`` writes it, with its weights as ``OUT.pt``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ class TrainedModule:
     params: tuple[str, ...] = ()
     timings_s: dict[str, float] = field(default_factory=dict)
     aa: tuple[float, float] | None = None  # the module against a copy of itself: (ratio, faster rounds), noise floor
+    source: str = ""  # the optimized module's class (frontends.torch_emit.module_source) when it was chosen
+
+    def state_bytes(self) -> bytes:
+        """``torch.save`` of the module's state dict (the weights file written beside :attr:`source`)."""
+        import io
+
+        import torch
+
+        buf = io.BytesIO()
+        torch.save(self.module.state_dict(), buf)
+        return buf.getvalue()
 
     def to_dict(self) -> dict[str, Any]:
         return {"training": True, "runtime": "pytorch", "optimized": self.optimized, "verified": self.verified,
@@ -102,7 +115,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
 
     from graphsub.cost import get_model
     from graphsub.data import materialize
-    from graphsub.frontends.torch_emit import to_module
+    from graphsub.frontends.torch_emit import module_source, to_module
     from graphsub.frontends.torch_export import export_module
     from graphsub.optimize.train_step import TorchTrainer, time_interleaved
     from graphsub.optimize.verification import check_seeds
@@ -171,15 +184,18 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     faster = timed.faster_rounds("module", "optimized")
     chosen = bool(result.sequence) and ok and speedup > min_speedup and faster >= 0.8
     final = emitted["optimized"] if chosen else module
+    source = ""
     if chosen:
         final.load_state_dict({keys[n]: torch.from_numpy(state[n]) for n in names}, strict=False)
+        source = module_source(freeze_params(best, values))
     decision = (f"optimized module {speedup:.3f}x faster per training step (faster in {faster:.0%} of the rounds)"
                 if chosen else f"kept the module: the optimized one is {speedup:.3f}x per step (faster in {faster:.0%}"
                                f" of the rounds; {min_speedup:g}x and 80% needed)")
     timings["total_s"] = time.perf_counter() - t0
     return TrainedModule(final, chosen, ok, grad_d, loss_d, speedup,
                          timed.speedup("module", "emitted_original"), faster,
-                         [s.rule for s in result.sequence], decision, timed.rounds_ms, best, names, timings, aa)
+                         [s.rule for s in result.sequence], decision, timed.rounds_ms, best, names, timings, aa,
+                         source)
 
 
 __all__ = ["TrainedModule", "one_hot", "optimize_module_training"]

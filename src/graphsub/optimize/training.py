@@ -125,6 +125,46 @@ def forward_first(fwd: Graph, spec: TrainingSpec, *, budget_s: float, rules: Any
     return "forward-first", g, tuple(result.sequence)
 
 
+def uses_training_rules(rules: Any) -> bool:
+    """Whether a rule-set spec (or a rule list) includes the ``training`` rules (``default`` does)."""
+    if isinstance(rules, str):
+        return any(p.strip() in ("default", "training") for p in rules.split(","))
+    return any(getattr(r, "name", None) == "trn_grad_w_gemm" for r in rules)
+
+
+def backward_rules(joint: Graph, *, cost: str = "fused[min]", threads: int | None = None,
+                   deadline_s: float | None = None) -> tuple[str, Graph, tuple[Any, ...]] | None:
+    """The portfolio candidate ``backward-rules``: every match of the ``training`` rules
+    (:mod:`graphsub.rules.library.training`: a convolution's weight gradient as one GEMM, its stride-1 input gradient
+    as a convolution) that the cost model prices cheaper, applied. Each match rewrites one gradient kernel and none
+    overlaps another, so pricing each against the joint graph and applying the cheaper ones is exact and takes
+    seconds, where a search over the whole rule set may spend its budget elsewhere on a graph of thousands of ops
+    (ResNet-50: 1,475). None when nothing is cheaper. ``deadline_s``: stop pricing after that many seconds."""
+    import time
+
+    from graphsub.cost import get_model
+    from graphsub.rules.apply import apply
+    from graphsub.rules.library import get_set
+    from graphsub.rules.match import find_matches, still_valid
+    from graphsub.search.base import Step
+
+    t0 = time.perf_counter()
+    cm = get_model(cost, threads=threads, progress=False)
+    g, steps = joint, []
+    for rule in get_set("training"):
+        cheaper = []
+        for m in find_matches(g, rule):
+            if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+                break
+            if cm.scalar(cm.delta(g, apply(g, m).graph)) < 0:
+                cheaper.append(m)
+        for m in cheaper:  # disjoint single-kernel matches: each is still there after the others
+            if still_valid(g, m):
+                g = apply(g, m).graph
+                steps.append(Step(rule.name, tuple(sorted(m.node_ids)), 0.0))
+    return ("backward-rules", g, tuple(steps)) if steps else None
+
+
 def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os.PathLike[str] | None = None,
                       loss: str = "cross_entropy", params: Collection[str] | None = None,
                       loss_output: str | None = None, batchnorm: str = "batch", seed: int = 0,
@@ -146,13 +186,17 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
     joint, spec = build_training(fwd, loss=loss, params=params, output=loss_output, batchnorm=batchnorm)
     init = initial_params(fwd, spec)
     extra = []
+    time_s = kwargs.get("time_s", DEFAULT_TIME_S)
+    if kwargs.get("measure_latency", True) and uses_training_rules(kwargs.get("rules", "default")):
+        cand = backward_rules(joint, cost=kwargs.get("cost", "fused[min]"), threads=kwargs.get("threads"),
+                              deadline_s=None if time_s is None else 0.2 * time_s)
+        extra = [cand] if cand is not None else []
     if kwargs.get("measure_latency", True) and forward_s != 0.0:
-        time_s = kwargs.get("time_s", DEFAULT_TIME_S)
         share = forward_s if forward_s is not None else (DEFAULT_BUDGET_S if time_s is None else 0.16 * time_s)
         cand = forward_first(fwd, spec, budget_s=share, rules=kwargs.get("rules", "default"),
                              cost=kwargs.get("cost", "fused[min]"), algo=kwargs.get("algo", "taso"), seed=seed,
                              threads=kwargs.get("threads"))
-        extra = [cand] if cand is not None else []
+        extra += [cand] if cand is not None else []
     feeds = training_feeds(joint, spec, init, seed)
     kwargs.setdefault("timing_feeds", feeds)
     res = optimize(joint, output=output, seed=seed, started=started, extra_candidates=extra, **kwargs)
@@ -167,4 +211,5 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
     return TrainingResult(res, spec, fwd, grad_d, loss_d, scale)
 
 
-__all__ = ["TrainingResult", "compare_steps", "optimize_training", "training_feeds"]
+__all__ = ["TrainingResult", "backward_rules", "compare_steps", "forward_first", "optimize_training",
+           "training_feeds"]

@@ -7,9 +7,9 @@ written to ``shard-KKKKK-of-NNNNN.npz`` as soon as it finishes.  A rerun with th
 configuration loads finished shards instead of recomputing them; a directory written for another
 configuration is refused (its ``config.json`` records :meth:`~.enumerate.EnumConfig.key`).
 
-Executors: ``serial`` (in this process), ``process`` (``concurrent.futures`` process pool,
-``workers`` processes), ``ray`` (optional; ``ray`` is imported only then and must be installed
-separately -- each shard becomes one ``ray.remote`` task, so a cluster runs the same shards).
+Executors (:mod:`graphsub.executors`): ``serial`` (in this process), ``process`` (a local process pool,
+``workers`` processes), ``ray`` (optional extra; each shard becomes one Ray task, retried when its worker dies, so a
+cluster runs the same shards).
 
 :func:`merge` concatenates shard results in global DFS order (stable sort by first-operator
 index), so the outcome is identical for any shard count and executor.
@@ -28,16 +28,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from graphsub.errors import GraphsubError
+from graphsub.executors import EXECUTORS, check_executor, map_ordered
 from graphsub.rules.generate.enumerate import EnumConfig, enumerate_shard
-
-EXECUTORS = ("serial", "process", "ray")
 
 
 @dataclass(frozen=True)
@@ -114,12 +112,12 @@ def _prepare_dir(d: Path, cfg: EnumConfig, num_shards: int) -> None:
 
 
 def run_shards(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", workers: int | None = None,
-               checkpoint: Path | None = None,
-               on_done: Callable[[int, ShardResult], None] | None = None) -> list[ShardResult]:
+               checkpoint: Path | None = None, on_done: Callable[[int, ShardResult], None] | None = None,
+               ray_address: str | None = None) -> list[ShardResult]:
     """All shards' results, in shard order (loading finished ones from ``checkpoint``);
-    ``on_done(shard, result)`` is called as each shard completes or is loaded."""
-    if executor not in EXECUTORS:
-        raise GraphsubError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    ``on_done(shard, result)`` is called as each shard completes or is loaded (and saved: a rerun resumes there,
+    whatever the executor). ``executor``/``workers``/``ray_address``: :func:`graphsub.executors.map_ordered`."""
+    check_executor(executor)
     if num_shards < 1:
         raise GraphsubError(f"num_shards must be >= 1, got {num_shards}")
     results: dict[int, ShardResult] = {}
@@ -140,34 +138,13 @@ def run_shards(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial"
         if on_done:
             on_done(s, r)
 
-    if executor == "serial" or not todo:
-        for s in todo:
-            done(s, compute_shard(cfg, s, num_shards))
-    elif executor == "process":
-        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            futs = {pool.submit(compute_shard, cfg, s, num_shards): s for s in todo}
-            for f in as_completed(futs):
-                done(futs[f], f.result())
-    else:
-        _run_ray(cfg, todo, num_shards, done)
+    map_ordered(_shard_task, todo, executor=executor, context=(cfg, num_shards), workers=workers,
+                ray_address=ray_address, on_done=lambda k, r: done(todo[k], r))
     return [results[s] for s in range(num_shards)]
 
 
-def _run_ray(cfg: EnumConfig, todo: Sequence[int], num_shards: int,
-             done: Callable[[int, ShardResult], None]) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise GraphsubError("--executor ray needs the 'ray' package, which graphsub does not install; "
-                            "`pip install ray` (or use --executor process)") from None
-    if not ray.is_initialized():
-        ray.init()
-    task = ray.remote(compute_shard)
-    pending = {task.remote(cfg, s, num_shards): s for s in todo}
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            done(pending.pop(ref), ray.get(ref))
+def _shard_task(context: tuple[EnumConfig, int], shard: int) -> ShardResult:
+    return compute_shard(context[0], shard, context[1])
 
 
 def merge(results: Sequence[ShardResult]) -> ShardResult:

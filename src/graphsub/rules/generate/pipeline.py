@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,33 +101,56 @@ def doc_header(cfg: EnumConfig) -> dict[str, Any]:
             "variables": {v.name: {"shape": list(v.shape), "weight": v.weight} for v in cfg.variables}}
 
 
-def _verify(doc: dict[str, Any], stats: Stats, seed: int, progress: Progress | None) -> list[int]:
-    """Indices of the substitutions whose rules all pass numeric verification."""
+def verify_chunk(header: dict[str, Any], subs: Sequence[dict[str, Any]]) -> list[list[str] | str]:
+    """Per substitution (rules.json entries under ``header``): the directions whose rules pass numeric verification,
+    or the reason it is dropped. A unit of work of the verify stage (runs in worker processes and Ray tasks)."""
     from graphsub.rules.soundness.numeric import verify_rule
 
-    kept: list[int] = []
-    subs = load_substitutions(doc)
-    for n, (raw, s) in enumerate(zip(doc["substitutions"], subs, strict=True)):
+    out: list[list[str] | str] = []
+    for s in load_substitutions({**header, "substitutions": list(subs)}):
         rules = to_rules(s)
         if not rules:
-            stats.drop("emit: no direction whose target reads only source variables")
+            out.append("emit: no direction whose target reads only source variables")
+        elif any(not verify_rule(r, header["config"]["seed"]).passed for r in rules):
+            out.append("numeric verification failed")
         else:
-            reports = [verify_rule(r, seed) for r in rules]
-            bad = [rep for rep in reports if not rep.passed]
-            if bad:
-                stats.drop("numeric verification failed")
-            else:
-                raw["directions"] = [r.name.rsplit("_", 1)[1] for r in rules]
-                kept.append(n)
-        if progress:
-            progress("verify", 1, len(subs))
+            out.append([r.name.rsplit("_", 1)[1] for r in rules])
+    return out
+
+
+#: substitutions per unit of work of the verify stage
+VERIFY_CHUNK = 64
+
+
+def _verify(doc: dict[str, Any], stats: Stats, progress: Progress | None, par: dict[str, Any]) -> list[int]:
+    """Indices of the substitutions whose rules all pass numeric verification (``par``: executor options)."""
+    from graphsub.executors import chunks, map_ordered
+
+    header = {k: v for k, v in doc.items() if k != "substitutions"}
+    pieces = chunks(doc["substitutions"], VERIFY_CHUNK)
+    total = len(doc["substitutions"])
+    results = map_ordered(verify_chunk, pieces, context=header, **par,
+                          on_done=(lambda k, r: progress("verify", len(r), total)) if progress else None)
+    kept: list[int] = []
+    for n, (raw, r) in enumerate(zip(doc["substitutions"], (x for xs in results for x in xs), strict=True)):
+        if isinstance(r, str):
+            stats.drop(r)
+        else:
+            raw["directions"] = r
+            kept.append(n)
     return kept
 
 
 def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", workers: int | None = None,
              checkpoint: Path | None = None, tests: int = 3, progress: Progress | None = None,
-             measure_memory: bool = False) -> Generated:
-    """Run the generator (see the module docstring)."""
+             measure_memory: bool = False, ray_address: str | None = None) -> Generated:
+    """Run the generator (see the module docstring). Every stage runs on ``executor`` (serial, process or ray;
+    :mod:`graphsub.executors`): the enumeration's shards, the confirm stage's and the renaming stage's pieces of the
+    candidate pairs, the verification's pieces of the substitutions; the output is the same on every executor."""
+    from graphsub.executors import check_executor
+
+    check_executor(executor)
+    par: dict[str, Any] = {"executor": executor, "workers": workers, "ray_address": ray_address}
     stats = Stats()
     secs: dict[str, float] = {}
     if measure_memory:
@@ -138,8 +161,7 @@ def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", 
         if progress:
             progress("enumerate", 1, num_shards)
 
-    shards = run_shards(cfg, num_shards=num_shards, executor=executor, workers=workers, checkpoint=checkpoint,
-                        on_done=shard_done)
+    shards = run_shards(cfg, num_shards=num_shards, checkpoint=checkpoint, on_done=shard_done, **par)
     merged = merge(shards)
     secs["enumerate"] = time.perf_counter() - t0
     secs["enumerate_cpu"] = sum(r.seconds for r in shards)
@@ -149,12 +171,12 @@ def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", 
     cands = candidate_pairs(merged)
     stats.candidates = len(cands)
     pairs = confirm(cfg, merged, cands, tests, stats,
-                    progress=(lambda n: progress("confirm", n, len(cands))) if progress else None)
+                    progress=(lambda n: progress("confirm", n, len(cands))) if progress else None, **par)
     stats.confirmed = len(pairs)
     secs["confirm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     keys: list[tuple[tuple[str, str], ...]] = []
-    pairs = prune_renaming(cfg, pairs, stats, keys)
+    pairs = prune_renaming(cfg, pairs, stats, keys, **par)
     stats.renaming = len(pairs)
     keys2: list[tuple[tuple[str, str], ...]] = []
     pairs = prune_common(pairs, stats, keys, keys2)
@@ -162,7 +184,7 @@ def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", 
     secs["prune"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     doc = {**doc_header(cfg), "substitutions": [pair_json(cfg, i, p) for i, p in enumerate(pairs)]}
-    kept = _verify(doc, stats, cfg.seed, progress)
+    kept = _verify(doc, stats, progress, par)
     doc["substitutions"] = [doc["substitutions"][i] for i in kept]
     secs["emit_verify"] = time.perf_counter() - t3
     secs["total"] = time.perf_counter() - t0
@@ -186,4 +208,4 @@ def check_pair(cfg: EnumConfig, p: Pair, seeds: int = 4) -> bool:
     return True
 
 
-__all__ = ["Generated", "check_pair", "doc_header", "generate", "pair_json"]
+__all__ = ["VERIFY_CHUNK", "Generated", "check_pair", "doc_header", "generate", "pair_json", "verify_chunk"]

@@ -87,10 +87,12 @@ def candidate_pairs(merged: ShardResult) -> list[tuple[int, int]]:
     return out
 
 
-def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int]], tests: int,
-            stats: Stats, progress: Callable[[int], None] | None = None) -> list[Pair]:
-    """The pairs whose outputs agree, with one output mapping, on the fingerprint input and on
-    ``tests`` further random inputs (seeds ``cfg.seed + 1 ...``)."""
+def confirm_chunk(context: tuple[EnumConfig, Sequence[bytes], int], pairs: Sequence[tuple[int, int]]
+                  ) -> list[tuple[tuple[int, int], ...] | None]:
+    """Per pair (representative index, member index) of graph codes ``context[1]``: its output mapping when the
+    outputs agree on the fingerprint input and on ``context[2]`` further random inputs (seeds ``cfg.seed + 1 ...``),
+    else None. A unit of work of :func:`confirm` (module-level: it runs in worker processes and Ray tasks)."""
+    cfg, codes, tests = context
     seeds = [cfg.seed, *(cfg.seed + 1 + k for k in range(tests))]
     inputs = {s: random_inputs(cfg.variables, s) for s in seeds}
     # representatives recur in many pairs (cache them); members occur once (do not)
@@ -99,12 +101,12 @@ def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int
     def rep_digests(i: int, s: int) -> dict[int, int]:
         key = (i, s)
         if key not in cache:
-            cache[key] = output_digests(cfg, decode(merged.codes[i]), inputs[s])
+            cache[key] = output_digests(cfg, decode(codes[i]), inputs[s])
         return cache[key]
 
-    out: list[Pair] = []
-    for n, (i, j) in enumerate(pairs):
-        gj = decode(merged.codes[j])
+    out: list[tuple[tuple[int, int], ...] | None] = []
+    for i, j in pairs:
+        gj = decode(codes[j])
         da, db = rep_digests(i, seeds[0]), output_digests(cfg, gj, inputs[seeds[0]])
         inv = {d: t for t, d in db.items()}
         mapping = tuple((ta, inv[d]) for ta, d in da.items() if d in inv)
@@ -114,12 +116,33 @@ def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int
                 break
             ea, eb = rep_digests(i, s), output_digests(cfg, gj, inputs[s])
             ok = all(ea[ta] == eb[tb] for ta, tb in mapping)
-        if ok:
-            out.append(Pair(decode(merged.codes[i]), decode(merged.codes[j]), mapping))
-        else:
-            stats.drop("fingerprint collision (differs on a test input)")
-        if progress is not None and n % 256 == 255:
-            progress(256)
+        out.append(mapping if ok else None)
+    return out
+
+
+#: candidate pairs per unit of work of the parallel confirm stage
+CONFIRM_CHUNK = 4096
+
+
+def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int]], tests: int,
+            stats: Stats, progress: Callable[[int], None] | None = None, *, executor: str = "serial",
+            workers: int | None = None, ray_address: str | None = None) -> list[Pair]:
+    """The pairs whose outputs agree, with one output mapping, on the fingerprint input and on
+    ``tests`` further random inputs (seeds ``cfg.seed + 1 ...``): :func:`confirm_chunk` over pieces of ``pairs`` on
+    ``executor`` (:func:`graphsub.executors.map_ordered`; the result is the same on every executor)."""
+    from graphsub.executors import chunks, map_ordered
+
+    pieces = chunks(pairs, CONFIRM_CHUNK)
+    done = map_ordered(confirm_chunk, pieces, executor=executor, context=(cfg, merged.codes, tests),
+                       workers=workers, ray_address=ray_address,
+                       on_done=(lambda k, r: progress(len(r))) if progress is not None else None)
+    out: list[Pair] = []
+    for piece, maps in zip(pieces, done, strict=True):
+        for (i, j), mapping in zip(piece, maps, strict=True):
+            if mapping is not None:
+                out.append(Pair(decode(merged.codes[i]), decode(merged.codes[j]), mapping))
+            else:
+                stats.drop("fingerprint collision (differs on a test input)")
     return out
 
 
@@ -197,16 +220,28 @@ def canonical_key(cfg: EnumConfig, p: Pair) -> tuple[tuple[str, str], ...]:
     return best
 
 
+def renaming_keys(cfg: EnumConfig, pairs: Sequence[Pair]) -> list[tuple[tuple[str, str], ...] | None]:
+    """Per pair: its :func:`canonical_key`, or None when neither side uses its variables in order (the costly part
+    of :func:`prune_renaming`, a unit of work of its parallel form)."""
+    return [canonical_key(cfg, p) if ordered(cfg, p.a) or ordered(cfg, p.b) else None for p in pairs]
+
+
 def prune_renaming(cfg: EnumConfig, pairs: Sequence[Pair], stats: Stats,
-                   keys: list[tuple[tuple[str, str], ...]] | None = None) -> list[Pair]:
-    """Stage 3 (see the module docstring); ``keys`` receives the canonical key of each pair kept."""
+                   keys: list[tuple[tuple[str, str], ...]] | None = None, *, executor: str = "serial",
+                   workers: int | None = None, ray_address: str | None = None) -> list[Pair]:
+    """Stage 3 (see the module docstring); ``keys`` receives the canonical key of each pair kept. The keys are
+    computed on ``executor`` (:func:`graphsub.executors.map_ordered`), the pairs kept in order here."""
+    from graphsub.executors import chunks, map_ordered
+
+    pieces = chunks(pairs, CONFIRM_CHUNK)
+    found = map_ordered(renaming_keys, pieces, executor=executor, context=cfg, workers=workers,
+                        ray_address=ray_address)
     out: list[Pair] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
-    for p in pairs:
-        if not ordered(cfg, p.a) and not ordered(cfg, p.b):
+    for p, key in zip(pairs, (k for ks in found for k in ks), strict=True):
+        if key is None:
             stats.drop("renaming: neither side uses variables in order")
             continue
-        key = canonical_key(cfg, p)
         if key in seen:
             stats.drop("renaming: same as an earlier pair up to renaming")
             continue
@@ -254,5 +289,5 @@ def prune_common(pairs: Sequence[Pair], stats: Stats, keys: Sequence[tuple[tuple
     return out
 
 
-__all__ = ["Pair", "Stats", "candidate_pairs", "canonical_key", "confirm", "ordered", "pair_text", "prune_common",
-           "prune_renaming"]
+__all__ = ["CONFIRM_CHUNK", "Pair", "Stats", "candidate_pairs", "canonical_key", "confirm", "confirm_chunk",
+           "ordered", "pair_text", "prune_common", "prune_renaming", "renaming_keys"]
