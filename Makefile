@@ -11,7 +11,7 @@ OUT := out
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "graphsub needs Python 3.11, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,suite]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,suite,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)
