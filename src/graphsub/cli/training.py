@@ -88,6 +88,16 @@ def bench_cmd(
     if not which or any(r not in RUNTIMES for r in which):
         fail(Exit.USAGE, f"--runtimes: choose from {', '.join(RUNTIMES)}, got {runtimes!r}", as_json)
     cases: list[dict[str, Any]] = []
+
+    def save() -> dict[str, Any]:  # after every case: a long run that stops early keeps what it measured
+        result = {"cases": cases, "load_avg": list(os.getloadavg()), "cpus": os.cpu_count()}
+        if out_path is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out_path.with_name(out_path.name + ".tmp")
+            tmp.write_text(json.dumps(result, indent=2))
+            os.replace(tmp, out_path)
+        return result
+
     with exits(as_json):
         for name in names:
             for b in batches:
@@ -97,14 +107,13 @@ def bench_cmd(
                         err.print(f"{name} batch {b}, {t} thread(s): onnxruntime ...")
                         cases.append(ort_case(case, threads=t, budget_s=budget, seed=seed, rounds=rounds,
                                               steps=steps))
+                        save()
                     if "torch" in which:
                         err.print(f"{name} batch {b}, {t} thread(s): PyTorch ...")
                         cases.append(torch_case(case, threads=t, budget_s=budget, seed=seed, rounds=rounds,
                                                 steps=steps))
-    result = {"cases": cases, "load_avg": list(os.getloadavg()), "cpus": os.cpu_count()}
-    if out_path is not None:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(result, indent=2))
+                        save()
+    result = save()
     code = Exit.OK if all(c["verified"] for c in cases) else Exit.NOT_EQUIVALENT
     if as_json:
         print(json.dumps({**result, "exit_code": int(code)}, indent=2))
