@@ -1,21 +1,20 @@
-"""graphsub.executors: the same ordered results on every executor, on a real two-node Ray cluster started here
-(``ray.cluster_utils.Cluster``: a head node and a second node, each its own raylet), with a worker killed mid-task
-and retried; and the rule generator writing the same file on Ray as serially, through the command line too."""
+"""graphsub.distributed.executors: the same ordered results on every executor, on a real two-node Ray cluster
+started here (``ray.cluster_utils.Cluster``: a head node and a second node, each its own raylet), with a worker
+killed mid-task and retried; and the rule generator writing the same file on Ray as serially, through the command
+line too."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from graphsub.cli import app
+from graphsub.distributed.executors import chunks, map_ordered
 from graphsub.errors import GraphsubError
-from graphsub.executors import chunks, map_ordered
 from graphsub.rules.generate.enumerate import EnumConfig
 from graphsub.rules.generate.pipeline import generate
 
@@ -57,42 +56,24 @@ def test_errors_keep_their_type_and_unknown_executors_are_refused() -> None:
     assert [list(c) for c in chunks([1, 2, 3, 4, 5], 2)] == [[1, 2], [3, 4], [5]]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """A local two-node Ray cluster; yields its address (connected: ``ray.init(address=...)``)."""
-    ray = pytest.importorskip("ray", reason="the ray extra is not installed (make test installs it)")
-    from ray.cluster_utils import Cluster
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this file's task functions travel by value
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    ray.init(address=c.address, log_to_driver=False)
-    try:
-        yield c.address
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
-def test_ray_cluster_has_two_nodes_and_keeps_item_order(cluster: str) -> None:
+def test_ray_cluster_has_two_nodes_and_keeps_item_order(ray_cluster: str) -> None:
     import ray
 
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-    assert map_ordered(_affine, list(range(12)), executor="ray", context=5, ray_address=cluster) == [
+    assert map_ordered(_affine, list(range(12)), executor="ray", context=5, ray_address=ray_cluster) == [
         5 * x + 1 for x in range(12)]
     with pytest.raises(ValueError, match="three"):  # the task's own exception, not Ray's wrapper
-        map_ordered(_fail_on_three, [1, 2, 3], executor="ray", ray_address=cluster)
+        map_ordered(_fail_on_three, [1, 2, 3], executor="ray", ray_address=ray_cluster)
 
 
-def test_ray_retries_a_killed_worker_and_loses_nothing(cluster: str, tmp_path: Path) -> None:
-    got = map_ordered(_die_once, list(range(6)), executor="ray", context=str(tmp_path), ray_address=cluster)
+def test_ray_retries_a_killed_worker_and_loses_nothing(ray_cluster: str, tmp_path: Path) -> None:
+    got = map_ordered(_die_once, list(range(6)), executor="ray", context=str(tmp_path), ray_address=ray_cluster)
     assert [v for v, _ in got] == [0, 10, 20, 30, 40, 50]
     killed = int((tmp_path / "killed-2").read_text())
     assert got[2][1] != killed  # item 2 ran again, in another worker process
 
 
-def test_rule_generation_on_ray_writes_the_same_file(cluster: str, tmp_path: Path,
+def test_rule_generation_on_ray_writes_the_same_file(ray_cluster: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from graphsub.rules.generate import pipeline, prune
 
@@ -100,11 +81,11 @@ def test_rule_generation_on_ray_writes_the_same_file(cluster: str, tmp_path: Pat
     serial = json.dumps(generate(cfg, num_shards=1).doc)
     monkeypatch.setattr(prune, "CONFIRM_CHUNK", 50)  # several tasks per stage
     monkeypatch.setattr(pipeline, "VERIFY_CHUNK", 8)
-    assert json.dumps(generate(cfg, num_shards=4, executor="ray", ray_address=cluster).doc) == serial
+    assert json.dumps(generate(cfg, num_shards=4, executor="ray", ray_address=ray_cluster).doc) == serial
     outs = {}
     for ex in ("serial", "ray"):
         outs[ex] = tmp_path / f"{ex}.json"
         r = runner.invoke(app, ["rules", "generate", "--ops", "matmul,transpose,add", "--max-ops", "2", "--executor",
-                                ex, "--ray-address", cluster, "--shards", "3", "-o", str(outs[ex]), "--json"])
+                                ex, "--ray-address", ray_cluster, "--shards", "3", "-o", str(outs[ex]), "--json"])
         assert r.exit_code == 0, r.stdout
     assert outs["serial"].read_bytes() == outs["ray"].read_bytes()

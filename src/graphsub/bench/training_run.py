@@ -182,18 +182,26 @@ def torch_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, roun
 
 
 def loss_curves(case: Case, *, steps: int = 100, lr: float = 0.01, threads: int | None = None, budget_s: float = 12.0,
-                seed: int = 0, perturb: float = 1e-7) -> dict[str, Any]:
+                seed: int = 0, perturb: float = 1e-7, backward: bool = True) -> dict[str, Any]:
     """``steps`` SGD steps on the same batch from the module's weights: the optimized training graph in
     onnxruntime against the original module in PyTorch, and the control -- the module with its weights perturbed by
-    ``perturb`` -- against the original. The first two agree to float rounding when the control differs as much."""
+    ``perturb`` -- against the original. The first two agree to float rounding when the control differs as much.
+    ``backward``: also apply the ``backward-rules`` candidate (the conv-gradient rewrites) to the searched graph."""
     import torch
 
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.optimize import optimize
+    from graphsub.optimize.training import backward_rules
 
     g, _, params, data = joint(case)
     res = optimize(g, time_s=budget_s, threads=threads, seed=seed, peers=(), measure_latency=False, seeds=1)
-    chosen = export_graph(res.graph if res.verified else g).SerializeToString()
+    applied = [s.rule for s in res.search.sequence] if res.verified else []
+    graph = res.graph if res.verified else g
+    if backward:  # the backward-rules candidate on top of the search's graph (as the portfolio would time it)
+        cand = backward_rules(graph, threads=threads)
+        if cand is not None:
+            graph, applied = cand[1], applied + [s.rule for s in cand[2]]
+    chosen = export_graph(graph).SerializeToString()
     ort = OrtTrainer(chosen, params, data, lr=lr, threads=threads)
     state = {k: v.detach().clone() for k, v in case.module.state_dict().items()}
     curves: dict[str, list[float]] = {"optimized_ort": [], "original_torch": [], "control_torch": []}
@@ -211,7 +219,7 @@ def loss_curves(case: Case, *, steps: int = 100, lr: float = 0.01, threads: int 
         curves["control_torch"].append(ctl.step())
     case.module.load_state_dict(state)
     a, b, c = (np.asarray(curves[k]) for k in ("original_torch", "optimized_ort", "control_torch"))
-    return {"model": case.name, "steps": steps, "lr": lr, "applied": [s.rule for s in res.search.sequence],
+    return {"model": case.name, "steps": steps, "lr": lr, "applied": applied,
             "verified": res.verified, "loss_first": float(a[0]), "loss_last": float(a[-1]),
             "max_abs_diff_optimized": float(np.max(np.abs(a - b))),
             "max_abs_diff_control": float(np.max(np.abs(a - c))), "curves": curves}

@@ -14,7 +14,7 @@ import typer
 from rich.logging import RichHandler
 
 from graphsub import __version__
-from graphsub.cli import bench, convert, cost, dynamic, fuse, info, optimize, rules, search, training, zoo
+from graphsub.cli import bench, convert, cost, dynamic, fuse, info, many, optimize, rules, search, training, zoo
 from graphsub.cli.common import err, log
 from graphsub.cli.root import RootGroup
 
@@ -68,6 +68,7 @@ app.command("cost")(cost.cost_cmd)
 app.command("profile")(cost.profile_cmd)
 app.command("search")(search.search_cmd)
 app.command("optimize")(optimize.optimize_cmd)
+app.command("optimize-many")(many.optimize_many_cmd)
 app.command("bench")(bench.bench_cmd)
 app.command("fuse")(fuse.fuse_cmd)
 app.add_typer(dynamic.dynamic_app, name="dynamic")

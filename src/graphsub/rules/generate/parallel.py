@@ -7,7 +7,7 @@ written to ``shard-KKKKK-of-NNNNN.npz`` as soon as it finishes.  A rerun with th
 configuration loads finished shards instead of recomputing them; a directory written for another
 configuration is refused (its ``config.json`` records :meth:`~.enumerate.EnumConfig.key`).
 
-Executors (:mod:`graphsub.executors`): ``serial`` (in this process), ``process`` (a local process pool,
+Executors (:mod:`graphsub.distributed.executors`): ``serial`` (in this process), ``process`` (a local process pool,
 ``workers`` processes), ``ray`` (optional extra; each shard becomes one Ray task, retried when its worker dies, so a
 cluster runs the same shards).
 
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphsub.distributed.executors import EXECUTORS, check_executor, map_ordered
 from graphsub.errors import GraphsubError
-from graphsub.executors import EXECUTORS, check_executor, map_ordered
 from graphsub.rules.generate.enumerate import EnumConfig, enumerate_shard
 
 
@@ -116,7 +116,8 @@ def run_shards(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial"
                ray_address: str | None = None) -> list[ShardResult]:
     """All shards' results, in shard order (loading finished ones from ``checkpoint``);
     ``on_done(shard, result)`` is called as each shard completes or is loaded (and saved: a rerun resumes there,
-    whatever the executor). ``executor``/``workers``/``ray_address``: :func:`graphsub.executors.map_ordered`."""
+    whatever the executor). ``executor``/``workers``/``ray_address``: see
+    :func:`graphsub.distributed.executors.map_ordered`."""
     check_executor(executor)
     if num_shards < 1:
         raise GraphsubError(f"num_shards must be >= 1, got {num_shards}")

@@ -124,7 +124,7 @@ VERIFY_CHUNK = 64
 
 def _verify(doc: dict[str, Any], stats: Stats, progress: Progress | None, par: dict[str, Any]) -> list[int]:
     """Indices of the substitutions whose rules all pass numeric verification (``par``: executor options)."""
-    from graphsub.executors import chunks, map_ordered
+    from graphsub.distributed.executors import chunks, map_ordered
 
     header = {k: v for k, v in doc.items() if k != "substitutions"}
     pieces = chunks(doc["substitutions"], VERIFY_CHUNK)
@@ -145,9 +145,10 @@ def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", 
              checkpoint: Path | None = None, tests: int = 3, progress: Progress | None = None,
              measure_memory: bool = False, ray_address: str | None = None) -> Generated:
     """Run the generator (see the module docstring). Every stage runs on ``executor`` (serial, process or ray;
-    :mod:`graphsub.executors`): the enumeration's shards, the confirm stage's and the renaming stage's pieces of the
-    candidate pairs, the verification's pieces of the substitutions; the output is the same on every executor."""
-    from graphsub.executors import check_executor
+    :mod:`graphsub.distributed.executors`): the enumeration's shards, the confirm stage's and the renaming stage's
+    pieces of the candidate pairs, the verification's pieces of the substitutions; the output is the same on every
+    executor."""
+    from graphsub.distributed.executors import check_executor
 
     check_executor(executor)
     par: dict[str, Any] = {"executor": executor, "workers": workers, "ray_address": ray_address}

@@ -129,8 +129,8 @@ def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int
             workers: int | None = None, ray_address: str | None = None) -> list[Pair]:
     """The pairs whose outputs agree, with one output mapping, on the fingerprint input and on
     ``tests`` further random inputs (seeds ``cfg.seed + 1 ...``): :func:`confirm_chunk` over pieces of ``pairs`` on
-    ``executor`` (:func:`graphsub.executors.map_ordered`; the result is the same on every executor)."""
-    from graphsub.executors import chunks, map_ordered
+    ``executor`` (:func:`graphsub.distributed.executors.map_ordered`; the result is the same on every executor)."""
+    from graphsub.distributed.executors import chunks, map_ordered
 
     pieces = chunks(pairs, CONFIRM_CHUNK)
     done = map_ordered(confirm_chunk, pieces, executor=executor, context=(cfg, merged.codes, tests),
@@ -230,8 +230,8 @@ def prune_renaming(cfg: EnumConfig, pairs: Sequence[Pair], stats: Stats,
                    keys: list[tuple[tuple[str, str], ...]] | None = None, *, executor: str = "serial",
                    workers: int | None = None, ray_address: str | None = None) -> list[Pair]:
     """Stage 3 (see the module docstring); ``keys`` receives the canonical key of each pair kept. The keys are
-    computed on ``executor`` (:func:`graphsub.executors.map_ordered`), the pairs kept in order here."""
-    from graphsub.executors import chunks, map_ordered
+    computed on ``executor`` (:func:`graphsub.distributed.executors.map_ordered`), the pairs kept in order here."""
+    from graphsub.distributed.executors import chunks, map_ordered
 
     pieces = chunks(pairs, CONFIRM_CHUNK)
     found = map_ordered(renaming_keys, pieces, executor=executor, context=cfg, workers=workers,

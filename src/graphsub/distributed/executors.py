@@ -62,16 +62,18 @@ def ray_module() -> Any:
     return ray
 
 
-def init_ray(address: str | None = None) -> Any:
-    """Connect to the Ray cluster at ``address`` (else ``RAY_ADDRESS``, else a local one started now) unless this
-    process is connected already; returns the ``ray`` module."""
+def init_ray(address: str | None = None, *, resources: dict[str, float] | None = None) -> Any:
+    """Connect to the Ray cluster at ``address`` (else ``RAY_ADDRESS``, else a local one started now, offering
+    ``resources`` besides its CPUs) unless this process is connected already; returns the ``ray`` module."""
     ray = ray_module()
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or None
+        opts: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False, "configure_logging": False}
         try:
-            ray.init(address=address, log_to_driver=False, include_dashboard=False,
-                     configure_logging=False) if address else ray.init(log_to_driver=False, include_dashboard=False,
-                                                                       configure_logging=False)
+            if address:
+                ray.init(address=address, **opts)
+            else:
+                ray.init(resources=resources, **opts)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise GraphsubError(f"cannot connect to the Ray cluster at {address or 'a new local one'}: {e}") from None
     return ray

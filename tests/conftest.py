@@ -1,0 +1,35 @@
+"""Fixtures shared across test packages: a local two-node Ray cluster (``ray_cluster``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A local Ray cluster of two nodes (a head and a second raylet, one CPU each, each offering the
+    ``graphsub_timing`` resource once, as graphsub asks of every node); yields its address, connected."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (make test installs it)")
+    from ray.cluster_utils import Cluster
+
+    from graphsub.optimize.many import TIMING_RESOURCE
+
+    here = Path(__file__).parent
+    for mod in list(sys.modules.values()):  # test modules' task functions travel by value (not importable there)
+        f = getattr(mod, "__file__", None)
+        if f and Path(f).is_relative_to(here) and mod.__name__ != __name__:
+            ray.cloudpickle.register_pickle_by_value(mod)
+    node = {"num_cpus": 1, "resources": {TIMING_RESOURCE: 1}}
+    c = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    c.add_node(**node)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c.address
+    finally:
+        ray.shutdown()
+        c.shutdown()
