@@ -151,3 +151,28 @@ def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict
 
     rows = choices([{"model": "m", "tools": outcomes}])[2:]
     assert [r.split(" | ")[1] for r in rows] == ["graphsub@1", "graphsub"]  # one row per thread count, 1 first
+
+
+def test_the_suite_on_ray_runs_every_model_as_a_task(suite_run: tuple[Path, Path, dict[str, object]],
+                                                     ray_cluster: str, tmp_path: Path) -> None:
+    """run_suite(executor="ray"): each model a task on the two-node cluster, its record appended with the node that
+    ran it, the tools verified as in the sequential run (the original and one peer here, to keep it short); a model
+    that cannot run is its own record; `process` is refused (it would time side by side)."""
+    from graphsub.bench.suite.runner import SuiteInput, run_suite
+
+    _, model, data = suite_run
+    twin = Path(shutil.copy(model, tmp_path / "twin.onnx"))
+    inputs = [from_file(model), from_file(twin)]
+    missing = SuiteInput("missing", tmp_path / "missing.onnx", inputs[0].inputs)
+    recs = run_suite([*inputs, missing], ["ort", "onnxoptimizer"], [1], tmp_path, executor="ray",
+                     ray_address=ray_cluster, rounds=2, budget_ms=50.0)
+    assert [r["id"] for r in recs] == ["leftovers", "twin", "missing"] and all(r.get("node") for r in recs)
+    assert len(load_records(tmp_path / "suite.jsonl")) == 3
+    (seq,) = load_records(Path(str(data["results"])))
+    for rec in recs[:2]:
+        assert {t: o.get("verified") for t, o in rec["tools"].items()} == {
+            t: seq["tools"][t].get("verified") for t in ("ort", "onnxoptimizer")}
+    assert not any(o.get("verified") for o in recs[2]["tools"].values())
+    r = CliRunner().invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp_path),
+                                 "--executor", "process", "--json"])
+    assert r.exit_code == 2

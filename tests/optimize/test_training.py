@@ -213,3 +213,21 @@ def test_cli_training_pytorch_route_writes_the_emitted_module(tmp_path: Path, mo
     ref.load_state_dict({k: v for k, v in m.state_dict().items() if k in ref.state_dict()}, strict=False)
     x = torch.randn(4, 3, 8, 8)
     np.testing.assert_allclose(m.train()(x).detach().numpy(), ref.train()(x).detach().numpy(), atol=1e-5)
+
+
+def test_backward_rules_candidate_rewrites_the_gradient_kernels_it_prices_cheaper() -> None:
+    from graphsub.optimize.training import backward_rules, uses_training_rules
+    from graphsub.training import training_graph
+
+    g = training_graph(materialize(zoo.get("resnet", blocks=1), 0), loss="mse")
+    name, out, steps = backward_rules(g, cost="flops") or ("", g, ())
+    assert not steps  # the same FLOPs: no rewrite is cheaper under the FLOP count
+    cand = backward_rules(g, cost="fused", threads=1)  # measured kernels: the GEMM spelling is cheaper
+    assert cand is not None
+    name, out, steps = cand
+    assert name == "backward-rules" and {s.rule for s in steps} <= {"trn_grad_w_gemm", "trn_grad_x_conv"}
+    assert out.op_histogram().get("conv2d_grad_w", 0) < g.op_histogram()["conv2d_grad_w"]
+    ref = materialize(g, 0)
+    ok, diff, worst, _ = check_seeds(ref, materialize(out, 0), (0, 1), rtol=1e-4, atol=1e-5)
+    assert ok, (worst, diff)
+    assert uses_training_rules("cpu, training") and uses_training_rules("default") and not uses_training_rules("cpu")

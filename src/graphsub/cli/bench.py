@@ -109,6 +109,12 @@ def bench_cmd(
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the plots (matplotlib).")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the runs (and which are done) and exit.")] = False,
     list_presets: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
+    executor: Annotated[str, typer.Option("--executor", help="suite: serial (one model after another, here) or ray "
+                                                             "(one Ray task per model; each node times one model at "
+                                                             "a time; the model files must be at the same path on "
+                                                             "every node).")] = "serial",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="--executor ray: the cluster (default: "
+                                                    "$RAY_ADDRESS, else a local Ray).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run an experiment grid -- algorithms x models x cost models x K x repeats, one process per run --
@@ -121,9 +127,16 @@ def bench_cmd(
     if preset == "suite":
         from graphsub.cli.suite import suite
 
+        if executor not in ("serial", "ray"):
+            fail(Exit.USAGE, f"--executor: serial or ray, got {executor!r} (worker processes on one machine would "
+                             "time models side by side)", as_json)
         suite(models=models, peers=peers, compose=compose, threads=threads, build=build, budget=budget, rounds=rounds,
-              seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json)
+              seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json,
+              executor=executor, ray_address=ray_address)
         return
+    if executor != "serial":
+        fail(Exit.USAGE, "--executor ray runs the suite (graphsub bench suite); the presets run one process per run "
+                         "on this machine", as_json)
     if list_presets:
         _list_presets(as_json)
         return

@@ -50,7 +50,7 @@ def _tools(peers: str | None, as_json: bool, compose: bool = True) -> list[str]:
 
 def suite(*, models: str | None, peers: str | None, compose: bool = True, threads: str | None, build: bool,
           budget: float, rounds: int, seed: int, out_dir: Path | None, name: str | None, resume: bool, plots: bool,
-          dry_run: bool, as_json: bool) -> None:
+          dry_run: bool, as_json: bool, executor: str = "serial", ray_address: str | None = None) -> None:
     """Run the suite and print (or ``--json``) its table; writes ``OUT/NAME.jsonl``, ``.md`` and ``.png``."""
     from graphsub.bench.suite.measure import parse_threads
     from graphsub.bench.suite.runner import run_suite
@@ -84,7 +84,8 @@ def suite(*, models: str | None, peers: str | None, compose: bool = True, thread
             progress.update(task, description=rec["id"])
 
         records = run_suite(chosen, tools, counts, out_path, name=name, resume=resume, on_model=advance,
-                            graphsub_budget_s=budget, rounds=rounds, seed=seed)
+                            graphsub_budget_s=budget, rounds=rounds, seed=seed, executor=executor,
+                            ray_address=ray_address)
         files = write_tables(records, out_path, name, plots=plots)
     if as_json:
         print(json.dumps({"results": str(out_path / f"{name}.jsonl"), "files": files, "threads": counts,

@@ -27,6 +27,11 @@ from graphsub.errors import GraphsubError
 EXECUTORS = ("serial", "process", "ray")
 #: times Ray reruns a task whose worker died (a killed process, a lost node)
 RAY_RETRIES = 3
+#: the Ray resource that serialises timing on a node: every node offers one unit, every task that times holds one
+#: (``ray start ... --resources '{"graphsub_timing": 1}'``; the local Ray graphsub starts offers it)
+TIMING_RESOURCE = "graphsub_timing"
+#: Ray options of a task that times models: no CPU claimed (it pins its own threads), the node's one timing unit
+TIMING_TASK = {"num_cpus": 0, "resources": {TIMING_RESOURCE: 1}}
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -79,6 +84,14 @@ def init_ray(address: str | None = None, *, resources: dict[str, float] | None =
     return ray
 
 
+def require_timing(ray: Any) -> None:
+    """A GraphsubError unless the connected cluster offers :data:`TIMING_RESOURCE` (else tasks would wait forever)."""
+    if not ray.cluster_resources().get(TIMING_RESOURCE):
+        raise GraphsubError(f"the Ray cluster offers no {TIMING_RESOURCE!r} resource: start each node with "
+                            f"`ray start ... --resources '{{\"{TIMING_RESOURCE}\": 1}}'` (one model timed at a time "
+                            "per node)")
+
+
 def ray_error(e: BaseException) -> BaseException:
     """The user's exception inside a Ray task error (the task's own type and message), else ``e``."""
     cause = getattr(e, "cause", None)
@@ -87,10 +100,14 @@ def ray_error(e: BaseException) -> BaseException:
 
 def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str = "serial", context: Any = None,
                 workers: int | None = None, ray_address: str | None = None,
-                on_done: Callable[[int, R], None] | None = None) -> list[R]:
+                on_done: Callable[[int, R], None] | None = None, timing: bool = False) -> list[R]:
     """``[fn(context, x) for x in items]`` on ``executor`` (module docstring); ``workers``: processes of the
-    ``process`` executor (default: every core)."""
+    ``process`` executor (default: every core). ``timing``: the tasks time models, so none may run beside another
+    on one machine: refused on ``process``; on Ray each holds the node's :data:`TIMING_RESOURCE`."""
     check_executor(executor)
+    if timing and executor == "process":
+        raise GraphsubError("work that times models runs serial or on Ray: worker processes on one machine would "
+                            "time side by side")
     results: dict[int, R] = {}
 
     def done(i: int, r: R) -> None:
@@ -98,7 +115,7 @@ def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str 
         if on_done is not None:
             on_done(i, r)
 
-    if executor == "serial" or len(items) <= 1:
+    if executor == "serial" or not items or (executor == "process" and len(items) == 1):
         for i, x in enumerate(items):
             done(i, fn(context, x))
     elif executor == "process":
@@ -108,9 +125,11 @@ def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str 
             for f in as_completed(futs):
                 done(futs[f], f.result())
     else:
-        ray = init_ray(ray_address)
+        ray = init_ray(ray_address, resources={TIMING_RESOURCE: 1})
+        if timing:
+            require_timing(ray)
         ctx = ray.put(context)
-        task = ray.remote(max_retries=RAY_RETRIES)(fn)
+        task = ray.remote(max_retries=RAY_RETRIES, **(TIMING_TASK if timing else {}))(fn)
         pending = {task.remote(ctx, x): i for i, x in enumerate(items)}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -129,5 +148,5 @@ def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[k:k + size] for k in range(0, len(items), max(1, size))]
 
 
-__all__ = ["EXECUTORS", "RAY_RETRIES", "check_executor", "chunks", "init_ray", "map_ordered", "ray_error",
-           "ray_module"]
+__all__ = ["EXECUTORS", "RAY_RETRIES", "TIMING_RESOURCE", "TIMING_TASK", "check_executor", "chunks", "init_ray",
+           "map_ordered", "ray_error", "ray_module", "require_timing"]

@@ -22,11 +22,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphsub.distributed.executors import RAY_RETRIES, check_executor, init_ray, ray_error
+from graphsub.distributed.executors import (
+    RAY_RETRIES,
+    TIMING_RESOURCE,
+    TIMING_TASK,
+    check_executor,
+    init_ray,
+    ray_error,
+    require_timing,
+)
 from graphsub.errors import GraphsubError
 
-#: the Ray resource that serialises timing on a node: one unit per node, one unit per optimize task
-TIMING_RESOURCE = "graphsub_timing"
 #: what ``optimize_many`` passes on to ``optimize`` (the rest of its keywords are refused)
 OPTIMIZE_KEYS = frozenset({"algo", "rules", "cost", "time_s", "seed", "seeds", "threads", "keep_slower",
                            "min_speedup", "peers", "eqsat_s", "on_top_s", "spelling", "input_shapes"})
@@ -54,7 +60,7 @@ def output_path(out_dir: Path, model: str, index: int) -> Path:
     return out_dir / f"{index:03d}-{safe}.onnx"
 
 
-def _node() -> str:
+def node_name() -> str:
     try:
         import ray
 
@@ -72,7 +78,7 @@ def optimize_one(context: dict[str, Any], job: tuple[int, str]) -> dict[str, Any
 
     index, model = job
     started = time.time()
-    rec: dict[str, Any] = {"index": index, "model": model, "node": _node(), "pid": os.getpid(), "started": started}
+    rec: dict[str, Any] = {"index": index, "model": model, "node": node_name(), "pid": os.getpid(), "started": started}
     out = output_path(Path(context["out_dir"]), model, index)
     try:
         res = optimize(model, output=out, **context["optimize"])
@@ -120,11 +126,8 @@ def optimize_many(models: Sequence[str], out_dir: str | os.PathLike[str], *, exe
 def _on_ray(context: dict[str, Any], jobs: list[tuple[int, str]], address: str | None,
             on_done: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
     ray = init_ray(address, resources={TIMING_RESOURCE: 1})
-    if not ray.cluster_resources().get(TIMING_RESOURCE):
-        raise GraphsubError(f"the Ray cluster offers no {TIMING_RESOURCE!r} resource: start each node with "
-                            f"`ray start ... --resources '{{\"{TIMING_RESOURCE}\": 1}}'` (one model timed at a time "
-                            "per node)")
-    task = ray.remote(max_retries=RAY_RETRIES, num_cpus=0, resources={TIMING_RESOURCE: 1})(optimize_one)
+    require_timing(ray)
+    task = ray.remote(max_retries=RAY_RETRIES, **TIMING_TASK)(optimize_one)
     ctx = ray.put(context)
     pending = {task.remote(ctx, job): job for job in jobs}
     recs: dict[int, dict[str, Any]] = {}
@@ -144,4 +147,5 @@ def _on_ray(context: dict[str, Any], jobs: list[tuple[int, str]], address: str |
     return [recs[i] for i, _ in jobs]
 
 
-__all__ = ["OPTIMIZE_KEYS", "TIMING_RESOURCE", "expand_models", "optimize_many", "optimize_one", "output_path"]
+__all__ = ["OPTIMIZE_KEYS", "TIMING_RESOURCE", "expand_models", "node_name", "optimize_many", "optimize_one",
+           "output_path"]

@@ -227,28 +227,57 @@ def _done(rec: Mapping[str, Any], tools: Sequence[str], threads: Sequence[int]) 
     return set(tools) <= set(rec.get("tools", {})) and set(threads) <= set(rec.get("threads", []))
 
 
+def suite_task(context: dict[str, Any], model: SuiteInput) -> dict[str, Any]:
+    """:func:`run_model` as a Ray task: the record says which node ran it; an exception becomes the record's
+    ``error`` (one model's failure never loses the others')."""
+    from graphsub.optimize.many import node_name
+
+    try:
+        rec = run_model(model, context["tools"], context["threads"], Path(context["work"]), **context["opts"])
+    except Exception as e:  # one model's failure is its record
+        rec = {"id": model.id, "model": model.id, "path": str(model.path), "family": model.family,
+               "error": f"{type(e).__name__}: {e}", "tools": {}, "threads": list(context["threads"])}
+    rec["node"] = node_name()
+    return rec
+
+
 def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Sequence[int], out_dir: Path, *,
               name: str = "suite", resume: bool = True, on_model: Callable[[dict[str, Any]], None] | None = None,
-              **opts: Any) -> list[dict[str, Any]]:
+              executor: str = "serial", ray_address: str | None = None, **opts: Any) -> list[dict[str, Any]]:
     """Run every model not recorded yet (with these tools and thread counts) and append its record to
-    ``<out_dir>/<name>.jsonl``; returns the records of ``models`` (new and recorded)."""
+    ``<out_dir>/<name>.jsonl``; returns the records of ``models`` (new and recorded). ``executor="ray"``: each model
+    is a Ray task (:func:`suite_task`) holding its node's timing resource, so a node times one model at a time
+    (:func:`graphsub.distributed.executors.map_ordered` with ``timing=True``); the models' files must be at the same
+    path on every node, and the records are appended here as the tasks finish."""
+    from graphsub.distributed.executors import check_executor, map_ordered
+
+    check_executor(executor)
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / f"{name}.jsonl"
     if not resume and jsonl.exists():
         jsonl.unlink()
     recorded = {r["id"]: r for r in load_records(jsonl)}
     work = Path(os.environ.get("GRAPHSUB_SUITE_WORK") or Path.home() / ".cache" / "graphsub" / "suite_work") / name
-    records = []
-    for model in models:
-        rec = recorded.get(model.id)
-        if rec is None or not _done(rec, tools, threads):
-            rec = run_model(model, tools, threads, work, **opts)
-            append_record(jsonl, rec)
-        records.append(rec)
+    todo = [m for m in models if recorded.get(m.id) is None or not _done(recorded[m.id], tools, threads)]
+
+    def finished(k: int, rec: dict[str, Any]) -> None:
+        append_record(jsonl, rec)
+        recorded[rec["id"]] = rec
         if on_model is not None:
             on_model(rec)
-    return records
+
+    if executor == "serial":
+        for k, model in enumerate(todo):
+            finished(k, run_model(model, tools, threads, work, **opts))
+    else:
+        context = {"tools": list(tools), "threads": list(threads), "work": str(work), "opts": opts}
+        map_ordered(suite_task, todo, executor=executor, context=context, ray_address=ray_address, on_done=finished,
+                    timing=True)
+    for model in models:
+        if model not in todo and on_model is not None:
+            on_model(recorded[model.id])
+    return [recorded[m.id] for m in models]
 
 
 __all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "at_threads", "default_tools", "fold_threads", "graphsub_tool",
-           "inspect", "produce", "run_model", "run_suite", "time_all"]
+           "inspect", "produce", "run_model", "run_suite", "suite_task", "time_all"]
