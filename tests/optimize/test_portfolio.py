@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import install_timing
 from onnx import TensorProto, helper, numpy_helper
+from optimize_helpers import install_timing
 
 from graphsub.errors import GraphsubError
 from graphsub.optimize import optimize

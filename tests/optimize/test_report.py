@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import _node_count, install_timing, small_model
+from optimize_helpers import _node_count, install_timing, small_model
 from typer.testing import CliRunner
 
 from graphsub.cli import app
