@@ -7,9 +7,9 @@ from pathlib import Path
 
 import onnx
 import pytest
-from optimize_helpers import _node_count, install_timing, small_model
 
 from graphsub.rules.rule import Rule, make_rule
+from helpers import _node_count, install_timing, small_model
 
 
 @pytest.fixture

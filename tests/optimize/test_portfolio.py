@@ -10,12 +10,12 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from optimize_helpers import install_timing
 
 from graphsub.errors import GraphsubError
 from graphsub.optimize import optimize
 from graphsub.optimize.portfolio import installed_peers, resolve_peers, rewrite_everywhere
 from graphsub.rules.library import get_set
+from helpers import install_timing
 
 QUIET = {"cost": "roofline:cpu", "eqsat_s": 0, "on_top_s": 0, "seeds": 2}
 

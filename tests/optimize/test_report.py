@@ -13,7 +13,6 @@ from pathlib import Path
 
 import onnx
 import pytest
-from optimize_helpers import _node_count, install_timing, small_model
 from typer.testing import CliRunner
 
 from graphsub.cli import app
@@ -21,6 +20,7 @@ from graphsub.optimize import OptimizeResult, optimize
 from graphsub.optimize.report import render_report, write_report
 from graphsub.rules.rule import Rule
 from graphsub.search import Budget
+from helpers import _node_count, install_timing, small_model
 
 FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "seeds": 1, "peers": "none", "eqsat_s": 0}
 SECTIONS = {"summary", "performance", "histogram", "substitutions", "trace", "regions"}
