@@ -46,10 +46,14 @@ def test_counts_are_monotone_and_stats_add_up(small: object) -> None:
     c = small.counts  # type: ignore[attr-defined]
     assert c["graphs"] >= c["fingerprints"] > 0
     assert c["graphs"] - c["fingerprints"] <= c["candidates"]
-    assert c["candidates"] >= c["confirmed"] >= c["after_renaming"] >= c["after_common_subgraph"] >= c["emitted"] > 0
+    assert c["candidates"] >= c["after_renaming"] >= c["confirmed"] >= c["after_common_subgraph"] >= c["emitted"] > 0
     dropped = small.stats.dropped  # type: ignore[attr-defined]
+    # every candidate is accounted for: a collision, a renaming, or the one pair its class keeps
     renaming = sum(v for k, v in dropped.items() if k.startswith("renaming"))
-    assert c["confirmed"] - c["after_renaming"] == renaming
+    collisions = dropped.get("fingerprint collision (differs on a test input)", 0)
+    assert c["candidates"] == renaming + collisions + c["confirmed"]
+    common = sum(v for k, v in dropped.items() if k.startswith("common subgraph"))
+    assert c["confirmed"] - c["after_common_subgraph"] == common
 
 
 def test_emitted_rules_pass_numeric_verification(small: object) -> None:
@@ -211,3 +215,47 @@ def test_generated_set_is_registered_and_verified() -> None:
     for i in rng.choice(len(rules), size=15, replace=False):
         assert verify_rule(rules[int(i)]).passed, rules[int(i)].doc
     assert "generated" not in {r.origin for r in get_set("default")}
+
+
+def test_confirm_keeps_what_testing_every_candidate_then_deduplicating_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The confirm stage tests one pair per renaming class; where that pair fails (here: forced, for the first pair of
+    every class that has several), the class offers its next one. The result is what TASO's order -- test every
+    candidate, then deduplicate by renaming -- keeps."""
+    from graphsub.rules.generate import prune
+    from graphsub.rules.generate.prune import CodeTable, Stats, candidate_pairs, confirm, map_chunk
+
+    cfg = EnumConfig(templates=("matmul", "transpose", "add"), max_ops=2)
+    merged = merge(run_shards(cfg, num_shards=1))
+    cands = candidate_pairs(merged.fps)
+    table = CodeTable.of(merged.codes)
+    found = map_chunk((cfg, table), cands)
+    first_of_class: dict[object, tuple[int, int]] = {}
+    sizes: dict[object, int] = {}
+    for c, m in zip(cands, found, strict=True):
+        if m is not None and m[1] is not None:
+            first_of_class.setdefault(m[1], c)
+            sizes[m[1]] = sizes.get(m[1], 0) + 1
+    failing = {first_of_class[k] for k, n in sizes.items() if n > 1}
+    assert failing
+    real_test = prune.test_chunk
+
+    def forced(context, items):  # type: ignore[no-untyped-def]
+        ok = real_test(context, items)
+        return [o and (i, j) not in failing for (i, j, _), o in zip(items, ok, strict=True)]
+
+    monkeypatch.setattr(prune, "test_chunk", forced)
+    monkeypatch.setattr(prune, "CONFIRM_CHUNK", 5)
+    stats = Stats()
+    got = confirm(cfg, merged.codes, cands, 3, stats)
+    # the reference: test every candidate, then keep the first passing pair per key, in candidate order
+    seen: set[object] = set()
+    want = []
+    for (i, j), m in zip(cands, found, strict=True):
+        if m is None or m[1] is None or m[1] in seen:
+            continue
+        if forced((cfg, table, 3), [(i, j, m[0])])[0]:
+            seen.add(m[1])
+            want.append((merged.codes[i], merged.codes[j], m[0]))
+    assert [(p.a.encode(), p.b.encode(), p.outputs) for p in got] == want
+    assert stats.dropped["fingerprint collision (differs on a test input)"] == len(failing)
+    assert stats.confirmed == len(got) == len(sizes)  # every class had a second pair to offer

@@ -32,6 +32,7 @@ operators only read earlier tensors; the same configuration and seed give byte-i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +43,11 @@ from graphsub.rules.generate.templates import TASO_TEMPLATES, TASO_VARS, TEMPLAT
 
 Op = tuple[int, tuple[int, ...]]  # (template index in the config, input tensor ids)
 Record = tuple[int, bytes]  # (fingerprint, graph code)
+
+
+@functools.lru_cache(maxsize=16)
+def _template_objs(names: tuple[str, ...]) -> tuple[Template, ...]:
+    return tuple(TEMPLATES[t] for t in names)
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,13 @@ class EnumConfig:
 
     @property
     def template_objs(self) -> tuple[Template, ...]:
-        return tuple(TEMPLATES[t] for t in self.templates)
+        return _template_objs(self.templates)
+
+    @functools.cached_property
+    def classes(self) -> list[int]:
+        """Variable index -> class id (variables with equal shape and weight flag: the renaming classes)."""
+        ids: dict[tuple[tuple[int, ...], bool], int] = {}
+        return [ids.setdefault((v.shape, v.weight), len(ids)) for v in self.variables]
 
     def key(self) -> str:
         """A stable description (checkpoints are valid only for the same key)."""
@@ -166,11 +178,59 @@ def output_digests(cfg: EnumConfig, g: GraphCode, inputs: Sequence[np.ndarray]) 
     return {j: tensor_digest(vals[j]) for j in g.unused()}
 
 
+#: memoised operator results kept (enumeration shards, confirm chunks); cleared when full (bounds memory)
+MEMO_MAX = 200_000
+
+
+class PrefixEvaluator:
+    """Output digests of encoded graphs on fixed inputs, each operator's outputs memoised by (input set, the code
+    of the graph up to that operator): graphs in enumeration order share their prefixes, so confirming a run of
+    them evaluates about one operator each instead of all (the same digests as :func:`output_digests`)."""
+
+    def __init__(self, cfg: EnumConfig, inputs: dict[int, list[np.ndarray]], max_entries: int = MEMO_MAX):
+        self.cfg, self.inputs, self.max_entries = cfg, inputs, max_entries
+        self.temps = cfg.template_objs
+        self.metas0: list[Meta] = [Meta(v.shape) for v in cfg.variables]
+        self.weights = [v.weight for v in cfg.variables]
+        self._memo: dict[tuple[int, bytes], tuple[tuple[np.ndarray, ...], tuple[Meta, ...], tuple[int, ...]]] = {}
+
+    def digests(self, code: bytes, key: int) -> dict[int, int]:
+        """Digest of each unused output of the graph ``code`` on ``inputs[key]`` (tensor id -> digest)."""
+        vals: list[np.ndarray] = list(self.inputs[key])
+        metas = list(self.metas0)
+        ds: list[int] = [0] * len(vals)
+        used: set[int] = set()
+        nv, pos, memo = len(vals), 1, self._memo
+        while pos < len(code):
+            t, n = code[pos], code[pos + 2]
+            ins = code[pos + 3:pos + 3 + n]
+            pos += 3 + n
+            used.update(ins)
+            hit = memo.get((key, code[:pos]))
+            if hit is None:
+                tmpl = self.temps[t]
+                out = tmpl.infer([metas[j] for j in ins], [j < nv and self.weights[j] for j in ins])
+                if out is None:
+                    raise ValueError(f"invalid graph: {tmpl.name} on {[metas[j].shape for j in ins]}")
+                xs = tuple(tmpl.compute([vals[j] for j in ins], out))
+                if len(memo) >= self.max_entries:
+                    memo.clear()
+                hit = memo[(key, code[:pos])] = (xs, out, tuple(tensor_digest(x) for x in xs))
+            vals.extend(hit[0])
+            metas.extend(hit[1])
+            ds.extend(hit[2])
+        return {j: ds[j] for j in range(nv, len(vals)) if j not in used}
+
+
 # ----------------------------------------------------------------------------- enumeration
 
 
 class _State:
-    """The mutable DFS state: tensors (meta, value, digest), ops, consumers."""
+    """The mutable DFS state: tensors (meta, value, digest), ops, consumers.
+
+    Speed (the same records, byte for byte): each tensor's (meta, is-weight) *kind* is interned to a small int so
+    that validity is cached per (template, input kinds); an operator's outputs are memoised by (template, the
+    value digests of its inputs), since the same operator on the same values recurs under many prefixes."""
 
     def __init__(self, cfg: EnumConfig):
         self.cfg = cfg
@@ -180,67 +240,94 @@ class _State:
         self.vals: list[np.ndarray] = data
         self.digests: list[int] = [tensor_digest(a) for a in data]
         self.weight: list[bool] = [v.weight for v in cfg.variables]
+        self._kind_ids: dict[tuple[Meta, bool], int] = {}
+        self._kinds: list[tuple[Meta, bool]] = []
+        self.kids: list[int] = [self._kind(m, w) for m, w in zip(self.metas, self.weight, strict=True)]
         self.digest_set: set[int] = set(self.digests)
         self.ops: list[Op] = []
         self.nouts: list[int] = []
+        self.codes: list[bytes] = [bytes([len(cfg.variables)])]  # the code of each prefix of ``ops``
         self.op_set: set[Op] = set()
         self.uses: list[int] = [0] * len(data)
-        self._infer: dict[tuple[int, tuple[Meta, ...], tuple[bool, ...]], tuple[Meta, ...] | None] = {}
+        self._infer: dict[tuple[int, tuple[int, ...]], tuple[Meta, ...] | None] = {}
+        self._memo: dict[tuple[int, tuple[int, ...]], tuple[tuple[np.ndarray, ...], tuple[int, ...]]] = {}
+
+    def _kind(self, m: Meta, w: bool) -> int:
+        k = self._kind_ids.get((m, w))
+        if k is None:
+            k = self._kind_ids[(m, w)] = len(self._kinds)
+            self._kinds.append((m, w))
+        return k
 
     def choices(self) -> list[tuple[int, tuple[int, ...], tuple[Meta, ...]]]:
         """Every (template, inputs) that can extend the current graph, in a fixed order.
 
         Validity depends only on the inputs' (meta, is-weight) *kinds*, so it is decided once per
         kind combination and then expanded to tensor ids."""
-        kinds: dict[tuple[Meta, bool], list[int]] = {}
-        for j, (m, w) in enumerate(zip(self.metas, self.weight, strict=True)):
-            kinds.setdefault((m, w), []).append(j)
+        kinds: dict[int, list[int]] = {}
+        for j, k in enumerate(self.kids):
+            kinds.setdefault(k, []).append(j)
         groups = list(kinds.items())
         out: list[tuple[int, tuple[int, ...], tuple[Meta, ...]]] = []
+        op_set = self.op_set
         for ti, t in enumerate(self.temps):
             cands: list[tuple[tuple[int, ...], tuple[Meta, ...]]] = []
             if t.arity == 0:
-                r = self.meta_out(ti, (), ())
+                r = self.meta_out(ti, ())
                 if r is not None:
                     cands = [((), r)]
             elif t.arity == 1:
-                for (m, w), ids in groups:
-                    r = self.meta_out(ti, (m,), (w,))
+                for ka, ids in groups:
+                    r = self.meta_out(ti, (ka,))
                     if r is not None:
                         cands.extend(((j,), r) for j in ids)
             else:
-                for (ma, wa), ia in groups:
-                    for (mb, wb), ib in groups:
-                        r = self.meta_out(ti, (ma, mb), (wa, wb))
+                sym, distinct = t.symmetric, t.distinct
+                for ka, ia in groups:
+                    for kb, ib in groups:
+                        r = self.meta_out(ti, (ka, kb))
                         if r is None:
                             continue
                         for j in ia:
                             for k in ib:
-                                if (t.symmetric and j >= k) or (t.distinct and j == k):
+                                if (sym and j >= k) or (distinct and j == k):
                                     continue
                                 cands.append(((j, k), r))
                 cands.sort(key=lambda c: c[0])
-            out.extend((ti, ins, r) for ins, r in cands if (ti, ins) not in self.op_set)
+            out.extend((ti, ins, r) for ins, r in cands if (ti, ins) not in op_set)
         return out
 
-    def meta_out(self, ti: int, metas: tuple[Meta, ...], weights: tuple[bool, ...]) -> tuple[Meta, ...] | None:
-        key = (ti, metas, weights)
+    def meta_out(self, ti: int, kids: tuple[int, ...]) -> tuple[Meta, ...] | None:
+        key = (ti, kids)
         try:
             return self._infer[key]
         except KeyError:
-            r = self.temps[ti].infer(metas, weights)
+            kinds = [self._kinds[k] for k in kids]
+            r = self.temps[ti].infer(tuple(m for m, _ in kinds), tuple(w for _, w in kinds))
             self._infer[key] = r
             return r
+
+    def compute(self, ti: int, ins: tuple[int, ...], out: tuple[Meta, ...]
+                ) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+        """The op's output values and their digests (memoised by template and input values)."""
+        key = (ti, tuple(self.digests[j] for j in ins))
+        hit = self._memo.get(key)
+        if hit is None:
+            vals = tuple(self.temps[ti].compute([self.vals[j] for j in ins], out))
+            if len(self._memo) >= MEMO_MAX:
+                self._memo.clear()
+            hit = self._memo[key] = (vals, tuple(tensor_digest(v) for v in vals))
+        return hit
 
     def push(self, ti: int, ins: tuple[int, ...], out: tuple[Meta, ...]) -> bool:
         """Add the op (``out``: its output metas); False (and nothing added) if it duplicates
         a tensor."""
-        vals = self.temps[ti].compute([self.vals[j] for j in ins], out)
-        ds = [tensor_digest(v) for v in vals]
+        vals, ds = self.compute(ti, ins, out)
         if any(d in self.digest_set for d in ds) or len(set(ds)) != len(ds):
             return False
         self.ops.append((ti, ins))
         self.nouts.append(len(vals))
+        self.codes.append(self.codes[-1] + bytes([ti, len(vals), len(ins), *ins]))
         self.op_set.add((ti, ins))
         for j in ins:
             self.uses[j] += 1
@@ -248,6 +335,7 @@ class _State:
         self.vals.extend(vals)
         self.digests.extend(ds)
         self.weight.extend([False] * len(vals))
+        self.kids.extend(self._kind(m, False) for m in out)
         self.digest_set.update(ds)
         self.uses.extend([0] * len(vals))
         return True
@@ -255,12 +343,13 @@ class _State:
     def pop(self) -> None:
         ti, ins = self.ops.pop()
         n = self.nouts.pop()
+        self.codes.pop()
         self.op_set.discard((ti, ins))
         for j in ins:
             self.uses[j] -= 1
         for d in self.digests[-n:]:
             self.digest_set.discard(d)
-        for lst in (self.metas, self.vals, self.digests, self.weight, self.uses):
+        for lst in (self.metas, self.vals, self.digests, self.weight, self.uses, self.kids):
             del lst[-n:]
 
     def op_key(self, ti: int, ins: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
@@ -274,16 +363,37 @@ class _State:
         this, so every graph is still enumerated; reorderings of independent ops are not."""
         if not self.ops:
             return True
-        n = self.nouts[-1]
-        last_outs = range(len(self.digests) - n, len(self.digests))
-        if any(j in last_outs for j in ins):
+        first_new = len(self.digests) - self.nouts[-1]
+        if any(j >= first_new for j in ins):
             return True
         return self.op_key(ti, ins) > self.op_key(*self.ops[-1])
 
-    def record(self) -> Record:
+    def unused_digests(self) -> list[int]:
         nv = len(self.cfg.variables)
-        fp = graph_digest(self.digests[j] for j in range(nv, len(self.digests)) if self.uses[j] == 0)
-        return fp, GraphCode(tuple(self.ops), nv, tuple(self.nouts)).encode()
+        uses = self.uses
+        return [d for j, d in enumerate(self.digests[nv:], nv) if uses[j] == 0]
+
+    def record(self) -> Record:
+        return graph_digest(self.unused_digests()), self.codes[-1]
+
+    def leaves(self, recs: list[Record]) -> None:
+        """Record every valid one-op extension of the current graph without pushing it (the last level of the
+        DFS, where most graphs are: the same records as :meth:`push` + :meth:`record` + :meth:`pop`)."""
+        nv = len(self.cfg.variables)
+        uses, digests, digest_set, prefix = self.uses, self.digests, self.digest_set, self.codes[-1]
+        unused = {j: digests[j] for j in range(nv, len(digests)) if uses[j] == 0}
+        first_new = len(digests) - self.nouts[-1] if self.ops else len(digests)
+        last_key = self.op_key(*self.ops[-1]) if self.ops else None
+        for ti, ins, out in self.choices():
+            # :meth:`canonical`, inlined
+            if last_key is not None and not any(j >= first_new for j in ins) and \
+                    (ti, tuple(digests[j] for j in ins)) <= last_key:
+                continue
+            vals, ds = self.compute(ti, ins, out)
+            if any(d in digest_set for d in ds) or len(set(ds)) != len(ds):
+                continue
+            fp = graph_digest([*(d for j, d in unused.items() if j not in ins), *ds])
+            recs.append((fp, prefix + bytes([ti, len(vals), len(ins), *ins])))
 
 
 def first_choices(cfg: EnumConfig) -> list[tuple[int, tuple[int, ...], tuple[Meta, ...]]]:
@@ -304,6 +414,9 @@ def enumerate_shard(cfg: EnumConfig, shard: int, num_shards: int,
         recs.append(st.record())
         if len(st.ops) >= cfg.max_ops:
             return
+        if len(st.ops) == cfg.max_ops - 1:
+            st.leaves(recs)
+            return
         for ti, ins, out in st.choices():
             if st.canonical(ti, ins) and st.push(ti, ins, out):
                 dfs(recs)
@@ -320,5 +433,15 @@ def enumerate_shard(cfg: EnumConfig, shard: int, num_shards: int,
     return out
 
 
-__all__ = ["EnumConfig", "GraphCode", "Op", "Record", "decode", "enumerate_shard", "evaluate", "first_choices",
-           "output_digests"]
+__all__ = [
+    "EnumConfig",
+    "GraphCode",
+    "Op",
+    "PrefixEvaluator",
+    "Record",
+    "decode",
+    "enumerate_shard",
+    "evaluate",
+    "first_choices",
+    "output_digests",
+]

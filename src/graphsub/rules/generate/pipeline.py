@@ -10,7 +10,7 @@ usable direction are dropped and counted.
 >>> g = generate(EnumConfig(templates=("matmul", "transpose"), max_ops=2))
 >>> "matmul(matmul(x1,w1),w2) == matmul(x1,matmul(w1,w2))" in [s["text"] for s in g.doc["substitutions"]]
 True
->>> g.counts["candidates"] >= g.counts["after_renaming"] >= g.counts["emitted"]
+>>> g.counts["candidates"] >= g.counts["after_renaming"] >= g.counts["confirmed"] >= g.counts["emitted"]
 True
 """
 
@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graphsub.rules.generate.emit import FORMAT, VERSION, load_substitutions, ref, to_rules
 from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, evaluate
 from graphsub.rules.generate.fingerprint import random_inputs
@@ -34,7 +36,6 @@ from graphsub.rules.generate.prune import (
     confirm,
     pair_text,
     prune_common,
-    prune_renaming,
 )
 from graphsub.rules.generate.templates import Meta
 
@@ -60,7 +61,7 @@ class Generated:
     def counts(self) -> dict[str, int]:
         s = self.stats
         return {"graphs": s.graphs, "fingerprints": s.fingerprints, "candidates": s.candidates,
-                "confirmed": s.confirmed, "after_renaming": s.renaming, "after_common_subgraph": s.common_subgraph,
+                "after_renaming": s.renaming, "confirmed": s.confirmed, "after_common_subgraph": s.common_subgraph,
                 "emitted": len(self.doc["substitutions"]),
                 "rules": sum(len(x.get("directions", [])) for x in self.doc["substitutions"])}
 
@@ -167,22 +168,19 @@ def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", 
     secs["enumerate"] = time.perf_counter() - t0
     secs["enumerate_cpu"] = sum(r.seconds for r in shards)
     stats.graphs = len(merged)
-    stats.fingerprints = len(set(merged.fps.tolist()))
+    stats.fingerprints = len(np.unique(merged.fps))
     t1 = time.perf_counter()
-    cands = candidate_pairs(merged)
+    cands = candidate_pairs(merged.fps)
     stats.candidates = len(cands)
-    pairs = confirm(cfg, merged, cands, tests, stats,
-                    progress=(lambda n: progress("confirm", n, len(cands))) if progress else None, **par)
-    stats.confirmed = len(pairs)
+    keys: list[tuple[tuple[str, str], ...]] = []
+    pairs = confirm(cfg, merged.codes, cands, tests, stats,
+                    progress=(lambda st, n, total: progress(st, n, total)) if progress else None, keys=keys, **par)
     secs["confirm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    keys: list[tuple[tuple[str, str], ...]] = []
-    pairs = prune_renaming(cfg, pairs, stats, keys, **par)
-    stats.renaming = len(pairs)
     keys2: list[tuple[tuple[str, str], ...]] = []
     pairs = prune_common(pairs, stats, keys, keys2)
     stats.common_subgraph = len(pairs)
-    secs["prune"] = time.perf_counter() - t2
+    secs["prune_common"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     doc = {**doc_header(cfg), "substitutions": [pair_json(cfg, i, p) for i, p in enumerate(pairs)]}
     kept = _verify(doc, stats, progress, par)

@@ -5,12 +5,15 @@ Stages (each count is reported by :class:`Stats`; compare TASO's Table 3, 28744 
 1. **candidates** -- graphs with equal fingerprints.  As in TASO, the first graph enumerated
    with a fingerprint is its representative and every later graph with it forms a pair
    with the representative.
-2. **confirmed** -- the pair's outputs also agree on ``tests`` more random inputs, with the
-   same output mapping (the mapping is found by matching per-output digests).
-3. **renaming** -- *input-tensor renaming*: a pair is dropped if neither side uses the
-   variables of a class in order (``x1`` before ``x2`` ...; TASO's ``variable_ordering``),
-   and pairs that are the same up to a class-preserving renaming of variables (and swapping
-   the sides) are kept once (:func:`canonical_key`).
+2. **renaming** -- *input-tensor renaming*, on the output mapping the fingerprint input gives (per-output
+   digests matched one to one; a pair without one is a collision): a pair is dropped if neither side uses the
+   variables of a class in order (``x1`` before ``x2`` ...; TASO's ``variable_ordering``), and pairs that are the
+   same up to a class-preserving renaming of variables (and swapping the sides) form one class
+   (:func:`canonical_key`).
+3. **confirmed** -- a class keeps its first pair whose outputs also agree, with the same mapping, on ``tests`` more
+   random inputs (a pair that fails is a fingerprint collision, and the class offers its next pair).  This keeps
+   exactly what testing every candidate and then deduplicating keeps, but tests about one pair per class (TASO
+   tests every candidate: at n=3, 636,785 of them for 38,982 classes).
 4. **common subgraph** -- dropped if both sides contain the same operator on the same variables
    (the rule would be a smaller rule in a context), or if a pair of mapped outputs is produced
    by the same template with all but at most one input the same variable (it follows from the
@@ -29,12 +32,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, decode, output_digests
+from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, PrefixEvaluator, decode
 from graphsub.rules.generate.fingerprint import random_inputs
-from graphsub.rules.generate.parallel import ShardResult
 
 
 @dataclass(frozen=True)
@@ -61,89 +64,168 @@ class Stats:
     common_subgraph: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
 
-    def drop(self, why: str) -> None:
-        self.dropped[why] = self.dropped.get(why, 0) + 1
+    def drop(self, why: str, n: int = 1) -> None:
+        if n:
+            self.dropped[why] = self.dropped.get(why, 0) + n
 
 
 # ----------------------------------------------------------------------------- candidates
 
 
-def candidate_pairs(merged: ShardResult) -> list[tuple[int, int]]:
-    """(representative index, member index) for every graph whose fingerprint an earlier graph
+def candidate_pairs(fps: np.ndarray) -> list[tuple[int, int]]:
+    """(representative index, member index) for every graph whose fingerprint ``fps[k]`` an earlier graph
     (in global order) already has."""
-    fps = merged.fps
     if len(fps) == 0:
         return []
     order = np.argsort(fps, kind="stable")
     sf = fps[order]
-    starts = np.flatnonzero(np.r_[True, sf[1:] != sf[:-1]])
-    ends = np.r_[starts[1:], len(sf)]
-    out: list[tuple[int, int]] = []
-    for s, e in zip(starts, ends, strict=True):
-        if e - s > 1:
-            rep = int(order[s])
-            out.extend((rep, int(order[k])) for k in range(s + 1, e))
-    out.sort(key=lambda p: p[1])
+    start = np.r_[True, sf[1:] != sf[:-1]]
+    rep = order[np.flatnonzero(start)][np.cumsum(start) - 1]  # per sorted position: its group's first graph
+    members, reps = order[~start], rep[~start]
+    by_member = np.argsort(members, kind="stable")
+    return list(zip(reps[by_member].tolist(), members[by_member].tolist(), strict=True))
+
+
+@dataclass(frozen=True)
+class CodeTable:
+    """Graph codes as one byte array and offsets: sent to workers and Ray tasks as two numpy arrays (zero-copy in
+    Ray's object store) instead of millions of ``bytes`` objects."""
+
+    blob: np.ndarray  # uint8
+    offs: np.ndarray  # int64, len(codes) + 1
+
+    @staticmethod
+    def of(codes: Sequence[bytes]) -> CodeTable:
+        offs = np.zeros(len(codes) + 1, dtype=np.int64)
+        np.cumsum([len(c) for c in codes], out=offs[1:])
+        return CodeTable(np.frombuffer(b"".join(codes), dtype=np.uint8), offs)
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.blob[self.offs[i]:self.offs[i + 1]].tobytes()
+
+    def __len__(self) -> int:
+        return len(self.offs) - 1
+
+
+def _digests_of(ev: PrefixEvaluator, codes: CodeTable) -> Callable[[int, int, bool], dict[int, int]]:
+    """Output digests of graph ``i`` on seed ``s``; representatives (``rep``: they recur in many pairs) cached."""
+    cache: dict[tuple[int, int], dict[int, int]] = {}
+
+    def digests(i: int, s: int, rep: bool) -> dict[int, int]:
+        if not rep:
+            return ev.digests(codes[i], s)
+        if (i, s) not in cache:
+            cache[(i, s)] = ev.digests(codes[i], s)
+        return cache[(i, s)]
+
+    return digests
+
+
+Mapped = tuple[tuple[tuple[int, int], ...], tuple[tuple[str, str], ...] | None] | None
+
+
+def map_chunk(context: tuple[EnumConfig, CodeTable], pairs: Sequence[tuple[int, int]]) -> list[Mapped]:
+    """Per candidate pair (representative index, member index): ``((), None)`` when neither side uses its variables
+    in order (decided first: no evaluation), None when its outputs cannot be matched one to one on the fingerprint
+    input (a collision), else its output mapping and its renaming key (:func:`canonical_key`). A unit of work of
+    :func:`confirm` (module-level: it runs in worker processes and Ray tasks)."""
+    cfg, codes = context
+    digests = _digests_of(PrefixEvaluator(cfg, {cfg.seed: random_inputs(cfg.variables, cfg.seed)}), codes)
+    out: list[Mapped] = []
+    for i, j in pairs:
+        a, b = decode(codes[i]), decode(codes[j])
+        if not (ordered(cfg, a) or ordered(cfg, b)):  # syntactic: decided before any evaluation
+            out.append(((), None))
+            continue
+        da, db = digests(i, cfg.seed, True), digests(j, cfg.seed, False)
+        inv = {d: t for t, d in db.items()}
+        mapping = tuple((ta, inv[d]) for ta, d in da.items() if d in inv)
+        if not len(mapping) == len(da) == len(db):
+            out.append(None)
+            continue
+        out.append((mapping, canonical_key(cfg, Pair(a, b, mapping))))
     return out
 
 
-def confirm_chunk(context: tuple[EnumConfig, Sequence[bytes], int], pairs: Sequence[tuple[int, int]]
-                  ) -> list[tuple[tuple[int, int], ...] | None]:
-    """Per pair (representative index, member index) of graph codes ``context[1]``: its output mapping when the
-    outputs agree on the fingerprint input and on ``context[2]`` further random inputs (seeds ``cfg.seed + 1 ...``),
-    else None. A unit of work of :func:`confirm` (module-level: it runs in worker processes and Ray tasks)."""
+def test_chunk(context: tuple[EnumConfig, CodeTable, int],
+               items: Sequence[tuple[int, int, tuple[tuple[int, int], ...]]]) -> list[bool]:
+    """Per (representative, member, output mapping): do the mapped outputs agree on ``context[2]`` further random
+    inputs (seeds ``cfg.seed + 1 ...``)? A unit of work of :func:`confirm`."""
     cfg, codes, tests = context
-    seeds = [cfg.seed, *(cfg.seed + 1 + k for k in range(tests))]
-    inputs = {s: random_inputs(cfg.variables, s) for s in seeds}
-    # representatives recur in many pairs (cache them); members occur once (do not)
-    cache: dict[tuple[int, int], dict[int, int]] = {}
-
-    def rep_digests(i: int, s: int) -> dict[int, int]:
-        key = (i, s)
-        if key not in cache:
-            cache[key] = output_digests(cfg, decode(codes[i]), inputs[s])
-        return cache[key]
-
-    out: list[tuple[tuple[int, int], ...] | None] = []
-    for i, j in pairs:
-        gj = decode(codes[j])
-        da, db = rep_digests(i, seeds[0]), output_digests(cfg, gj, inputs[seeds[0]])
-        inv = {d: t for t, d in db.items()}
-        mapping = tuple((ta, inv[d]) for ta, d in da.items() if d in inv)
-        ok = len(mapping) == len(da) == len(db)
-        for s in seeds[1:]:
-            if not ok:
+    seeds = [cfg.seed + 1 + k for k in range(tests)]
+    digests = _digests_of(PrefixEvaluator(cfg, {s: random_inputs(cfg.variables, s) for s in seeds}), codes)
+    out: list[bool] = []
+    for i, j, mapping in items:
+        ok = True
+        for s in seeds:
+            ea, eb = digests(i, s, True), digests(j, s, False)
+            if not all(ea[ta] == eb[tb] for ta, tb in mapping):
+                ok = False
                 break
-            ea, eb = rep_digests(i, s), output_digests(cfg, gj, inputs[s])
-            ok = all(ea[ta] == eb[tb] for ta, tb in mapping)
-        out.append(mapping if ok else None)
+        out.append(ok)
     return out
 
 
 #: candidate pairs per unit of work of the parallel confirm stage
 CONFIRM_CHUNK = 4096
 
+Key = tuple[tuple[str, str], ...]
 
-def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int]], tests: int,
-            stats: Stats, progress: Callable[[int], None] | None = None, *, executor: str = "serial",
-            workers: int | None = None, ray_address: str | None = None) -> list[Pair]:
-    """The pairs whose outputs agree, with one output mapping, on the fingerprint input and on
-    ``tests`` further random inputs (seeds ``cfg.seed + 1 ...``): :func:`confirm_chunk` over pieces of ``pairs`` on
-    ``executor`` (:func:`graphsub.distributed.executors.map_ordered`; the result is the same on every executor)."""
+
+def confirm(cfg: EnumConfig, codes: Sequence[bytes], pairs: Sequence[tuple[int, int]], tests: int,
+            stats: Stats, progress: Callable[[str, int, int], None] | None = None,
+            keys: list[Key] | None = None, *, executor: str = "serial", workers: int | None = None,
+            ray_address: str | None = None) -> list[Pair]:
+    """Stages 2 and 3 (module docstring): of the candidate ``pairs`` (indices into ``codes``), one pair per renaming
+    class whose outputs agree on ``tests`` further random inputs -- the first such pair of the class, in candidate
+    order, which is what confirming every pair and then deduplicating would keep; ``keys`` receives their keys.
+
+    Renaming is decided first, on the fingerprint input's output mapping (:func:`map_chunk`), so that the test
+    inputs are evaluated for about one pair per class, not for every candidate (:func:`test_chunk`; a class whose
+    first pair fails offers its next one). Both passes run in pieces on ``executor``
+    (:func:`graphsub.distributed.executors.map_ordered`); the result is the same on every executor."""
     from graphsub.distributed.executors import chunks, map_ordered
 
+    par: dict[str, Any] = {"executor": executor, "workers": workers, "ray_address": ray_address}
+    table = CodeTable.of(codes)
     pieces = chunks(pairs, CONFIRM_CHUNK)
-    done = map_ordered(confirm_chunk, pieces, executor=executor, context=(cfg, merged.codes, tests),
-                       workers=workers, ray_address=ray_address,
-                       on_done=(lambda k, r: progress(len(r))) if progress is not None else None)
-    out: list[Pair] = []
-    for piece, maps in zip(pieces, done, strict=True):
-        for (i, j), mapping in zip(piece, maps, strict=True):
-            if mapping is not None:
-                out.append(Pair(decode(merged.codes[i]), decode(merged.codes[j]), mapping))
+    found = map_ordered(map_chunk, pieces, context=(cfg, table), **par,
+                        on_done=(lambda k, r: progress("map", len(r), len(pairs))) if progress else None)
+    classes: dict[Key, list[tuple[int, int, tuple[tuple[int, int], ...]]]] = {}
+    for n, ((_i, j), m) in enumerate(zip(pairs, (x for xs in found for x in xs), strict=True)):
+        if m is None:
+            stats.drop("fingerprint collision (differs on a test input)")
+        elif m[1] is None:
+            stats.drop("renaming: neither side uses variables in order")
+        else:
+            classes.setdefault(m[1], []).append((n, j, m[0]))
+    stats.renaming = len(classes)
+    kept: dict[Key, tuple[int, int, tuple[tuple[int, int], ...]]] = {}
+    offer = dict.fromkeys(classes, 0)  # the class's pair on offer
+    failed = 0
+    while offer:
+        todo = [(k, classes[k][n]) for k, n in offer.items()]
+        items = [(pairs[n][0], j, m) for _, (n, j, m) in todo]
+        ok = [x for xs in map_ordered(test_chunk, chunks(items, CONFIRM_CHUNK), context=(cfg, table, tests), **par,
+                                      on_done=(lambda k, r: progress("confirm", len(r), len(classes)))
+                                      if progress else None) for x in xs]
+        nxt: dict[Key, int] = {}
+        for (k, item), passed in zip(todo, ok, strict=True):
+            if passed:
+                kept[k] = item
             else:
+                failed += 1
                 stats.drop("fingerprint collision (differs on a test input)")
-    return out
+                if offer[k] + 1 < len(classes[k]):
+                    nxt[k] = offer[k] + 1
+        offer = nxt
+    # the pairs of a class after its kept one are not tested: they are dropped as renamings
+    stats.drop("renaming: same as an earlier pair up to renaming", sum(map(len, classes.values())) - len(kept) - failed)
+    order = sorted(kept, key=lambda k: kept[k][0])
+    if keys is not None:
+        keys.extend(order)
+    stats.confirmed = len(order)
+    return [Pair(decode(codes[pairs[kept[k][0]][0]]), decode(codes[kept[k][1]]), kept[k][2]) for k in order]
 
 
 # ----------------------------------------------------------------------------- renaming
@@ -151,8 +233,7 @@ def confirm(cfg: EnumConfig, merged: ShardResult, pairs: Sequence[tuple[int, int
 
 def _classes(cfg: EnumConfig) -> list[int]:
     """Variable index -> class id (variables with equal shape and weight flag)."""
-    ids: dict[tuple[tuple[int, ...], bool], int] = {}
-    return [ids.setdefault((v.shape, v.weight), len(ids)) for v in cfg.variables]
+    return cfg.classes
 
 
 def ordered(cfg: EnumConfig, g: GraphCode) -> bool:
@@ -166,27 +247,35 @@ def ordered(cfg: EnumConfig, g: GraphCode) -> bool:
     return True
 
 
-def _exprs(cfg: EnumConfig, g: GraphCode, name: Callable[[int], str]) -> dict[int, str]:
-    """Expression text of every tensor of ``g``; arguments of symmetric templates sorted."""
+Plan = list[tuple[str, bool, tuple[int, ...], int]]
+
+
+def _plan(cfg: EnumConfig, g: GraphCode) -> Plan:
+    """Per op of ``g``: template name, whether its arguments commute, inputs, number of outputs."""
     temps = cfg.template_objs
-    prod = g.producer()
-    memo: dict[int, str] = {}
+    return [(temps[t].name, temps[t].symmetric, ins, n) for (t, ins), n in zip(g.ops, g.outputs_per_op, strict=True)]
 
-    def expr(j: int) -> str:
-        if j < g.num_vars:
-            return name(j)
-        if j in memo:
-            return memo[j]
-        i, k = prod[j]
-        t, ins = g.ops[i]
-        args = [expr(a) for a in ins]
-        if temps[t].symmetric:
+
+def _render(plan: Plan, num_vars: int, name: Callable[[int], str]) -> list[str]:
+    """Expression text of every tensor (variables first, then op outputs in order); arguments of symmetric
+    templates sorted. ``name`` is asked only for the variables the ops read."""
+    texts = [""] * num_vars
+    for _, _, ins, _ in plan:
+        for j in ins:
+            if j < num_vars:
+                texts[j] = name(j)
+    for tname, sym, ins, n in plan:
+        args = [texts[a] for a in ins]
+        if sym:
             args.sort()
-        s = f"{temps[t].name}({','.join(args)})" + (f"#{k}" if g.outputs_per_op[i] > 1 else "")
-        memo[j] = s
-        return s
+        s = f"{tname}({','.join(args)})"
+        texts.extend((f"{s}#{k}" for k in range(n)) if n > 1 else (s,))
+    return texts
 
-    return {j: expr(j) for j in range(g.num_vars, g.num_vars + sum(g.outputs_per_op))}
+
+def _exprs(cfg: EnumConfig, g: GraphCode, name: Callable[[int], str]) -> dict[int, str]:
+    """Expression text of every op output of ``g``; arguments of symmetric templates sorted."""
+    return dict(enumerate(_render(_plan(cfg, g), g.num_vars, name)[g.num_vars:], g.num_vars))
 
 
 def pair_text(cfg: EnumConfig, p: Pair, name: Callable[[int], str] | None = None) -> tuple[tuple[str, str], ...]:
@@ -206,50 +295,20 @@ def canonical_key(cfg: EnumConfig, p: Pair) -> tuple[tuple[str, str], ...]:
     for v in used:
         by_cls.setdefault(cls[v], []).append(v)
     groups = list(by_cls.items())
+    plan_a, plan_b = _plan(cfg, p.a), _plan(cfg, p.b)
     best: tuple[tuple[str, str], ...] | None = None
     for perms in itertools.product(*(itertools.permutations(vs) for _, vs in groups)):
         ren: dict[int, str] = {}
         for (c, _), perm in zip(groups, perms, strict=True):
             for slot, v in enumerate(perm):
                 ren[v] = f"c{c}_{slot}"
-        for q in (p, p.swapped()):
-            key = pair_text(cfg, q, ren.__getitem__)
+        ta, tb = _render(plan_a, p.a.num_vars, ren.__getitem__), _render(plan_b, p.b.num_vars, ren.__getitem__)
+        for key in (tuple(sorted((ta[x], tb[y]) for x, y in p.outputs)),
+                    tuple(sorted((tb[y], ta[x]) for x, y in p.outputs))):
             if best is None or key < best:
                 best = key
     assert best is not None
     return best
-
-
-def renaming_keys(cfg: EnumConfig, pairs: Sequence[Pair]) -> list[tuple[tuple[str, str], ...] | None]:
-    """Per pair: its :func:`canonical_key`, or None when neither side uses its variables in order (the costly part
-    of :func:`prune_renaming`, a unit of work of its parallel form)."""
-    return [canonical_key(cfg, p) if ordered(cfg, p.a) or ordered(cfg, p.b) else None for p in pairs]
-
-
-def prune_renaming(cfg: EnumConfig, pairs: Sequence[Pair], stats: Stats,
-                   keys: list[tuple[tuple[str, str], ...]] | None = None, *, executor: str = "serial",
-                   workers: int | None = None, ray_address: str | None = None) -> list[Pair]:
-    """Stage 3 (see the module docstring); ``keys`` receives the canonical key of each pair kept. The keys are
-    computed on ``executor`` (:func:`graphsub.distributed.executors.map_ordered`), the pairs kept in order here."""
-    from graphsub.distributed.executors import chunks, map_ordered
-
-    pieces = chunks(pairs, CONFIRM_CHUNK)
-    found = map_ordered(renaming_keys, pieces, executor=executor, context=cfg, workers=workers,
-                        ray_address=ray_address)
-    out: list[Pair] = []
-    seen: set[tuple[tuple[str, str], ...]] = set()
-    for p, key in zip(pairs, (k for ks in found for k in ks), strict=True):
-        if key is None:
-            stats.drop("renaming: neither side uses variables in order")
-            continue
-        if key in seen:
-            stats.drop("renaming: same as an earlier pair up to renaming")
-            continue
-        seen.add(key)
-        out.append(p)
-        if keys is not None:
-            keys.append(key)
-    return out
 
 
 # ----------------------------------------------------------------------------- common subgraph
@@ -289,5 +348,5 @@ def prune_common(pairs: Sequence[Pair], stats: Stats, keys: Sequence[tuple[tuple
     return out
 
 
-__all__ = ["CONFIRM_CHUNK", "Pair", "Stats", "candidate_pairs", "canonical_key", "confirm", "confirm_chunk",
-           "ordered", "pair_text", "prune_common", "prune_renaming", "renaming_keys"]
+__all__ = ["CONFIRM_CHUNK", "CodeTable", "Pair", "Stats", "candidate_pairs", "canonical_key", "confirm", "map_chunk",
+           "ordered", "pair_text", "prune_common", "test_chunk"]
