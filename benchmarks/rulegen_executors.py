@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -33,17 +34,30 @@ def main() -> None:
     cfg = EnumConfig(templates=resolve_ops(["taso"]), max_ops=args.max_ops)
     rows = []
     for ex in args.executors.split(","):
+        load_before = os.getloadavg()
         t0 = time.perf_counter()
         gen = generate(cfg, num_shards=args.shards, executor=ex, ray_address=args.ray_address)
         wall = time.perf_counter() - t0
         text = json.dumps(gen.doc, indent=1) + "\n"  # what `graphsub rules generate` writes
         rows.append({"executor": ex, "wall_s": wall, "seconds": gen.seconds, "counts": gen.counts,
-                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "load_avg": os.getloadavg()})
+                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "load_avg_before": load_before,
+                     "load_avg_after": os.getloadavg(),
+                     "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "seconds"}), flush=True)
     same = len({r["sha256"] for r in rows}) == 1
+    package = {}
+    if args.max_ops == 3:  # the package's generated rule set is this configuration's output
+        import gzip
+
+        from graphsub.rules.library import GENERATED_JSON
+
+        with gzip.open(GENERATED_JSON) as f:
+            ref = json.loads(f.read())["substitutions"]
+        package = {"same_substitutions_as_package_generated_json": gen.doc["substitutions"] == ref}
+        print(package)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"rulegen_executors_n{args.max_ops}.json").write_text(json.dumps(
-        {"max_ops": args.max_ops, "cpus": os.cpu_count(), "same_file": same, "runs": rows}, indent=1))
+        {"max_ops": args.max_ops, "cpus": os.cpu_count(), "same_file": same, **package, "runs": rows}, indent=1))
     print("same file on every executor:", same)
 
 

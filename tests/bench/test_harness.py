@@ -163,3 +163,26 @@ def test_cli_bad_arguments_exit_2(bad: list[str], tmp_path: Path) -> None:
     r = CliRunner().invoke(_app(), ["bench", *bad, "--out", str(tmp_path), "--json"])
     assert r.exit_code == 2, r.output
     assert not list(tmp_path.iterdir())
+
+
+def test_a_grid_on_ray_records_the_same_results_with_the_node(grid: tuple[Path, Any], ray_cluster: str,
+                                                              tmp_path: Path) -> None:
+    """run_grid(executor="ray"): each run a task on the two-node cluster; the records carry the node and reach the
+    same costs as the serial grid (the searches are deterministic); a measured cost model marks a run as timing (it
+    then holds the node's timing unit); the process executor is refused, and the CLI takes --executor ray."""
+    from graphsub.bench.harness import times_models
+
+    _, serial = grid
+    runs = tiny_grid()
+    g = run_grid(runs, tmp_path, name="ray", progress=False, executor="ray", ray_address=ray_cluster)
+    assert g.counts == {"ok": 4, "timeout": 0, "error": 0} and all(r.get("node") for r in g.records)
+    want = {r["id"]: r["best_cost"] for r in serial.records if r["status"] == "ok"}
+    assert {r["id"]: r["best_cost"] for r in g.records} == want
+    assert times_models(Run("greedy", "sru", cost="measured:cpu")) and not times_models(runs[0])
+    with pytest.raises(Exception, match=r"serial .* or on Ray"):
+        run_grid(runs, tmp_path, name="proc", progress=False, executor="process")
+    r = CliRunner().invoke(_app(), ["bench", "small-exact", "--models", "sru", "--algos", "greedy", "--costs", COST,
+                                    "--k", "2", "--cutoff", "10", "--out", str(tmp_path), "--name", "cli",
+                                    "--executor", "ray", "--ray-address", ray_cluster, "--json", "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["counts"]["ok"] == 1

@@ -363,14 +363,37 @@ def _describe(rec: Mapping[str, Any]) -> str:
     return f"[{colour}]{rec['status']}[/] {label}: {rec.get('error')}"
 
 
+def times_models(run: Run) -> bool:
+    """Does the run time operators on this machine (a measured cost model)? Such runs never run beside another."""
+    return run.cost.removesuffix("[min]").partition(":")[0] in ("measured", "fused")
+
+
+def grid_task(run_opts: dict[str, Any], run: Run) -> dict[str, Any]:
+    """:func:`run_one` as a Ray task; the record says which node ran it."""
+    from graphsub.distributed.executors import node_name
+
+    return {**run_one(run, **run_opts), "node": node_name()}
+
+
 def run_grid(runs: Sequence[Run], out_dir: str | os.PathLike[str], *, name: str = "bench", resume: bool = True,
              progress: bool = True, retry_errors: bool = False,
-             on_record: Callable[[dict[str, Any]], None] | None = None, **run_opts: Any) -> GridResult:
+             on_record: Callable[[dict[str, Any]], None] | None = None, executor: str = "serial",
+             ray_address: str | None = None, **run_opts: Any) -> GridResult:
     """Run every run of ``runs`` (duplicates once) with :func:`run_one`, appending each record to
     ``<out_dir>/<name>.jsonl`` as it finishes.  With ``resume`` runs whose id is recorded there are
     skipped (``retry_errors``: except those recorded as ``error``); without it the file starts
     over.  Writes ``<name>.csv`` and ``<name>_summary.csv`` (all records of the file) at the end,
-    also when interrupted.  ``run_opts`` go to :func:`run_one`; ``on_record`` sees each new record."""
+    also when interrupted.  ``run_opts`` go to :func:`run_one`; ``on_record`` sees each new record.
+
+    ``executor="ray"``: each run is a Ray task (:func:`grid_task`, retried if its worker dies) on the cluster at
+    ``ray_address``; a run with a measured cost model holds its node's timing resource (one at a time per node),
+    the others one CPU each. Search times are then measured beside other searches on the node: compare them
+    within one executor."""
+    from graphsub.distributed.executors import check_executor, map_ordered
+
+    check_executor(executor)
+    if executor == "process":
+        raise GraphsubError("a grid runs serial (each run in a fresh process, one at a time) or on Ray")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -389,17 +412,25 @@ def run_grid(runs: Sequence[Run], out_dir: str | os.PathLike[str], *, name: str 
         with Progress(TextColumn("[bold]bench[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=True, disable=not progress) as bar:
             task = bar.add_task(name, total=len(todo))
-            for run in todo:
-                bar.update(task, description=run.label)
-                rec = run_one(run, **run_opts)
+
+            def finished(k: int, rec: dict[str, Any]) -> None:
                 rec["grid"] = name
                 append_record(jsonl, rec)
-                new[run.id] = rec
+                new[todo[k].id] = rec
                 if progress:
                     bar.console.print(_describe(rec), highlight=False, soft_wrap=True)
                 if on_record is not None:
                     on_record(rec)
                 bar.advance(task)
+
+            if executor == "serial":
+                for k, run in enumerate(todo):
+                    bar.update(task, description=run.label)
+                    finished(k, run_one(run, **run_opts))
+            else:
+                bar.update(task, description=f"{len(todo)} runs on Ray")
+                map_ordered(grid_task, todo, executor=executor, context=run_opts, ray_address=ray_address,
+                            on_done=finished, timing=times_models)
     finally:
         everything = load_records(jsonl)
         csv_path = write_csv(everything, out / f"{name}.csv")
@@ -410,4 +441,4 @@ def run_grid(runs: Sequence[Run], out_dir: str | os.PathLike[str], *, name: str 
                       summary=summarize(records))
 
 
-__all__ = ["COST_KINDS", "GridResult", "Run", "check_run", "run_grid", "run_one"]
+__all__ = ["COST_KINDS", "GridResult", "Run", "check_run", "grid_task", "run_grid", "run_one", "times_models"]

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from graphsub.bench.harness import Run
 from graphsub.bench.records import load_records
-from graphsub.cli.common import Exit, JsonOpt, err, fail, out, split_list, wide
+from graphsub.cli.common import Exit, JsonOpt, err, exits, fail, out, split_list, wide
 from graphsub.spec import split_specs
 
 
@@ -109,10 +109,11 @@ def bench_cmd(
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the plots (matplotlib).")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the runs (and which are done) and exit.")] = False,
     list_presets: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
-    executor: Annotated[str, typer.Option("--executor", help="suite: serial (one model after another, here) or ray "
-                                                             "(one Ray task per model; each node times one model at "
-                                                             "a time; the model files must be at the same path on "
-                                                             "every node).")] = "serial",
+    executor: Annotated[str, typer.Option("--executor", help="serial (one run or suite model after another, here) or "
+                                                             "ray (one Ray task per run or suite model; a node times "
+                                                             "one model at a time: suite models and runs with a "
+                                                             "measured cost hold its timing unit; the model files "
+                                                             "must be at the same path on every node).")] = "serial",
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="--executor ray: the cluster (default: "
                                                     "$RAY_ADDRESS, else a local Ray).")] = None,
     as_json: JsonOpt = False,
@@ -124,19 +125,16 @@ def bench_cmd(
     """
     from graphsub.bench.presets import PRESETS
 
+    if executor not in ("serial", "ray"):
+        fail(Exit.USAGE, f"--executor: serial or ray, got {executor!r} (worker processes on one machine would "
+                         "time models side by side)", as_json)
     if preset == "suite":
         from graphsub.cli.suite import suite
 
-        if executor not in ("serial", "ray"):
-            fail(Exit.USAGE, f"--executor: serial or ray, got {executor!r} (worker processes on one machine would "
-                             "time models side by side)", as_json)
         suite(models=models, peers=peers, compose=compose, threads=threads, build=build, budget=budget, rounds=rounds,
               seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json,
               executor=executor, ray_address=ray_address)
         return
-    if executor != "serial":
-        fail(Exit.USAGE, "--executor ray runs the suite (graphsub bench suite); the presets run one process per run "
-                         "on this machine", as_json)
     if list_presets:
         _list_presets(as_json)
         return
@@ -170,7 +168,7 @@ def bench_cmd(
         _summarize_file(out_path / f"{name}.jsonl", out_path, name, plots, as_json, preset=preset)
     else:
         _run(preset, runs, out_path, name, as_json=as_json, plots=plots, resume=resume, retry_errors=retry_errors,
-             grace_s=grace, threads=_one_count(threads, as_json))
+             grace_s=grace, threads=_one_count(threads, as_json), executor=executor, ray_address=ray_address)
 
 
 def _one_count(threads: str | None, as_json: bool) -> int | None:
@@ -235,7 +233,8 @@ def _run(preset: str, runs: list[Run], out_path: Path, name: str, *, as_json: bo
 
     if not as_json:
         err.print(f"[bold]{preset}[/]: {len(runs)} runs -> {out_path / name}.jsonl")
-    grid = run_grid(runs, out_path, name=name, progress=not as_json, **grid_opts)
+    with exits(as_json):  # e.g. no Ray, or no cluster at --ray-address
+        grid = run_grid(runs, out_path, name=name, progress=not as_json, **grid_opts)
     files = write_summary(grid.jsonl, out_path, name, plots=plots)
     counts = grid.counts
     result: dict[str, Any] = {"preset": preset, **grid.to_dict(), "report": files}

@@ -84,6 +84,21 @@ def init_ray(address: str | None = None, *, resources: dict[str, float] | None =
     return ray
 
 
+def node_name() -> str:
+    """Where this code runs: ``host/node-id`` inside a Ray worker or driver, else the host name (records say which
+    node timed what)."""
+    import socket
+
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+    except ImportError:
+        pass
+    return socket.gethostname()
+
+
 def require_timing(ray: Any) -> None:
     """A GraphsubError unless the connected cluster offers :data:`TIMING_RESOURCE` (else tasks would wait forever)."""
     if not ray.cluster_resources().get(TIMING_RESOURCE):
@@ -100,12 +115,15 @@ def ray_error(e: BaseException) -> BaseException:
 
 def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str = "serial", context: Any = None,
                 workers: int | None = None, ray_address: str | None = None,
-                on_done: Callable[[int, R], None] | None = None, timing: bool = False) -> list[R]:
+                on_done: Callable[[int, R], None] | None = None,
+                timing: bool | Callable[[T], bool] = False) -> list[R]:
     """``[fn(context, x) for x in items]`` on ``executor`` (module docstring); ``workers``: processes of the
-    ``process`` executor (default: every core). ``timing``: the tasks time models, so none may run beside another
-    on one machine: refused on ``process``; on Ray each holds the node's :data:`TIMING_RESOURCE`."""
+    ``process`` executor (default: every core). ``timing`` (for all items, or per item): the task times models, so
+    none may run beside another on one machine: refused on ``process``; on Ray it holds the node's
+    :data:`TIMING_RESOURCE` (the other tasks claim one CPU each)."""
     check_executor(executor)
-    if timing and executor == "process":
+    times = [timing(x) if callable(timing) else timing for x in items]
+    if any(times) and executor == "process":
         raise GraphsubError("work that times models runs serial or on Ray: worker processes on one machine would "
                             "time side by side")
     results: dict[int, R] = {}
@@ -126,11 +144,12 @@ def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str 
                 done(futs[f], f.result())
     else:
         ray = init_ray(ray_address, resources={TIMING_RESOURCE: 1})
-        if timing:
+        if any(times):
             require_timing(ray)
         ctx = ray.put(context)
-        task = ray.remote(max_retries=RAY_RETRIES, **(TIMING_TASK if timing else {}))(fn)
-        pending = {task.remote(ctx, x): i for i, x in enumerate(items)}
+        task = ray.remote(max_retries=RAY_RETRIES)(fn)
+        timed = task.options(**TIMING_TASK)
+        pending = {(timed if t else task).remote(ctx, x): i for i, (x, t) in enumerate(zip(items, times, strict=True))}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
@@ -149,4 +168,4 @@ def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
 
 
 __all__ = ["EXECUTORS", "RAY_RETRIES", "TIMING_RESOURCE", "TIMING_TASK", "check_executor", "chunks", "init_ray",
-           "map_ordered", "ray_error", "ray_module", "require_timing"]
+           "map_ordered", "node_name", "ray_error", "ray_module", "require_timing"]

@@ -16,7 +16,6 @@ another here.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from graphsub.distributed.executors import (
     TIMING_TASK,
     check_executor,
     init_ray,
+    node_name,
     ray_error,
     require_timing,
 )
@@ -58,17 +58,6 @@ def output_path(out_dir: Path, model: str, index: int) -> Path:
     stem = Path(model.split(":", 1)[-1] if model.startswith("zoo:") else model).stem or "model"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)[:80]
     return out_dir / f"{index:03d}-{safe}.onnx"
-
-
-def node_name() -> str:
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
-    except ImportError:
-        pass
-    return socket.gethostname()
 
 
 def optimize_one(context: dict[str, Any], job: tuple[int, str]) -> dict[str, Any]:

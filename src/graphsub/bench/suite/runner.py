@@ -230,7 +230,7 @@ def _done(rec: Mapping[str, Any], tools: Sequence[str], threads: Sequence[int]) 
 def suite_task(context: dict[str, Any], model: SuiteInput) -> dict[str, Any]:
     """:func:`run_model` as a Ray task: the record says which node ran it; an exception becomes the record's
     ``error`` (one model's failure never loses the others')."""
-    from graphsub.optimize.many import node_name
+    from graphsub.distributed.executors import node_name
 
     try:
         rec = run_model(model, context["tools"], context["threads"], Path(context["work"]), **context["opts"])

@@ -1,0 +1,75 @@
+"""The suite sequentially and on a local Ray cluster: the same decisions? wall time of both (issue 23).
+
+    .venv/bin/python benchmarks/suite_on_ray.py [--models gru.ts.b1,mha_block.ts.b1,...] [--budget 12]
+
+Runs ``graphsub bench suite`` twice as a user would, on the same models, tools (ORT alone and graphsub, whose
+portfolio runs the peers itself) and thread count (all cores): first ``--executor serial``, then ``--executor ray``
+(no address: a local Ray for the command, one node offering the timing unit once, so -- as on any node -- one model
+is timed at a time). Compares per model what graphsub decided (the candidate kept, whether it kept the original,
+the rules applied, verification) and the measured speedups, and writes
+``benchmarks/results/suite_on_ray.json``. Timing: run it alone on the machine.
+
+On one machine Ray cannot be faster than the sequential run -- a node times one model at a time, and here every
+model's work is timing-bound (graphsub's own decision times candidates) -- so this measures Ray's overhead and
+checks that nothing changes; the gain comes with more nodes (each times its own models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODELS = "gru.ts.b1,mha_block.ts.b1,lstm.ts.b1,transformer_encoder.ts.b1"
+
+
+def run(executor: str, args: argparse.Namespace, out: Path) -> tuple[float, list[dict[str, Any]], list[float]]:
+    name = f"suite_on_ray_{executor}"
+    (out / f"{name}.jsonl").unlink(missing_ok=True)
+    cmd = [str(Path(sys.executable).with_name("graphsub")), "bench", "suite", "--models", args.models, "--peers", "ort",
+           "--alone", "--threads", "all", "--budget", str(args.budget), "--out", str(out), "--name", name,
+           "--executor", executor, "--no-plots", "--json"]
+    load = list(os.getloadavg())
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    recs = [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
+    return wall, recs, load
+
+
+def decision(rec: dict[str, Any]) -> dict[str, Any]:
+    g = rec["tools"].get("graphsub", {})
+    timing = g.get("timing", {})
+    return {"verified": g.get("verified"), "kept_original": g.get("kept_original"), "chosen": g.get("chosen"),
+            "rules": g.get("rules"), "ops": g.get("graphsub_ops"), "node": rec.get("node"),
+            "speedup": {n: t.get("speedup") for n, t in timing.items()} if isinstance(timing, dict) else None,
+            "wall_s": rec.get("wall_time_s")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=MODELS)
+    ap.add_argument("--budget", type=float, default=12.0)
+    args = ap.parse_args()
+    out = RESULTS
+    rows: dict[str, Any] = {}
+    for ex in ("serial", "ray"):
+        wall, recs, load = run(ex, args, out)
+        rows[ex] = {"wall_s": wall, "load_avg_before": load, "models": {r["id"]: decision(r) for r in recs}}
+        print(ex, f"{wall:.0f} s", json.dumps(rows[ex]["models"], default=str)[:2000], flush=True)
+    same = {m: {k: rows["serial"]["models"][m][k] == rows["ray"]["models"].get(m, {}).get(k)
+                for k in ("verified", "kept_original", "chosen", "rules")} for m in rows["serial"]["models"]}
+    res = {"models": args.models.split(","), "budget_s": args.budget, "cpus": os.cpu_count(), "runs": rows,
+           "same_decision": same, "all_same": all(all(v.values()) for v in same.values())}
+    (out / "suite_on_ray.json").write_text(json.dumps(res, indent=1, default=str))
+    print("same decisions:", json.dumps(same), "all:", res["all_same"])
+
+
+if __name__ == "__main__":
+    main()
