@@ -56,7 +56,10 @@ def optimize_many_cmd(
             recs = optimize_many(models, out_dir, executor=executor, ray_address=ray_address,
                                  on_done=lambda r: progress.update(task, advance=1), **kw)
     summary = {"out_dir": str(out_dir), "executor": executor, "models": recs}
-    (out_dir / "results.json").write_text(json.dumps(summary, indent=2))
+    from graphsub.optimize.output import write_bytes
+
+    with exits(as_json, (OSError, Exit.CANNOT_WRITE), (GraphsubError, Exit.CANNOT_WRITE)):
+        write_bytes(json.dumps(summary, indent=2).encode(), out_dir / "results.json", suffix=".json")
     ok = all(r.get("ok") and r.get("verified") for r in recs)
     code = Exit.OK if ok else Exit.NOT_EQUIVALENT
     if as_json:

@@ -164,7 +164,7 @@ def rules_generate(
                                                     "else a local Ray started for this command).")] = None,
     checkpoint: Annotated[Path | None, typer.Option(
         "--checkpoint", help="Directory for finished shards; a rerun skips them (resume).")] = None,
-    tests: Annotated[int, typer.Option("--tests", help="Extra random inputs each candidate pair must agree on.")] = 3,
+    tests: Annotated[int, typer.Option("--tests", help="Extra random inputs a pair must agree on to be kept.")] = 3,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -172,8 +172,9 @@ def rules_generate(
 
     Enumerates every graph of up to --max-ops operators over the templates and TASO's input
     tensors, skips duplicated computation, fingerprints each graph on random integers modulo a
-    prime (ReLU replaced by x*(x+1)+1), pairs graphs with equal fingerprints, confirms them on
-    --tests more inputs, prunes (input renaming, common subgraphs), checks every emitted rule
+    prime (ReLU replaced by x*(x+1)+1), pairs graphs with equal fingerprints, prunes pairs that
+    are the same up to input renaming, confirms one pair per class on --tests more inputs, prunes
+    common subgraphs, checks every emitted rule
     numerically and writes rules.json (load it with `rules prove --file` or as the `generated`
     set when installed as src/graphsub/rules/library/generated.json.gz).
 
@@ -211,9 +212,11 @@ def rules_generate(
         except GraphsubError as e:
             fail(Exit.USAGE, str(e), as_json)
             return
-    try:
-        output.write_text(json.dumps(gen.doc, indent=1) + "\n")
-    except OSError as e:
+    from graphsub.optimize.output import write_bytes
+
+    try:  # atomically: a reader sees the old file or the new one
+        write_bytes((json.dumps(gen.doc, indent=1) + "\n").encode(), output, suffix=".json")
+    except (OSError, GraphsubError) as e:
         fail(Exit.CANNOT_WRITE, f"{output}: {e}", as_json)
     summary = {"output": str(output), "counts": gen.counts, "dropped": gen.stats.dropped,
                "seconds": {k: round(v, 3) for k, v in gen.seconds.items()},

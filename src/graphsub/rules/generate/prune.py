@@ -189,8 +189,9 @@ def confirm(cfg: EnumConfig, codes: Sequence[bytes], pairs: Sequence[tuple[int, 
     par: dict[str, Any] = {"executor": executor, "workers": workers, "ray_address": ray_address}
     table = CodeTable.of(codes)
     pieces = chunks(pairs, CONFIRM_CHUNK)
+    stage1, stage2 = "renaming (candidate pairs)", "confirm (one pair per class)"
     found = map_ordered(map_chunk, pieces, context=(cfg, table), **par,
-                        on_done=(lambda k, r: progress("map", len(r), len(pairs))) if progress else None)
+                        on_done=(lambda k, r: progress(stage1, len(r), len(pairs))) if progress else None)
     classes: dict[Key, list[tuple[int, int, tuple[tuple[int, int], ...]]]] = {}
     for n, ((_i, j), m) in enumerate(zip(pairs, (x for xs in found for x in xs), strict=True)):
         if m is None:
@@ -207,7 +208,7 @@ def confirm(cfg: EnumConfig, codes: Sequence[bytes], pairs: Sequence[tuple[int, 
         todo = [(k, classes[k][n]) for k, n in offer.items()]
         items = [(pairs[n][0], j, m) for _, (n, j, m) in todo]
         ok = [x for xs in map_ordered(test_chunk, chunks(items, CONFIRM_CHUNK), context=(cfg, table, tests), **par,
-                                      on_done=(lambda k, r: progress("confirm", len(r), len(classes)))
+                                      on_done=(lambda k, r: progress(stage2, len(r), len(classes)))
                                       if progress else None) for x in xs]
         nxt: dict[Key, int] = {}
         for (k, item), passed in zip(todo, ok, strict=True):
