@@ -174,7 +174,7 @@ def generate(cfg: EnumConfig, *, num_shards: int = 1, executor: str = "serial", 
     stats.candidates = len(cands)
     keys: list[tuple[tuple[str, str], ...]] = []
     pairs = confirm(cfg, merged.codes, cands, tests, stats,
-                    progress=(lambda st, n, total: progress(st, n, total)) if progress else None, keys=keys, **par)
+                    progress=progress, keys=keys, **par)
     secs["confirm"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     keys2: list[tuple[tuple[str, str], ...]] = []
