@@ -16,8 +16,20 @@ def test_dynamic_bench_json_tiny() -> None:
                                  "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
-    assert set(res["ms_per_batch"]) == {"eager", "traced", "reuse", "reuse+batch", "prefetch"}
-    assert res["ms_per_batch"]["prefetch"]["full"] > 0 and res["speedup"]["prefetch"]["full"] > 0
+    assert set(res["ms_per_batch"]) == {"eager", "traced", "reuse", "reuse+batch", "prefetch", "module+batch",
+                                        "module+prefetch"}
+    for mode in ("prefetch", "module+prefetch"):
+        assert res["ms_per_batch"][mode]["full"] > 0 and res["speedup"][mode]["full"] > 0
+    # recording time per batch and per node, for every lazy mode (the workers' for prefetch modes)
+    assert set(res["recording"]) == set(res["ms_per_batch"]) - {"eager"}
+    rec = res["recording"]
+    assert rec["module+batch"]["nodes_per_batch"] < rec["reuse+batch"]["nodes_per_batch"]
+    assert rec["module+prefetch"]["nodes_per_batch"] == rec["module+batch"]["nodes_per_batch"]
+    assert all(r["us_per_node"] > 0 for r in rec.values())
+    # the capture decisions, named by their path in the model, with the reason of each refusal
+    cap = {r["callable"]: r for r in res["capture"]}
+    assert cap["composer (TreeComposer)"]["captured"] and cap["leaf_cell (TreeLeaf)"]["captured"]
+    assert not cap["BinaryTreeLSTM"]["captured"] and "Tree" in cap["BinaryTreeLSTM"]["reason"]
     assert res["speedup_full_step"] > 0 and res["best_mode"] != "eager"
     assert res["loss_max_abs_diff"] < 1e-5
     for stage in ("preprocess", "trace", "optimize", "forward", "backward", "step", "full"):

@@ -145,7 +145,7 @@ def _treelstm_run(engine: Reuse | None, batches: list, eager: bool = False) -> t
         loss.backward()
         opt.step()
         losses.append(float(build(loss)))
-    return losses, model.composer.weight.detach().clone()
+    return losses, model.composer.linear.weight.detach().clone()
 
 
 @pytest.fixture(scope="module")

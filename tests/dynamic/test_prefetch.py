@@ -52,7 +52,7 @@ def _train(batches: list, how: str, workers: int = 1) -> tuple[list[float], torc
                 with lazy(eng):
                     loss = batch_loss(model, b)
                 step(loss)
-    return losses, model.composer.weight.detach().clone()
+    return losses, model.composer.linear.weight.detach().clone()
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])

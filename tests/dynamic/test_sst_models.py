@@ -292,14 +292,15 @@ def test_parameter_counts_match_reference() -> None:
     assert fine["output"] == 755  # reference §3 (5 classes, as Tai et al.)
     assert fine["leaf"] + fine["composer"] + fine["output"] == 316_805  # "total ≈ 316.8k"
     seq = SeqLSTM(vocab_size=10)
-    assert seq.cell.weight.shape == (600, 450) and sum(p.numel() for p in seq.parameters()) == 3000 + 270_600 + 302
+    assert seq.cell.linear.weight.shape == (600, 450)
+    assert sum(p.numel() for p in seq.parameters()) == 3000 + 270_600 + 302
 
 
 def test_tree_lstm_follows_the_equations() -> None:
     torch.manual_seed(0)
     model = BinaryTreeLSTM(vocab_size=5, emb_dim=4, hidden=3).eval()
     tree = Tree(1, left=Tree(0, word="a", wid=1), right=Tree(1, word="b", wid=4))
-    emb, wc, wo, comp = model.embedding.weight, model.leaf_c, model.leaf_o, model.composer
+    emb, wc, wo, comp = model.embedding.weight, model.leaf_cell.c, model.leaf_cell.o, model.composer.linear
 
     def leaf(i: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = emb[i]
@@ -333,9 +334,9 @@ def test_seq_lstm_matches_lstm_cell() -> None:
     model = SeqLSTM(vocab_size=6, emb_dim=4, hidden=3).eval()
     cell = nn.LSTMCell(4, 3)
     with torch.no_grad():
-        cell.weight_ih.copy_(model.cell.weight[:, :4])
-        cell.weight_hh.copy_(model.cell.weight[:, 4:])
-        cell.bias_ih.copy_(model.cell.bias)
+        cell.weight_ih.copy_(model.cell.linear.weight[:, :4])
+        cell.weight_hh.copy_(model.cell.linear.weight[:, 4:])
+        cell.bias_ih.copy_(model.cell.linear.bias)
         cell.bias_hh.zero_()
         h = c = torch.zeros(1, 3)
         for wid in [3, 1, 5, 5]:

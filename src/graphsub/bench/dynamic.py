@@ -34,13 +34,16 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from graphsub.dynamic.capture import report as capture_report
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyTensor, build, lazy
 from graphsub.dynamic.prefetch import prefetch
 from graphsub.dynamic.workloads.models import BinaryTreeLSTM, SeqLSTM, batch_loss, make_optimizer, seq_batch_loss
 from graphsub.dynamic.workloads.sst import SSTNotFound, Tree, Vocab, encode_tree, load_sst, synthetic_treebank
 
-MODES = ("eager", "traced", "reuse", "reuse+batch", "prefetch")
+MODES = ("eager", "traced", "reuse", "reuse+batch", "prefetch", "module+batch", "module+prefetch")
+PREFETCH_MODES = ("prefetch", "module+prefetch")
+"""Modes whose recording is done by worker processes (their names contain ``prefetch``)."""
 STAGES = ("preprocess", "trace", "optimize", "forward", "backward", "step", "full")
 STAGE_LABELS = {"preprocess": "preprocessing", "trace": "DAG construction", "optimize": "optimization",
                 "forward": "execution (forward)", "backward": "backward", "step": "optimizer step",
@@ -117,6 +120,8 @@ def make_engine(mode: str, cfg: BenchConfig, backend: str = "python") -> Reuse |
         return Reuse(depth=cfg.depth, freq=1.0, collect=cfg.collect, backend=backend)
     if mode in ("reuse+batch", "prefetch"):
         return Reuse(depth=1, collect=0, batching=True)
+    if mode in ("module+batch", "module+prefetch"):
+        return Reuse(depth=1, collect=0, batching=True, capture_modules=True)
     raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
 
@@ -133,6 +138,8 @@ class Runner:
         self.loss = loss_fn(cfg)
         self.times: dict[str, list[float]] = {s: [] for s in STAGES}
         self.losses: list[float] = []
+        self.nodes: list[int] = []  # recorded nodes per batch (lazy modes)
+        self.record: list[tuple[float, int]] = []  # prefetch modes: the workers' recording time and node count
         self.stream: Any = None
         self.last_end: float | None = None
 
@@ -141,10 +148,10 @@ class Runner:
         model, vocab, loss = self.model, self.vocab, self.loss
         self.last_end = None
         self.stream = prefetch(model, batches, lambda raw: loss(model, [encode_tree(t, vocab) for t in raw]),
-                               workers=self.cfg.workers)
+                               workers=self.cfg.workers, capture_modules=self.mode.startswith("module"))
 
     def step(self, raw: list[Tree]) -> float:
-        if self.mode == "prefetch":
+        if self.mode in PREFETCH_MODES:
             return self._step_prefetched(raw)
         clock = time.perf_counter
         t0 = clock()
@@ -156,13 +163,15 @@ class Runner:
             loss = self.loss(self.model, batch)
             t2 = t3 = clock()
         else:
-            with lazy(self.engine, examples=len(batch)):
+            with lazy(self.engine, examples=len(batch)) as tr:
                 lazy_loss = self.loss(self.model, batch)
             t2 = clock()
+            recorded = len(tr.refs)  # a trace that groups while recording keeps no list (the engine counts)
             loss = build(lazy_loss)
             t3 = clock()
             if self.engine is not None:
                 optimize = self.engine.last.optimize_s
+            self.nodes.append(recorded or (self.engine.last.ops_total if self.engine is not None else 0))
         loss.backward()
         t4 = clock()
         self.opt.step()
@@ -184,6 +193,9 @@ class Runner:
         got, lazy_loss = next(self.stream)
         if got is not raw:
             raise RuntimeError("prefetch: batches out of order")
+        stats = getattr(lazy_loss.trace, "stats", None)
+        if stats:
+            self.record.append((stats["record_s"], stats["nodes"]))
         t1 = clock()
         loss = build(lazy_loss)
         t2 = clock()
@@ -207,6 +219,21 @@ class Runner:
     def medians(self, warmup: int) -> dict[str, float]:
         return {s: 1000 * statistics.median(v[warmup:] or v) for s, v in self.times.items()}
 
+    def recording(self, warmup: int) -> dict[str, float] | None:
+        """Median recording time per batch (ms), recorded nodes per batch and time per node (us): measured here
+        for in-process lazy modes (``trace`` stage), in the workers for prefetch modes."""
+        if self.mode in PREFETCH_MODES:
+            rows = self.record[warmup:] or self.record
+            if not rows:
+                return None
+            ms, nodes = 1000 * statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+        else:
+            if not self.nodes:
+                return None
+            ms = 1000 * statistics.median(self.times["trace"][warmup:] or self.times["trace"])
+            nodes = statistics.median(self.nodes[warmup:] or self.nodes)
+        return {"ms_per_batch": ms, "nodes_per_batch": nodes, "us_per_node": 1000 * ms / nodes if nodes else 0.0}
+
 
 def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2) -> dict[str, Runner]:
     """All modes, each in phases of its own (all batches in a row), the phases of the modes alternating for
@@ -215,7 +242,7 @@ def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2) -> dict[str, Ru
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
     for _ in range(rounds):
         for r in runners.values():
-            if r.mode == "prefetch":
+            if r.mode in PREFETCH_MODES:
                 run_prefetch(r, cfg, work.batches)
                 continue
             for b in work.batches:
@@ -266,7 +293,7 @@ def training_equivalence(cfg: BenchConfig, work: Workload, mode: str, steps: int
     for m in ("eager", mode):
         r = Runner(m, cfg, work.vocab)
         torch.manual_seed(cfg.seed + 1)
-        if m == "prefetch":
+        if m in PREFETCH_MODES:
             run_prefetch(r, cfg, work.batches[:steps])
         else:
             for b in work.batches[:steps]:
@@ -307,7 +334,11 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
             eq = training_equivalence(cfg, work, best, min(cfg.train_steps, len(work.batches)))
             res["training"] = eq
             res["loss_max_abs_diff"] = eq["loss_max_abs_diff"]
-    engines = {m: r.engine for m, r in runners.items() if r.engine is not None and m != "prefetch"}
+    res["recording"] = {m: rec for m, r in runners.items() if (rec := r.recording(warm)) is not None}
+    captured = [r for m, r in runners.items() if m.startswith("module")]
+    if captured:
+        res["capture"] = capture_report(captured[0].model)
+    engines = {m: r.engine for m, r in runners.items() if r.engine is not None and m not in PREFETCH_MODES}
     res["engines"] = {m: {**e.report(), "units": e.last.units, "calls": e.last.calls,
                           "pattern_units": e.last.pattern_units, "ops_total": e.last.ops_total}
                       for m, e in engines.items()}

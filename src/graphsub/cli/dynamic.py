@@ -45,6 +45,19 @@ def _print(res: dict[str, Any]) -> None:
             t3.add_row(str(r["depth"]), str(r["occurrences"]), str(r["frequent"]), _f(r["avg_occurrence"]),
                        _f(r["avg_op_count"], ".2f"), str(r["distinct_signatures"]), str(r["hash_collisions"]))
         con.print(t3)
+    if res.get("recording"):
+        t2 = Table("mode", "recording ms / batch", "recorded nodes / batch", "us / node",
+                   title="recording (prefetch modes: in the worker processes)")
+        for m, r in res["recording"].items():
+            t2.add_row(m, _f(r["ms_per_batch"]), _f(r["nodes_per_batch"], ".0f"), _f(r["us_per_node"], ".2f"))
+        con.print(t2)
+    if res.get("capture"):
+        t4 = Table("callable", "captured", "keys captured / refused", "reason (last refusal)",
+                   title="module-level capture: what was recorded as one node")
+        for r in res["capture"]:
+            t4.add_row(r["callable"], "yes" if r["captured"] else "no", f"{r['captured_keys']} / {r['refused_keys']}",
+                       r["reason"] or "-")
+        con.print(t4)
     if "training" in res:
         tr = res["training"]
         con.print(f"best mode: [bold]{res['best_mode']}[/], full step {res['speedup_full_step']:.2f}x eager; "
@@ -61,9 +74,11 @@ def bench_cmd(
     depth: Annotated[int, typer.Option("--depth", min=1, help="P_Depth of the reuse mode.")] = 8,
     seed: SeedOpt = 0,
     workload: Annotated[str, typer.Option("--workload", help="treelstm or seqlstm.")] = "treelstm",
-    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: eager,traced,reuse,reuse+batch,prefetch "
-                                                       "(prefetch: reuse+batch recorded ahead by worker "
-                                                       "processes).")] = "eager,traced,reuse,reuse+batch,prefetch",
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: eager,traced,reuse,reuse+batch,prefetch,"
+                                                       "module+batch,module+prefetch (module+...: module calls "
+                                                       "recorded as one node each and batched whole; ...prefetch: "
+                                                       "recorded ahead by worker processes).")]
+    = "eager,traced,reuse,reuse+batch,prefetch,module+batch,module+prefetch",
     workers: Annotated[int, typer.Option("--workers", min=0, help="Worker processes of the prefetch mode (0: record "
                                                                "in the main process).")] = 2,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,

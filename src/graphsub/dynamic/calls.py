@@ -81,6 +81,8 @@ def op_name(func: Callable[..., Any]) -> str:
     """Readable, stable name of a torch callable (``torch.tanh``, ``Tensor.__mul__``, ``F.linear``)."""
     if func is operator.getitem:
         return "getitem"
+    if isinstance(func, torch.nn.Module):
+        return f"module.{type(func).__name__}"
     mod = getattr(func, "__module__", None) or ""
     qual: str = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
     if "Tensor" in qual or mod.startswith("torch._tensor"):
@@ -110,6 +112,18 @@ def item_kid(k: int) -> int:
     return kid
 
 
+_TOKENS: dict[Any, int] = {}
+
+
+def token(desc: Any) -> int:
+    """A small int standing for a value's (shape, dtype) description (cheaper to hash in op keys than the
+    description itself; the same description always gets the same token)."""
+    tok = _TOKENS.get(desc)
+    if tok is None:
+        tok = _TOKENS[desc] = len(_TOKENS) + 1
+    return tok
+
+
 class OpInfo:
     """What the memo knows of one op key: output meta value(s), key id, shape / dtype / token, the call's
     template and constants (shared by every node of the key), and per-output infos of a multi-output op."""
@@ -122,10 +136,10 @@ class OpInfo:
         if isinstance(meta, torch.Tensor):
             self.shape: torch.Size | None = meta.shape
             self.dtype: torch.dtype | None = meta.dtype
-            self.tok: Any = (meta.shape, meta.dtype)
+            self.tok: Any = token((meta.shape, meta.dtype))
         else:
             self.shape = self.dtype = None
-            self.tok = tuple((m.shape, m.dtype) for m in meta)
+            self.tok = token(tuple((m.shape, m.dtype) for m in meta))
 
     @classmethod
     def blank(cls) -> OpInfo:
@@ -158,4 +172,4 @@ def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Ten
 
 
 __all__ = ["KEYS", "KID_INFO", "SLOTS", "SLOT_MARKER", "OpInfo", "Slot", "draw_mask", "fill", "flatten", "item_kid",
-           "new_kid", "op_name", "param_tok"]
+           "new_kid", "op_name", "param_tok", "token"]

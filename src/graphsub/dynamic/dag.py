@@ -161,6 +161,8 @@ class Trace:
         self.examples = examples
         self.built = False
         self.grouping: bool = bool(getattr(engine, "group_nodes", False))
+        # module-level capture: calls of nn.Modules and @cell functions recorded as one node each
+        self.capture: bool = bool(getattr(engine, "capture_modules", False))
         self.pending: dict[int, Group] = {}
         # deferred random numbers: with ``engine.defer_masks`` dropout masks are placeholders, listed here in
         # program order (id -> (order, shape, dtype, p)) and drawn by whoever runs the trace's plan (the

@@ -82,7 +82,8 @@ class Reuse:
     example) and ``P_Collect``; ``shapes``: shape (True) or structure (False) equivalence;
     ``backend``: ``python``, ``fx`` or ``inductor``; ``batching``: run same-key units of a level
     as one call; ``check_tol``: tolerance of the first-use batching check; ``defer_masks``: leave
-    dropout masks to be drawn where the trace's plan runs (:mod:`graphsub.dynamic.prefetch`).
+    dropout masks to be drawn where the trace's plan runs (:mod:`graphsub.dynamic.prefetch`);
+    ``capture_modules``: record module and ``@cell`` calls as one node each (:mod:`graphsub.dynamic.capture`).
     """
 
     depth: int = 8
@@ -93,6 +94,7 @@ class Reuse:
     batching: bool = False
     check_tol: float = 1e-5
     defer_masks: bool = False
+    capture_modules: bool = False
     hash_fn: Any = hash
     table: PatternTable = field(init=False)
     traces_seen: int = 0

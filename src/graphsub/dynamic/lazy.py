@@ -61,7 +61,7 @@ import itertools
 import operator
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -254,6 +254,26 @@ def _needs_record(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
 _PASS: set[Any] = set()  # callables that never give a lazy node (attribute getters such as ``Tensor.device``)
 
 
+PROBING = [0]
+"""Depth of module probes (:mod:`graphsub.dynamic.capture`): a callee's body recorded once to learn its output
+shapes and whether it can be one node (no values read, no random numbers drawn)."""
+
+
+class ProbeRefusal(LazyError):
+    """What a probed callee did that rules out recording its call as one node."""
+
+
+_RANDOM = {torch.rand, torch.randn, torch.randint, torch.rand_like, torch.randn_like, torch.randint_like,
+           torch.bernoulli, torch.normal, torch.multinomial, torch.randperm, torch.poisson, torch.Tensor.bernoulli_,
+           torch.Tensor.uniform_, torch.Tensor.normal_, torch.Tensor.random_, torch.Tensor.exponential_,
+           F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout, F.gumbel_softmax,
+           F.rrelu}
+
+
+def _refuse_random(func: Callable[..., Any]) -> None:
+    raise ProbeRefusal(f"draws random numbers ({op_name(func)}): one batched call would draw them in another order")
+
+
 def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """Record ``func(*args, **kwargs)`` as a lazy node (or run it, for data-only calls)."""
     if func in _PASS or EXEC_DEPTH[0] or not _needs_record(args, kwargs):
@@ -262,7 +282,12 @@ def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
     return _record(func, args, kwargs)
 
 
-def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+            infer: Callable[..., Any] | None = None) -> Any:
+    """Record one call (see :func:`record`).  ``infer``: how a new key's output meta value(s) are found when the
+    callee is not a torch op (a captured module or cell, :mod:`graphsub.dynamic.capture`): ``infer(func, template,
+    inputs)``; it may raise :class:`ProbeRefusal`, which is remembered for the key (the memo then holds the
+    refusal, and this function returns it for the caller to run the callee's body instead)."""
     # the call's template and constants, as flatten((tuple(args), dict(kwargs))) would give, with a fast
     # path for the usual flat argument lists
     inputs: list[Any] = []
@@ -275,6 +300,12 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         elif t is int or t is float or t is bool or a is None:
             keyl.append(t)
             keyl.append(a)
+        elif t is tuple and all(type(b) is LazyTensor for b in a):  # a state tuple, as flatten() gives it
+            keyl.append(tuple)
+            keyl.append(len(a))
+            for b in a:
+                inputs.append(b)
+                keyl.append(SLOT_MARKER)
         else:
             flatten(a, inputs, keyl)
     if kwargs:
@@ -317,12 +348,22 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         info = KEYS.get(key)
     except TypeError:  # an unhashable constant: a key of its own
         key, info = None, None
+    if infer is not None and type(info) is ProbeRefusal:
+        return info
     if info is None:  # a new op key: its template, output meta value and key id
         scratch: list[Any] = []
         template = (tuple(flatten(a, scratch, []) for a in args),
                     {k: flatten(v, scratch, []) for k, v in kwargs.items()})
         ckey: tuple[Any, ...] = tuple(keyl[1:nconst]) if key is not None else ("unhashable", next(_GID))
-        meta = _infer(func, template, inputs)
+        if infer is None:
+            meta = _infer(func, template, inputs)
+        else:
+            try:
+                meta = infer(func, template, inputs)
+            except ProbeRefusal as refusal:
+                if key is not None:
+                    KEYS[key] = refusal  # type: ignore[assignment]
+                return refusal
         if isinstance(meta, torch.Tensor):
             kid = item_kid(template[0][1]) if func is operator.getitem and type(template[0][1]) is int \
                 else new_kid(_row_batchable(inputs, meta))
@@ -341,6 +382,10 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         return node
     outs = [new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
     return tuple(outs) if isinstance(info.meta, tuple) else outs
+
+
+record_as_node = _record
+""":func:`record` without the data-only shortcut, with an optional ``infer`` (module capture's entry point)."""
 
 
 def new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], trace: Trace,
@@ -401,6 +446,8 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
     x, p, training = bound["input"], float(bound.get("p", 0.5)), bool(bound.get("training", True))
     if not training or p == 0.0:
         return x
+    if PROBING[0]:
+        _refuse_random(F.dropout)
     if p >= 1.0:
         return record(torch.mul, (x, 0.0), {})
     shape = tuple(x.shape)
@@ -421,6 +468,8 @@ class _LazyMode(TorchFunctionMode):
             kwargs = _NOKW
         if EXEC_DEPTH[0] or func in _PASS:
             return func(*args, **kwargs)
+        if PROBING[0] and func in _RANDOM:
+            _refuse_random(func)
         for a in args:
             if type(a) is LazyTensor:
                 return _record(func, args, kwargs)
@@ -439,18 +488,38 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     """
     trace = Trace(engine, examples)
     _CURRENT.append(trace)
+    if trace.capture:  # module-level capture (graphsub.dynamic.capture) while this context is open
+        from graphsub.dynamic.capture import capturing
+
+        scope: Any = capturing()
+    else:
+        scope = nullcontext()
     # the cyclic collector is paused while recording: a trace allocates tens of thousands of small
     # acyclic objects, and the collector's passes over the (large) heap of torch would cost more than
     # the recording itself; the trace's one cycle (nodes <-> trace) is collected after the context
     collect = gc.isenabled()
     gc.disable()
     try:
-        with _LazyMode():
+        with scope, _LazyMode():
             yield trace
     finally:
         _CURRENT.pop()
         if collect:
             enable_gc()
+
+
+def current_trace() -> Trace | None:
+    """The trace of the innermost open ``lazy()`` context (or probe), if any."""
+    return _CURRENT[-1] if _CURRENT else None
+
+
+def push_trace(trace: Trace) -> None:
+    """Make ``trace`` the current one (a probe's; undone by :func:`pop_trace`)."""
+    _CURRENT.append(trace)
+
+
+def pop_trace() -> None:
+    _CURRENT.pop()
 
 
 def build(out: Any) -> Any:
@@ -462,4 +531,5 @@ def build(out: Any) -> Any:
     return out
 
 
-__all__ = ["LazyError", "LazyTensor", "build", "lazy", "new_node", "record"]
+__all__ = ["PROBING", "LazyError", "LazyTensor", "ProbeRefusal", "build", "current_trace", "lazy", "new_node",
+           "pop_trace", "push_trace", "record", "record_as_node"]

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from graphsub.dynamic.calls import KID_INFO, draw_mask, fill
 from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
@@ -347,9 +348,37 @@ def _map_cols(cols: list[Any], batched: bool, conv: Callable[[Any], Any]) -> lis
     return out
 
 
-def to_wire(plan: Plan, params: dict[int, int], sent: set[int]) -> Any:
+@dataclass(frozen=True)
+class ModuleRef:
+    """A module of the model on the wire, by its path in ``named_modules()`` (a captured call's op, or a cell
+    method's ``self``): the receiving process calls its own module, whose parameters are the live ones."""
+
+    name: str
+
+
+def _swap_modules(obj: Any, conv: Callable[[Any], Any]) -> Any:
+    """``obj`` (an op or a call template) with ``conv`` applied to every module / :class:`ModuleRef` in it."""
+    if isinstance(obj, (nn.Module, ModuleRef)):
+        return conv(obj)
+    t = type(obj)
+    if t is tuple or t is list:
+        return t(_swap_modules(o, conv) for o in obj)
+    if t is dict:
+        return {k: _swap_modules(v, conv) for k, v in obj.items()}
+    return obj
+
+
+def to_wire(plan: Plan, params: dict[int, int], sent: set[int], modules: dict[int, str] | None = None) -> Any:
     """``plan`` as picklable data: tensors as NumPy arrays, parameters as indices into the model's parameter
-    list (``params``: ``id(p)`` -> index), op definitions only for key ids not in ``sent`` (updated)."""
+    list (``params``: ``id(p)`` -> index), modules (captured calls) as :class:`ModuleRef` (``modules``: ``id(m)``
+    -> path), op definitions only for key ids not in ``sent`` (updated)."""
+    names = modules or {}
+
+    def module(m: Any) -> ModuleRef:
+        name = names.get(id(m))
+        if name is None:
+            raise LazyError(f"prefetch: a captured module that is not part of the model ({type(m).__name__})")
+        return ModuleRef(name)
 
     def tensor(t: Any) -> Any:
         if isinstance(t, torch.Tensor):
@@ -362,16 +391,24 @@ def to_wire(plan: Plan, params: dict[int, int], sent: set[int]) -> Any:
         return t
 
     steps = [(st.kid, st.n, st.batched, _map_cols(st.cols, st.batched, tensor)) for st in plan.steps]
-    new_ops = {k: (o.func, o.template, o.batchable) for k, o in plan.ops.items() if k not in sent}
+    new_ops = {k: (_swap_modules(o.func, module), _swap_modules(o.template, module), o.batchable)
+               for k, o in plan.ops.items() if k not in sent}
     sent.update(new_ops)
     return steps, plan.out, tensor(plan.value), new_ops, plan.masks
 
 
-def from_wire(wire: Any, params: Sequence[torch.Tensor], ops: dict[int, OpDef]) -> Plan:
-    """The plan sent by :func:`to_wire` (``ops`` receives the new op definitions)."""
+def from_wire(wire: Any, params: Sequence[torch.Tensor], ops: dict[int, OpDef],
+              modules: dict[str, nn.Module] | None = None) -> Plan:
+    """The plan sent by :func:`to_wire` (``ops`` receives the new op definitions; ``modules``: the model's
+    ``named_modules()``, which :class:`ModuleRef` names are looked up in)."""
     steps_w, out, value, new_ops, masks = wire
+    mods = modules or {}
+
+    def module(ref: Any) -> nn.Module:
+        return mods[ref.name]
+
     for k, (func, template, batchable) in new_ops.items():
-        ops[k] = OpDef(func, template, batchable)
+        ops[k] = OpDef(_swap_modules(func, module), _swap_modules(template, module), batchable)
 
     def tensor(t: Any) -> Any:
         if type(t) is tuple and len(t) == 2 and t[0] in ("np", "param"):
@@ -387,6 +424,7 @@ __all__ = [
     "D",
     "E",
     "L",
+    "ModuleRef",
     "OpDef",
     "P",
     "PerMember",

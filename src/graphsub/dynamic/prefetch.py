@@ -25,6 +25,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -61,36 +62,43 @@ class PlanEngine:
 
 
 def _planned_output(plan: Plan, engine: PlanEngine) -> LazyTensor:
-    """A lazy value standing for the output of ``plan``: ``build``/``backward`` on it run the plan."""
+    """A lazy value standing for the output of ``plan``: ``build``/``backward`` on it run the plan (its trace's
+    ``stats``: the worker's recording and planning times and node count)."""
     trace = Trace(engine)
     trace.plan = plan  # type: ignore[attr-defined]
     return new_node(_planned_output, OpInfo.blank(), (), trace, 0)
 
 
-def _worker(fn: Callable[[Any], Any], params: dict[int, int], jobs: Any, results: Any, nice: int) -> None:
+def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int, str], capture: bool, jobs: Any,
+            results: Any, nice: int) -> None:
     torch.set_num_threads(1)
     if nice:
         os.nice(nice)  # the main process runs the current step: it goes first when they share a core
     sent: set[int] = set()
-    engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True)
+    engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True, capture_modules=capture)
     while True:
         job = jobs.get()
         if job is None:
             return
         i, batch = job
         try:
+            t0 = time.perf_counter()
             with lazy(engine) as tr:
                 out = fn(batch)
+            t1 = time.perf_counter()
             if type(out) is not LazyTensor:
                 raise PrefetchError(f"prefetch: fn returned {type(out).__name__}, not a lazy value")
-            plan = build_plan(tr.take_pending(), out, tr.masks)
-            results.put((i, to_wire(plan, params, sent), None))
+            groups = tr.take_pending()
+            plan = build_plan(groups, out, tr.masks)
+            stats = {"record_s": t1 - t0, "plan_s": time.perf_counter() - t1,
+                     "nodes": sum(len(g.members) for g in groups)}
+            results.put((i, (to_wire(plan, params, sent, modules), stats), None))
         except BaseException as e:  # sent back, raised in the main process
             results.put((i, None, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
 def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any], workers: int = 2, ahead: int = 2,
-             timeout: float = 300.0, nice: int = 5) -> Iterator[tuple[Any, LazyTensor]]:
+             timeout: float = 300.0, nice: int = 5, capture_modules: bool = False) -> Iterator[tuple[Any, LazyTensor]]:
     """Yield ``(batch, loss)`` for each batch, ``loss`` a lazy value of ``fn(batch)`` recorded ahead of time by
     ``workers`` worker processes (module docstring); ``loss.backward()`` / ``build(loss)`` run its batched plan
     here, drawing its dropout masks here in program order.  ``workers=0`` records each batch in this process
@@ -98,12 +106,14 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
 
     ``ahead``: how many batches each worker may be ahead; ``timeout``: seconds to wait for one batch's plan;
     ``nice``: the workers' scheduling niceness increment (0: none), so that with more processes than cores the
-    main process, which runs the step everything waits for, is served first.
+    main process, which runs the step everything waits for, is served first; ``capture_modules``: record module
+    calls as one node each (:mod:`graphsub.dynamic.capture`; the plan names them by their path in ``model``).
     """
     if workers < 0 or ahead < 1:
         raise ValueError("prefetch: workers must be >= 0 and ahead >= 1")
     if workers == 0:  # no worker: record each batch here, just before it runs (same loop, one core)
-        engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True)  # masks drawn when run, as below
+        engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True,  # masks drawn when run, as below
+                       capture_modules=capture_modules)
         for b in batches:
             with lazy(engine):
                 out = fn(b)
@@ -113,10 +123,13 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
         return
     plist = list(model.parameters())
     ids = {id(p): k for k, p in enumerate(plist)}
+    named = dict(model.named_modules())
+    mod_ids = {id(m): name for name, m in named.items()}
     ctx = mp.get_context("fork")
     results: Any = ctx.Queue()
     jobs: list[Any] = [ctx.Queue() for _ in range(workers)]
-    procs = [ctx.Process(target=_worker, args=(fn, ids, q, results, nice), daemon=True) for q in jobs]
+    procs = [ctx.Process(target=_worker, args=(fn, ids, mod_ids, capture_modules, q, results, nice), daemon=True)
+             for q in jobs]
     for pr in procs:
         pr.start()
     # one op table and batching state per worker: key ids made after the fork differ between workers
@@ -146,8 +159,10 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
                 jobs[sent % workers].put((sent, b))
                 sent += 1
             eng = engines[nxt % workers]
-            plan = from_wire(ready.pop(nxt), plist, eng.ops)
-            yield pending.pop(nxt), _planned_output(plan, eng)
+            wire, stats = ready.pop(nxt)
+            out = _planned_output(from_wire(wire, plist, eng.ops, named), eng)
+            out.trace.stats = stats  # type: ignore[attr-defined]
+            yield pending.pop(nxt), out
             nxt += 1
     finally:
         for q in jobs:

@@ -103,32 +103,51 @@ class SentenceClassifier(nn.Module):
         return F.cross_entropy(logits, _target(label, self.num_classes, self.embedding.weight.device))
 
 
-class BinaryTreeLSTM(SentenceClassifier):
-    """Binary (N-ary, N = 2) Tree-LSTM sentiment classifier, evaluated recursively per tree."""
+class TreeLeaf(nn.Module):
+    """The leaf cell: ``c = W_c x + b_c``, ``h = sigmoid(W_o x + b_o) * tanh(c)`` from the word's embedding ``x``."""
 
-    leaf_c: nn.Linear
-    leaf_o: nn.Linear
-    composer: nn.Linear
+    def __init__(self, emb_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.c = nn.Linear(emb_dim, hidden)
+        self.o = nn.Linear(emb_dim, hidden)
 
-    def build_cells(self, emb_dim: int, hidden: int) -> None:
-        self.leaf_c = nn.Linear(emb_dim, hidden)
-        self.leaf_o = nn.Linear(emb_dim, hidden)
-        self.composer = nn.Linear(2 * hidden, 5 * hidden)
+    def forward(self, x: Tensor) -> State:
+        c = self.c(x)
+        return c, torch.sigmoid(self.o(x)) * torch.tanh(c)
 
-    def leaf(self, wid: int) -> State:
-        """State of a leaf holding word id ``wid``."""
-        x = self.embed(wid)
-        c = self.leaf_c(x)
-        h = torch.sigmoid(self.leaf_o(x)) * torch.tanh(c)
-        return c, h
 
-    def compose(self, left: State, right: State) -> State:
-        """State of an internal node from its children's states."""
+class TreeComposer(nn.Module):
+    """The internal-node cell: one ``Linear(2H, 5H)`` over ``cat([h_l, h_r])`` chunked into ``i, o, f_l, f_r, u``."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2 * hidden, 5 * hidden)
+
+    def forward(self, left: State, right: State) -> State:
         (lc, lh), (rc, rh) = left, right
-        i, o, fl, fr, u = self.composer(torch.cat([lh, rh], dim=1)).chunk(5, dim=1)
+        i, o, fl, fr, u = self.linear(torch.cat([lh, rh], dim=1)).chunk(5, dim=1)
         c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * lc + torch.sigmoid(fr) * rc
         h = torch.sigmoid(o) * torch.tanh(c)
         return c, h
+
+
+class BinaryTreeLSTM(SentenceClassifier):
+    """Binary (N-ary, N = 2) Tree-LSTM sentiment classifier, evaluated recursively per tree."""
+
+    leaf_cell: TreeLeaf
+    composer: TreeComposer
+
+    def build_cells(self, emb_dim: int, hidden: int) -> None:
+        self.leaf_cell = TreeLeaf(emb_dim, hidden)
+        self.composer = TreeComposer(hidden)
+
+    def leaf(self, wid: int) -> State:
+        """State of a leaf holding word id ``wid``."""
+        return self.leaf_cell(self.embed(wid))
+
+    def compose(self, left: State, right: State) -> State:
+        """State of an internal node from its children's states."""
+        return self.composer(left, right)
 
     def node_state(self, tree: Tree) -> State:
         """``(c, h)`` of ``tree``'s root, by recursion over the tree (define-by-run)."""
@@ -155,28 +174,38 @@ class BinaryTreeLSTM(SentenceClassifier):
 
         return {
             "embedding": count(self.embedding),
-            "leaf": count(self.leaf_c, self.leaf_o),
+            "leaf": count(self.leaf_cell),
             "composer": count(self.composer),
             "output": count(self.output),
         }
 
 
-class SeqLSTM(SentenceClassifier):
-    """LSTM over a sentence's word ids, one step at a time in Python, classifying the last ``h``."""
+class LSTMStep(nn.Module):
+    """One LSTM step: ``Linear(E + H, 4H)`` over ``cat([x, h])``, gates ``i, f, g, o`` as in ``nn.LSTMCell``."""
 
-    cell: nn.Linear
+    def __init__(self, emb_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(emb_dim + hidden, 4 * hidden)
 
-    def build_cells(self, emb_dim: int, hidden: int) -> None:
-        self.cell = nn.Linear(emb_dim + hidden, 4 * hidden)
-
-    def step(self, wid: int, state: State) -> State:
-        """One LSTM step on word id ``wid`` from ``state = (c, h)``."""
+    def forward(self, x: Tensor, state: State) -> State:
         c, h = state
-        x = self.embed(wid)
-        i, f, g, o = self.cell(torch.cat([x, h], dim=1)).chunk(4, dim=1)
+        i, f, g, o = self.linear(torch.cat([x, h], dim=1)).chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
         return c, h
+
+
+class SeqLSTM(SentenceClassifier):
+    """LSTM over a sentence's word ids, one step at a time in Python, classifying the last ``h``."""
+
+    cell: LSTMStep
+
+    def build_cells(self, emb_dim: int, hidden: int) -> None:
+        self.cell = LSTMStep(emb_dim, hidden)
+
+    def step(self, wid: int, state: State) -> State:
+        """One LSTM step on word id ``wid`` from ``state = (c, h)``."""
+        return self.cell(self.embed(wid), state)
 
     def forward(self, tokens: Sequence[int]) -> Tensor:
         """Class logits ``[1, num_classes]`` of the word-id sequence ``tokens`` (non-empty)."""
@@ -214,9 +243,12 @@ def make_optimizer(model: nn.Module, lr: float = 0.05, weight_decay: float = 1e-
 
 __all__ = [
     "BinaryTreeLSTM",
+    "LSTMStep",
     "SentenceClassifier",
     "SeqLSTM",
     "State",
+    "TreeComposer",
+    "TreeLeaf",
     "batch_loss",
     "make_optimizer",
     "seq_batch_loss",

@@ -1,0 +1,366 @@
+"""Module-level capture: a call of an ``nn.Module`` (or of a function marked :func:`cell`) inside ``lazy(...)``
+recorded as *one* node, batched as a whole (Cavs' vertex function, DyNet/Fold's cell-level batching).
+
+The op-level tracer (:mod:`graphsub.dynamic.lazy`) pays Python for every torch call of a cell -- a Tree-LSTM
+node is about a dozen -- and batches each op on its own, with a gather between ops.  With capture on (an
+engine with ``capture_modules = True``, e.g. ``Reuse(depth=1, collect=0, batching=True,
+capture_modules=True)``), every module call made while the trace records is looked at once per *key* --
+(module, parameter identities, input shapes and dtypes, constant arguments), the op memo's key with the module
+as the op -- and either:
+
+* **captured**: recorded as one node whose op is the module itself.  Its output shapes come from a *probe*:
+  the module's body recorded once on stand-in inputs into a scratch trace.  The batching engine then calls
+  the module once per (level, key) on its members' inputs stacked along dimension 0 -- the whole cell is one
+  step of the plan, its intermediate values never leave the batch -- and autograd runs through that call.
+  The first batched call of a key is compared with row-by-row calls (:func:`~graphsub.dynamic.plan.rows_agree`);
+  a module that mixes rows is run member by member from then on; or
+* **refused**: the module's own ``forward`` runs and its ops are recorded one by one (op-level recording, the
+  fallback), when the call
+
+  - has an argument that is neither a tensor nor a constant (a tree, a list of words: the module's control
+    flow follows it, e.g. the top-level model);
+  - reads a value (``bool(t)``, ``t.item()``, ``t.tolist()``...: control flow that depends on tensor values);
+  - draws random numbers (dropout in training, ``torch.rand``...: a batched call would draw them in another
+    order than eager code);
+  - is a module with forward hooks, or with buffers while in training mode (BatchNorm's running statistics);
+  - returns something other than a tensor or a flat tuple / list of tensors computed from its inputs.
+
+  The refusal is remembered per key (and counted per callable), and :func:`report` says why.
+
+Calls inside a captured module are not captured again (the module is one node); a probe never captures.
+
+How: while a capturing ``lazy()`` context is open, ``nn.Module.__call__`` is replaced by :func:`_module_call`
+(restored when the last such context closes).  PyTorch has no hook that can replace a module's result, so
+this is the one place the tracer swaps a method; it passes straight through when no capturing trace is
+recording, while a plan executes, and inside probes.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from operator import getitem
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from graphsub.dynamic.calls import KEYS, SLOT_MARKER, OpInfo, fill, new_kid
+from graphsub.dynamic.dag import EXEC_DEPTH, Trace
+from graphsub.dynamic.lazy import (
+    _CURRENT,
+    PROBING,
+    LazyTensor,
+    ProbeRefusal,
+    new_node,
+    pop_trace,
+    push_trace,
+    record_as_node,
+)
+
+_ORIG_CALL = nn.Module.__call__
+_LOCK = threading.Lock()
+_ACTIVE = [0]  # capturing lazy() contexts open
+MAX_KEYS = 256
+"""Keys (shapes / constants) one callable may have before its new keys are refused (constants such as word ids
+passed as Python ints would otherwise make a key, and a probe, per value)."""
+
+
+@dataclass
+class Decision:
+    """What capture decided for one callable (module or cell function), over all its keys."""
+
+    name: str
+    captured_keys: int = 0
+    refused_keys: int = 0
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"callable": self.name, "captured": self.captured_keys > 0 and self.refused_keys == 0,
+                "captured_keys": self.captured_keys, "refused_keys": self.refused_keys, "reason": self.reason}
+
+
+_DECISIONS: dict[int, tuple[Any, Decision]] = {}  # id(callable) -> (callable, decision)
+_SIMPLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _decision(fn: Any) -> Decision:
+    ent = _DECISIONS.get(id(fn))
+    if ent is None or ent[0] is not fn:
+        name = type(fn).__name__ if isinstance(fn, nn.Module) else getattr(fn, "__qualname__", repr(fn))
+        ent = _DECISIONS[id(fn)] = (fn, Decision(name))
+    return ent[1]
+
+
+def report(model: nn.Module | None = None) -> list[dict[str, Any]]:
+    """Capture decisions so far, one per callable: captured or not, how many keys each way, and the reason of
+    the last refusal.  With ``model``, only its modules (and cell functions) are listed, named by their path in
+    it (``composer (TreeComposer)``)."""
+    names = {id(m): (n or type(m).__name__) for n, m in model.named_modules()} if model is not None else {}
+    out = []
+    for fn, d in list(_DECISIONS.values()):
+        row = d.as_dict()
+        if id(fn) in names:
+            row["callable"] = f"{names[id(fn)]} ({type(fn).__name__})" if names[id(fn)] != type(fn).__name__ \
+                else names[id(fn)]
+        elif model is not None and isinstance(fn, nn.Module):
+            continue  # a module of another model
+        out.append(row)
+    return sorted(out, key=lambda r: r["callable"])
+
+
+def reset_report() -> None:
+    """Forget the decisions' counts (the keys' decisions themselves stay in the op memo)."""
+    _DECISIONS.clear()
+
+
+# ----------------------------------------------------------------------------------------- the switch
+@contextmanager
+def capturing() -> Iterator[None]:
+    """Route module calls through :func:`_module_call` while open (nested contexts share one swap)."""
+    with _LOCK:
+        _ACTIVE[0] += 1
+        if _ACTIVE[0] == 1:
+            nn.Module.__call__ = _module_call  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _ACTIVE[0] -= 1
+            if _ACTIVE[0] == 0:
+                nn.Module.__call__ = _ORIG_CALL  # type: ignore[method-assign]
+
+
+def _active() -> bool:
+    if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT:
+        return False
+    return _CURRENT[-1].capture
+
+
+def _module_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT or not _CURRENT[-1].capture:
+        return _ORIG_CALL(self, *args, **kwargs)
+    why = _module_refusal(self)
+    if why:
+        _refuse(self, why)
+        return _ORIG_CALL(self, *args, **kwargs)
+    return capture_call(self, args, kwargs)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def cell(fn: _F) -> _F:
+    """Mark a function (or method) whose calls inside a capturing ``lazy()`` context are recorded as one node each
+    and batched as a whole, as a module call is; outside such a context it is an ordinary call.
+
+    >>> @cell
+    ... def gate(x, y):
+    ...     return torch.sigmoid(x) * torch.tanh(y)
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _active():
+            return fn(*args, **kwargs)
+        return capture_call(wrapper, args, kwargs)
+
+    wrapper.__graphsub_cell__ = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def _body(fn: Any) -> Callable[..., Any]:
+    """The callee's own code: a module's original ``__call__``, a cell's undecorated function."""
+    if isinstance(fn, nn.Module):
+        return functools.partial(_ORIG_CALL, fn)
+    return fn.__wrapped__
+
+
+# ----------------------------------------------------------------------------------------- recording
+def _plain(x: Any) -> bool:
+    """A tensor, a constant, or a list / tuple of them (what a captured call may take)."""
+    t = type(x)
+    if t is LazyTensor or isinstance(x, (torch.Tensor, *_SIMPLE)):
+        return True
+    if t is tuple or t is list:
+        return all(_plain(y) for y in x)
+    return isinstance(x, nn.Module)  # a cell method's ``self``: keyed by identity
+
+
+def _scan(args: Any) -> int:
+    """1: some tensor and only tensors / constants; 0: constants only; -1: some other object (see :func:`_plain`)."""
+    has = 0
+    for a in args:
+        t = type(a)
+        if t is LazyTensor:
+            has = 1
+        elif t is tuple or t is list:
+            for b in a:
+                if type(b) is LazyTensor or isinstance(b, torch.Tensor):
+                    has = 1
+                elif not _plain(b):
+                    return -1
+        elif isinstance(a, torch.Tensor):
+            has = 1
+        elif not _plain(a):
+            return -1
+    return has
+
+
+def capture_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Record ``fn(*args, **kwargs)`` as one node if it can be (module docstring), else run the callee's own code so
+    that its ops are recorded one by one."""
+    scan = _scan(args)
+    if kwargs and scan >= 0:
+        scan = max(scan, _scan(kwargs.values())) if _scan(kwargs.values()) >= 0 else -1
+    if scan <= 0:
+        if scan < 0:
+            bad = next(type(a).__name__ for a in (*args, *kwargs.values()) if not _plain(a))
+            _refuse(fn, f"argument of type {bad} (neither a tensor nor a constant): its control flow may follow it")
+        return _body(fn)(*args, **kwargs)  # refused, or nothing to batch over (constants only)
+    if not kwargs:
+        node = _known(fn, args)
+        if node is not None:
+            return node
+    out = record_as_node(fn, args, kwargs, infer=_probe)
+    if type(out) is ProbeRefusal:
+        return _body(fn)(*args, **kwargs)
+    return out
+
+
+def _known(fn: Any, args: tuple[Any, ...]) -> Any:
+    """The node(s) of a call whose key is already captured, for the usual arguments (lazy values, tuples of them,
+    data tensors), built without the general recorder; ``None``: not that case (the key below is the one
+    :func:`~graphsub.dynamic.lazy.record_as_node` builds, so both find the same memo entry)."""
+    keyl: list[Any] = [fn, len(args)]
+    toks: list[Any] = []
+    inputs: list[Any] = []
+    lvl = 0
+    trace = None
+    for a in args:
+        t = type(a)
+        if t is LazyTensor:
+            inputs.append(a)
+            keyl.append(SLOT_MARKER)
+            toks.append(a.tok)
+            if a.level > lvl:
+                lvl = a.level
+            trace = a.trace
+        elif t is tuple:
+            keyl.append(tuple)
+            keyl.append(len(a))
+            for b in a:
+                if type(b) is not LazyTensor:
+                    return None
+                inputs.append(b)
+                keyl.append(SLOT_MARKER)
+                toks.append(b.tok)
+                if b.level > lvl:
+                    lvl = b.level
+                trace = b.trace
+        elif isinstance(a, torch.Tensor) and not a.requires_grad:
+            inputs.append(a)
+            keyl.append(SLOT_MARKER)
+            toks.append(a.shape)
+            toks.append(a.dtype)
+        else:
+            return None
+    info = KEYS.get(tuple(keyl + toks))
+    if info is None or type(info) is not OpInfo:
+        return None
+    if trace is None:
+        trace = _CURRENT[-1]
+    node = new_node(fn, info, tuple(inputs), trace, lvl + 1)
+    if not info.items:
+        return node
+    level = node.level + 1
+    outs = [new_node(getitem, it, (node,), trace, level) for it in info.items]
+    return tuple(outs) if type(info.meta) is tuple else outs
+
+
+def _refuse(fn: Any, reason: str) -> None:
+    d = _decision(fn)
+    if d.reason != reason:
+        d.reason = reason
+    if d.refused_keys == 0:
+        d.refused_keys = 1
+
+
+_BUFFERS: dict[int, tuple[nn.Module, bool]] = {}
+
+
+def _module_refusal(m: nn.Module) -> str:
+    if m._forward_hooks or m._forward_pre_hooks:
+        return "has forward hooks (a batched call would run them once per batch)"
+    if m.training:
+        ent = _BUFFERS.get(id(m))
+        if ent is None or ent[0] is not m:
+            ent = _BUFFERS[id(m)] = (m, next(m.buffers(), None) is not None)
+        if ent[1]:
+            return "has buffers in training mode (e.g. BatchNorm's running statistics, updated by each call)"
+    return ""
+
+
+class _ProbeEngine:
+    """The engine of a probe's scratch trace: any demand for a value is a refusal."""
+
+    group_nodes = False
+    capture_modules = False
+
+    def run(self, trace: Trace, out: Any) -> Any:
+        raise ProbeRefusal(f"reads a tensor's value ({out!r}): control flow that depends on tensor values")
+
+
+def _probe(fn: Any, template: Any, inputs: list[Any]) -> Any:
+    """Output meta value(s) of a new key: the callee's body recorded once on stand-ins (module docstring)."""
+    dec = _decision(fn)
+    if dec.captured_keys + dec.refused_keys >= MAX_KEYS:
+        dec.refused_keys += 1
+        dec.reason = f"more than {MAX_KEYS} distinct keys (shapes or constants)"
+        raise ProbeRefusal(dec.reason)
+    try:
+        meta = _record_body(_body(fn), template, inputs)
+    except ProbeRefusal as e:
+        dec.refused_keys += 1
+        dec.reason = str(e)
+        raise
+    except Exception as e:  # the body failed on stand-ins: run it op by op instead
+        dec.refused_keys += 1
+        dec.reason = f"cannot be recorded as one node ({type(e).__name__}: {e})"
+        raise ProbeRefusal(dec.reason) from e
+    dec.captured_keys += 1
+    return meta
+
+
+def _record_body(body: Callable[..., Any], template: Any, inputs: list[Any]) -> Any:
+    scratch = Trace(_ProbeEngine())
+    stand = [_stand_in(x, scratch) for x in inputs]
+    args, kwargs = fill(template, stand)
+    push_trace(scratch)
+    PROBING[0] += 1
+    try:
+        out = body(*args, **kwargs)
+    finally:
+        PROBING[0] -= 1
+        pop_trace()
+    outs = out if type(out) in (tuple, list) else (out,)
+    if not outs or not all(type(o) is LazyTensor and o.shape is not None for o in outs):
+        kinds = ", ".join(sorted({type(o).__name__ for o in outs})) or "nothing"
+        raise ProbeRefusal(f"returns {kinds}, not tensors computed from its inputs and parameters")
+    metas = [o.meta for o in outs]
+    return tuple(metas) if type(out) is tuple else (metas if type(out) is list else metas[0])
+
+
+def _stand_in(x: Any, trace: Trace) -> Any:
+    if type(x) is not LazyTensor:
+        return x  # parameters and data tensors are themselves in the probe
+    meta = x.meta
+    if not isinstance(meta, torch.Tensor):
+        raise ProbeRefusal("takes a multi-output value whole")
+    return new_node(_stand_in, OpInfo(meta, new_kid(False), ((), {}), ()), (), trace, 0)
+
+
+__all__ = ["MAX_KEYS", "Decision", "capture_call", "capturing", "cell", "report", "reset_report"]

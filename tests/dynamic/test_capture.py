@@ -1,0 +1,271 @@
+"""Module-level capture (issue 24): module and ``@cell`` calls recorded as one node, batched whole; op-level
+recording as the explained fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from graphsub.dynamic import capture
+from graphsub.dynamic.capture import cell
+from graphsub.dynamic.engine import Reuse
+from graphsub.dynamic.lazy import LazyTensor, build, lazy
+from graphsub.dynamic.prefetch import prefetch
+from graphsub.dynamic.workloads.models import BinaryTreeLSTM, SeqLSTM, batch_loss, seq_batch_loss
+from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
+
+
+def _engine() -> Reuse:
+    return Reuse(depth=1, collect=0, batching=True, capture_modules=True)
+
+
+@pytest.fixture(scope="module")
+def batches() -> list:
+    trees = synthetic_treebank(24, seed=5, vocab_size=40)
+    vocab = Vocab.build(trees)
+    enc = [encode_tree(t, vocab) for t in trees]
+    return [enc[i:i + 6] for i in range(0, 24, 6)]
+
+
+def _train(model_cls: type, batches: list, how: str) -> tuple[list[float], list[torch.Tensor]]:
+    """Adagrad steps (dropout 0.5 at the root: the masks must be eager's) eagerly, captured in process, or captured
+    and recorded ahead by a worker process."""
+    torch.manual_seed(0)
+    model = model_cls(50, emb_dim=10, hidden=6)
+    fn = batch_loss if model_cls is BinaryTreeLSTM else seq_batch_loss
+    opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
+    losses: list[float] = []
+    if how == "prefetch":
+        for _, loss in prefetch(model, batches, lambda b: fn(model, b), workers=1, capture_modules=True):
+            opt.zero_grad()
+            torch.manual_seed(1)
+            loss.backward()
+            opt.step()
+            losses.append(float(build(loss).detach()))
+        return losses, [p.detach().clone() for p in model.parameters()]
+    eng = _engine()
+    for b in batches:
+        opt.zero_grad()
+        torch.manual_seed(1)
+        if how == "eager":
+            loss = fn(model, b)
+        else:
+            with lazy(eng):
+                loss = fn(model, b)
+            assert type(loss) is LazyTensor
+        loss.backward()
+        opt.step()
+        losses.append(float(build(loss).detach()))
+    return losses, [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("model_cls", [BinaryTreeLSTM, SeqLSTM], ids=["treelstm", "seqlstm"])
+@pytest.mark.parametrize("how", ["captured", "prefetch"])
+def test_captured_training_matches_eager(batches: list, model_cls: type, how: str) -> None:
+    ref, w_ref = _train(model_cls, batches, "eager")
+    got, w = _train(model_cls, batches, how)
+    assert max(abs(a - b) for a, b in zip(ref, got, strict=True)) < 1e-5
+    for a, b in zip(w_ref, w, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_cell_is_one_node_batched_whole(batches: list) -> None:
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    op_level, captured = Reuse(depth=1, collect=0, batching=True), _engine()
+    counts = {}
+    for name, eng in (("ops", op_level), ("modules", captured)):
+        with lazy(eng) as tr:
+            loss = batch_loss(model, batches[0])
+        groups = list(tr.pending.values())
+        counts[name] = sum(len(g.members) for g in groups)
+        if name == "modules":  # every composer call of a level is one member of one group
+            comp = [g for g in groups if g.members[0].func is model.composer]
+            assert comp and sum(len(g.members) for g in comp) == sum(len(t.internal_nodes()) for t in batches[0])
+        build(loss)
+    assert counts["modules"] * 3 < counts["ops"]
+    assert captured.last.calls < op_level.last.calls
+    assert nn.Module.__call__ is capture._ORIG_CALL  # the swap is undone when the context closes
+
+
+class _ValueDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return torch.relu(y) if y.sum() > 0 else -y  # control flow on a tensor's value
+
+
+class _Noisy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.lin(x))
+
+
+class _Tagged(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"y": self.lin(x)}
+
+
+class _Centered(nn.Module):
+    """Mixes rows: batched, it would subtract the batch mean; the first-use check must catch it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y - y.mean(dim=0, keepdim=True) + y.sum()
+
+
+def _hooked() -> nn.Module:
+    m = nn.Linear(3, 3)
+    m.register_forward_hook(lambda mod, inp, out: None)
+    return m
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (_ValueDependent, "reads a tensor's value"),
+    (_Noisy, "draws random numbers"),
+    (lambda: nn.BatchNorm1d(3), "buffers in training mode"),
+    (_hooked, "forward hooks"),
+    (_Tagged, "returns dict"),
+])
+def test_refused_modules_fall_back_to_op_level_and_say_why(make: object, reason: str) -> None:
+    torch.manual_seed(0)
+    mod = make()  # type: ignore[operator]
+    xs = [torch.randn(1 if not isinstance(mod, nn.BatchNorm1d) else 2, 3) for _ in range(4)]
+    w = nn.Parameter(torch.randn(3, 3))
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        y = mod(x @ w)
+        return y["y"] if isinstance(y, dict) else y
+
+    torch.manual_seed(7)
+    ref = torch.stack([run(x) for x in xs]).sum()
+    capture.reset_report()
+    torch.manual_seed(7)
+    with lazy(_engine()):
+        out = torch.stack([run(x) for x in xs]).sum()
+    torch.testing.assert_close(build(out), ref)
+    rows = {r["callable"]: r for r in capture.report()}
+    row = rows[type(mod).__name__]
+    assert not row["captured"] and reason in row["reason"], rows
+
+
+def test_a_module_that_mixes_rows_is_run_member_by_member() -> None:
+    torch.manual_seed(0)
+    mod = _Centered()
+    xs = [torch.randn(1, 3) for _ in range(5)]
+    w = nn.Parameter(torch.randn(3, 3))
+    ref = torch.cat([mod(x @ w) for x in xs]).sum()
+    eng = _engine()
+    with lazy(eng):
+        out = torch.cat([mod(x @ w) for x in xs]).sum()
+    torch.testing.assert_close(build(out), ref)
+    assert eng.batch_state.unbatchable  # the first-use check refused the batched call
+    capture.reset_report()
+
+
+def test_marked_functions_and_methods_are_cells() -> None:
+    lin = nn.Linear(4, 8)
+
+    @cell
+    def gate(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a, b = lin(x).chunk(2, dim=1)
+        return torch.sigmoid(a) * torch.tanh(b) + y
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        @cell
+        def step(self, x: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+            y = torch.tanh(self.lin(x)) * scale
+            return y, y + 1
+
+    net = Net()
+    xs = [torch.randn(1, 4) for _ in range(6)]
+
+    def prog() -> torch.Tensor:
+        outs = [gate(*net.step(x, 0.5)) for x in xs]
+        return torch.cat(outs).pow(2).sum()
+
+    ref = prog()
+    ref.backward()
+    g_ref = [p.grad.clone() for p in (*lin.parameters(), *net.parameters())]
+    for p in (*lin.parameters(), *net.parameters()):
+        p.grad = None
+    capture.reset_report()
+    eng = _engine()
+    with lazy(eng) as tr:
+        out = prog()
+    funcs = {g.members[0].func for g in tr.pending.values()}
+    assert gate in funcs and Net.step in funcs  # each a node; nothing of their bodies was recorded
+    assert not any(getattr(f, "__name__", "") in ("tanh", "sigmoid") for f in funcs)
+    out.backward()
+    torch.testing.assert_close(build(out), ref)
+    for p, g in zip((*lin.parameters(), *net.parameters()), g_ref, strict=True):
+        torch.testing.assert_close(p.grad, g)
+    captured = {r["callable"] for r in capture.report() if r["captured"]}
+    assert "test_marked_functions_and_methods_are_cells.<locals>.Net.step" in captured
+    assert "test_marked_functions_and_methods_are_cells.<locals>.gate" in captured
+    assert gate(xs[0], xs[0][:, :4]).shape == (1, 4)  # outside lazy(): an ordinary call
+
+
+def test_constants_are_part_of_the_key_and_too_many_keys_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture, "MAX_KEYS", 3)
+
+    class Scale(nn.Module):
+        def forward(self, x: torch.Tensor, k: int) -> torch.Tensor:
+            return x * k
+
+    mod = Scale()
+    w = nn.Parameter(torch.ones(1, 2))
+    capture.reset_report()
+    with lazy(_engine()):
+        out = torch.cat([mod(w * 1.0, k) for k in range(6)]).sum()
+    assert float(build(out).detach()) == 2 * sum(range(6))
+    row = {r["callable"]: r for r in capture.report()}["Scale"]
+    assert row["captured_keys"] == 3 and row["refused_keys"] == 3 and "more than 3" in row["reason"]
+
+
+def test_the_swap_is_undone_after_an_error_and_off_without_capture() -> None:
+    with pytest.raises(RuntimeError, match="boom"), lazy(_engine()):
+        assert nn.Module.__call__ is not capture._ORIG_CALL
+        raise RuntimeError("boom")
+    assert nn.Module.__call__ is capture._ORIG_CALL
+    with lazy(Reuse(depth=1, collect=0, batching=True)):
+        assert nn.Module.__call__ is capture._ORIG_CALL
+    eng = _engine()
+    with lazy(eng), lazy(eng):  # nested capturing contexts share one swap
+        pass
+    assert nn.Module.__call__ is capture._ORIG_CALL
+
+
+def test_report_names_modules_by_their_path(batches: list) -> None:
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    other = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    capture.reset_report()
+    for m in (model, other):
+        with lazy(_engine()):
+            build(batch_loss(m, batches[0]))
+    rows = {r["callable"]: r for r in capture.report(model)}
+    assert {"composer (TreeComposer)", "leaf_cell (TreeLeaf)", "embedding (Embedding)", "output (Linear)",
+            "BinaryTreeLSTM"} <= set(rows)
+    assert "TreeComposer" not in rows  # other's composer is not listed under model's report
+    assert rows["composer (TreeComposer)"]["captured"]
