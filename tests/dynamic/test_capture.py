@@ -269,3 +269,28 @@ def test_report_names_modules_by_their_path(batches: list) -> None:
             "BinaryTreeLSTM"} <= set(rows)
     assert "TreeComposer" not in rows  # other's composer is not listed under model's report
     assert rows["composer (TreeComposer)"]["captured"]
+
+
+def test_the_chunk_layout_changes_no_value_or_gradient(batches: list) -> None:
+    """Rows reordered so that each consumer reads a whole chunk (plan._layout): the same loss and gradients as the
+    plan without it, and the tree's gathers become chunks (no index_select of a whole step)."""
+    from graphsub.dynamic.plan import BatchState, L, build_plan, run_plan
+
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    got = {}
+    for layout in (False, True):
+        model.zero_grad()
+        torch.manual_seed(3)
+        with lazy(_engine()) as tr:
+            loss = batch_loss(model, batches[1])
+        plan = build_plan(tr.take_pending(), loss, layout=layout)
+        value, _, _ = run_plan(plan, plan.ops, BatchState())
+        value.backward()
+        pieces = [p for st in plan.steps if st.batched for c in st.cols if c[0] == L for p in c[1]]
+        chunked = sum(type(p[2]) is int for p in pieces)
+        got[layout] = (value.detach(), [p.grad.clone() for p in model.parameters()], chunked, pieces)
+    assert got[False][2] == 0 and got[True][2] > len(got[True][3]) // 2
+    torch.testing.assert_close(got[True][0], got[False][0])
+    for a, b in zip(got[True][1], got[False][1], strict=True):
+        torch.testing.assert_close(a, b)

@@ -42,19 +42,19 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from operator import getitem
 from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
-from graphsub.dynamic.calls import KEYS, SLOT_MARKER, OpInfo, fill, new_kid
+from graphsub.dynamic.calls import OpInfo, fill, new_kid
 from graphsub.dynamic.dag import EXEC_DEPTH, Trace
 from graphsub.dynamic.lazy import (
     _CURRENT,
     PROBING,
     LazyTensor,
     ProbeRefusal,
+    new_items,
     new_node,
     pop_trace,
     push_trace,
@@ -143,10 +143,13 @@ def _active() -> bool:
 def _module_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT or not _CURRENT[-1].capture:
         return _ORIG_CALL(self, *args, **kwargs)
-    why = _module_refusal(self)
-    if why:
-        _refuse(self, why)
+    if self._forward_hooks or self._forward_pre_hooks or (self.training and _buffered(self)):
+        _refuse(self, _module_refusal(self))
         return _ORIG_CALL(self, *args, **kwargs)
+    if not kwargs:
+        node = _known(self, args)
+        if node is not None:
+            return node
     return capture_call(self, args, kwargs)
 
 
@@ -166,6 +169,10 @@ def cell(fn: _F) -> _F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not _active():
             return fn(*args, **kwargs)
+        if not kwargs:
+            node = _known(wrapper, args)
+            if node is not None:
+                return node
         return capture_call(wrapper, args, kwargs)
 
     wrapper.__graphsub_cell__ = True  # type: ignore[attr-defined]
@@ -221,22 +228,23 @@ def capture_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             bad = next(type(a).__name__ for a in (*args, *kwargs.values()) if not _plain(a))
             _refuse(fn, f"argument of type {bad} (neither a tensor nor a constant): its control flow may follow it")
         return _body(fn)(*args, **kwargs)  # refused, or nothing to batch over (constants only)
-    if not kwargs:
-        node = _known(fn, args)
-        if node is not None:
-            return node
     out = record_as_node(fn, args, kwargs, infer=_probe)
     if type(out) is ProbeRefusal:
         return _body(fn)(*args, **kwargs)
+    if not kwargs:
+        _remember(fn, args, out)
     return out
 
 
-def _known(fn: Any, args: tuple[Any, ...]) -> Any:
-    """The node(s) of a call whose key is already captured, for the usual arguments (lazy values, tuples of them,
-    data tensors), built without the general recorder; ``None``: not that case (the key below is the one
-    :func:`~graphsub.dynamic.lazy.record_as_node` builds, so both find the same memo entry)."""
-    keyl: list[Any] = [fn, len(args)]
-    toks: list[Any] = []
+_FAST: dict[tuple[Any, ...], OpInfo] = {}
+"""Captured keys by their short form (:func:`_short_key`), filled when the general recorder captures a call."""
+
+
+def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any], int, Trace | None] | None:
+    """``(key, inputs, level, trace)`` of a call on the usual arguments -- lazy values (by their shape token),
+    tuples of them (by their negated length, then their tokens), data tensors (by shape and dtype) -- or ``None``
+    for anything else (the general recorder's case)."""
+    key: list[Any] = [fn]
     inputs: list[Any] = []
     lvl = 0
     trace = None
@@ -244,41 +252,55 @@ def _known(fn: Any, args: tuple[Any, ...]) -> Any:
         t = type(a)
         if t is LazyTensor:
             inputs.append(a)
-            keyl.append(SLOT_MARKER)
-            toks.append(a.tok)
+            key.append(a.tok)
             if a.level > lvl:
                 lvl = a.level
             trace = a.trace
         elif t is tuple:
-            keyl.append(tuple)
-            keyl.append(len(a))
+            key.append(-len(a))
             for b in a:
                 if type(b) is not LazyTensor:
                     return None
                 inputs.append(b)
-                keyl.append(SLOT_MARKER)
-                toks.append(b.tok)
+                key.append(b.tok)
                 if b.level > lvl:
                     lvl = b.level
                 trace = b.trace
         elif isinstance(a, torch.Tensor) and not a.requires_grad:
             inputs.append(a)
-            keyl.append(SLOT_MARKER)
-            toks.append(a.shape)
-            toks.append(a.dtype)
+            key.append(a.shape)
+            key.append(a.dtype)
         else:
             return None
-    info = KEYS.get(tuple(keyl + toks))
-    if info is None or type(info) is not OpInfo:
+    return tuple(key), inputs, lvl, trace
+
+
+def _known(fn: Any, args: tuple[Any, ...]) -> Any:
+    """The node(s) of a call whose key is already captured (:data:`_FAST`), built without the general recorder;
+    ``None``: not known (or not the usual arguments)."""
+    got = _short_key(fn, args)
+    if got is None:
+        return None
+    key, inputs, lvl, trace = got
+    info = _FAST.get(key)
+    if info is None:
         return None
     if trace is None:
         trace = _CURRENT[-1]
     node = new_node(fn, info, tuple(inputs), trace, lvl + 1)
     if not info.items:
         return node
-    level = node.level + 1
-    outs = [new_node(getitem, it, (node,), trace, level) for it in info.items]
-    return tuple(outs) if type(info.meta) is tuple else outs
+    return new_items(node, info, trace)
+
+
+def _remember(fn: Any, args: tuple[Any, ...], out: Any) -> None:
+    """Enter a call the general recorder captured in :data:`_FAST`."""
+    node = out if type(out) is LazyTensor else (out[0].inputs[0] if out and type(out[0]) is LazyTensor else None)
+    if node is None or node.func is not fn:
+        return
+    got = _short_key(fn, args)
+    if got is not None:
+        _FAST[got[0]] = node.info
 
 
 def _refuse(fn: Any, reason: str) -> None:
@@ -292,15 +314,19 @@ def _refuse(fn: Any, reason: str) -> None:
 _BUFFERS: dict[int, tuple[nn.Module, bool]] = {}
 
 
+def _buffered(m: nn.Module) -> bool:
+    """Whether ``m`` (or a submodule) has buffers (remembered per module)."""
+    ent = _BUFFERS.get(id(m))
+    if ent is None or ent[0] is not m:
+        ent = _BUFFERS[id(m)] = (m, next(m.buffers(), None) is not None)
+    return ent[1]
+
+
 def _module_refusal(m: nn.Module) -> str:
     if m._forward_hooks or m._forward_pre_hooks:
         return "has forward hooks (a batched call would run them once per batch)"
-    if m.training:
-        ent = _BUFFERS.get(id(m))
-        if ent is None or ent[0] is not m:
-            ent = _BUFFERS[id(m)] = (m, next(m.buffers(), None) is not None)
-        if ent[1]:
-            return "has buffers in training mode (e.g. BatchNorm's running statistics, updated by each call)"
+    if m.training and _buffered(m):
+        return "has buffers in training mode (e.g. BatchNorm's running statistics, updated by each call)"
     return ""
 
 

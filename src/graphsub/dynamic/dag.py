@@ -77,8 +77,8 @@ class DagNode:
     nodes while recording (:class:`Group`).  Nodes are made by the tracer, not by a constructor.
     """
 
-    __slots__ = ("__weakref__", "func", "gid", "grp", "info", "inputs", "kid", "level", "part", "row", "tok", "trace",
-                 "value")
+    __slots__ = ("__weakref__", "func", "gid", "grp", "info", "inputs", "kid", "level", "own", "part", "row", "tok",
+                 "trace", "value")
     func: Callable[..., Any]
     gid: int
     grp: Group | None
@@ -86,6 +86,7 @@ class DagNode:
     inputs: tuple[Any, ...]
     kid: int
     level: int
+    own: Any  # scratch of plan building: (consumer step, column, position) of the node's first batched reader
     part: int
     row: int
     tok: Any

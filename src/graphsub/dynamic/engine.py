@@ -216,7 +216,7 @@ class Reuse:
         st.units = st.ops_total = sum(len(g.members) for g in groups)
         if not groups:
             raise LazyError(f"{out!r} was not recorded in this trace's pending groups")
-        plan = build_plan(groups, out, trace.masks if trace is not None else None)
+        plan = build_plan(groups, out, trace.masks if trace is not None else None, layout=self.capture_modules)
         st.optimize_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         out.value, st.calls, vals = run_plan(plan, plan.ops, self.batch_state)

@@ -251,7 +251,10 @@ def _needs_record(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
     return bool(kwargs) and _needs_record(tuple(kwargs.values()), {})
 
 
-_PASS: set[Any] = set()  # callables that never give a lazy node (attribute getters such as ``Tensor.device``)
+_PASS: set[Any] = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange}
+"""Callables that never give a lazy node: tensor constructors (their results are the DAG's data inputs; a lazy
+value among their arguments is read, which evaluates it) and attribute getters such as ``Tensor.device``
+(added when first seen)."""
 
 
 PROBING = [0]
@@ -380,8 +383,34 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
     node = new_node(func, info, tuple(inputs), trace, lvl + 1)
     if not info.items:
         return node
-    outs = [new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
-    return tuple(outs) if isinstance(info.meta, tuple) else outs
+    return new_items(node, info, trace)
+
+
+def new_items(node: LazyTensor, info: OpInfo, trace: Trace) -> Any:
+    """The output nodes of a multi-output node (``access(x, k)``, no call: they live in ``node``'s batch), as the
+    tuple or list the op returns; what :func:`new_node` does for them, inlined."""
+    outs = []
+    level = node.level
+    inputs = (node,)
+    keep = not trace.grouping
+    for k, it in enumerate(info.items):
+        n = LazyTensor.__new__(LazyTensor)
+        n.gid = next(_GID)
+        n.func = operator.getitem
+        n.info = it
+        n.inputs = inputs
+        n.tok = it.tok
+        n.trace = trace
+        n.value = None
+        n.kid = it.kid
+        n.level = level
+        n.part = k
+        n.grp = None
+        n.row = 0
+        if keep:
+            trace.refs.append(_weakref(n))
+        outs.append(n)
+    return tuple(outs) if type(info.meta) is tuple else outs
 
 
 record_as_node = _record
@@ -531,5 +560,5 @@ def build(out: Any) -> Any:
     return out
 
 
-__all__ = ["PROBING", "LazyError", "LazyTensor", "ProbeRefusal", "build", "current_trace", "lazy", "new_node",
-           "pop_trace", "push_trace", "record", "record_as_node"]
+__all__ = ["PROBING", "LazyError", "LazyTensor", "ProbeRefusal", "build", "current_trace", "lazy", "new_items",
+           "new_node", "pop_trace", "push_trace", "record", "record_as_node"]

@@ -89,7 +89,7 @@ def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int,
             if type(out) is not LazyTensor:
                 raise PrefetchError(f"prefetch: fn returned {type(out).__name__}, not a lazy value")
             groups = tr.take_pending()
-            plan = build_plan(groups, out, tr.masks)
+            plan = build_plan(groups, out, tr.masks, layout=capture)
             stats = {"record_s": t1 - t0, "plan_s": time.perf_counter() - t1,
                      "nodes": sum(len(g.members) for g in groups)}
             results.put((i, (to_wire(plan, params, sent, modules), stats), None))
