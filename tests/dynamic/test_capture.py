@@ -294,3 +294,24 @@ def test_the_chunk_layout_changes_no_value_or_gradient(batches: list) -> None:
     torch.testing.assert_close(got[True][0], got[False][0])
     for a, b in zip(got[True][1], got[False][1], strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_relevel_merges_the_readouts_and_keeps_values(batches: list) -> None:
+    """Scheduled as late as possible, the readouts of trees of different heights share one step each
+    (schedule.relevel): fewer steps, the same loss and gradients."""
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    got = {}
+    for late in (False, True):
+        model.zero_grad()
+        torch.manual_seed(3)
+        eng = Reuse(depth=1, collect=0, batching=True, capture_modules=True, relevel=late)
+        with lazy(eng):
+            loss = batch_loss(model, batches[2])
+        loss.backward()
+        got[late] = (float(build(loss).detach()), [p.grad.clone() for p in model.parameters()], eng.last.calls)
+    heights = {t.depth for t in batches[2]}
+    assert len(heights) > 1 and got[True][2] < got[False][2]
+    assert got[True][0] == pytest.approx(got[False][0], abs=1e-6)
+    for a, b in zip(got[True][1], got[False][1], strict=True):
+        torch.testing.assert_close(a, b)

@@ -38,6 +38,7 @@ from graphsub.dynamic.dag import Trace
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, lazy, new_node
 from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, from_wire, run_plan, to_wire
+from graphsub.dynamic.schedule import relevel
 
 
 class PrefetchError(LazyError):
@@ -89,6 +90,8 @@ def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int,
             if type(out) is not LazyTensor:
                 raise PrefetchError(f"prefetch: fn returned {type(out).__name__}, not a lazy value")
             groups = tr.take_pending()
+            if capture and groups:
+                groups = relevel(groups)
             plan = build_plan(groups, out, tr.masks, layout=capture)
             stats = {"record_s": t1 - t0, "plan_s": time.perf_counter() - t1,
                      "nodes": sum(len(g.members) for g in groups)}
