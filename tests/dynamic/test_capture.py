@@ -12,7 +12,7 @@ from graphsub.dynamic.capture import cell
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyTensor, build, lazy
 from graphsub.dynamic.prefetch import prefetch
-from graphsub.dynamic.workloads.models import BinaryTreeLSTM, SeqLSTM, batch_loss, seq_batch_loss
+from graphsub.dynamic.workloads.models import BinaryTreeLSTM, SeqLSTM, TreeGRU, batch_loss, seq_batch_loss
 from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
 
 
@@ -33,7 +33,7 @@ def _train(model_cls: type, batches: list, how: str) -> tuple[list[float], list[
     and recorded ahead by a worker process."""
     torch.manual_seed(0)
     model = model_cls(50, emb_dim=10, hidden=6)
-    fn = batch_loss if model_cls is BinaryTreeLSTM else seq_batch_loss
+    fn = seq_batch_loss if model_cls is SeqLSTM else batch_loss
     opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
     losses: list[float] = []
     if how == "prefetch":
@@ -60,7 +60,7 @@ def _train(model_cls: type, batches: list, how: str) -> tuple[list[float], list[
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("model_cls", [BinaryTreeLSTM, SeqLSTM], ids=["treelstm", "seqlstm"])
+@pytest.mark.parametrize("model_cls", [BinaryTreeLSTM, SeqLSTM, TreeGRU], ids=["treelstm", "seqlstm", "treegru"])
 @pytest.mark.parametrize("how", ["captured", "prefetch"])
 def test_captured_training_matches_eager(batches: list, model_cls: type, how: str) -> None:
     ref, w_ref = _train(model_cls, batches, "eager")

@@ -415,3 +415,24 @@ def test_adagrad_training_lowers_the_loss(kind: str, small_data: tuple[list[Tree
             opt.step()
     after = eval_loss()
     assert after < 0.8 * before, (before, after)
+
+
+def test_tree_gru_follows_the_equations_and_labels_every_phrase() -> None:
+    from graphsub.dynamic.workloads.models import TreeGRU
+
+    torch.manual_seed(0)
+    model = TreeGRU(vocab_size=5, emb_dim=4, hidden=3).eval()
+    tree = Tree(1, left=Tree(0, word="a", wid=1), right=Tree(-1, word="b", wid=4))  # "b" is a neutral phrase
+    emb, leaf, gates, cand = model.embedding.weight, model.leaf_cell.linear, model.composer.gates, \
+        model.composer.candidate
+    hl = torch.tanh(leaf.weight @ emb[1] + leaf.bias)
+    hr = torch.tanh(leaf.weight @ emb[4] + leaf.bias)
+    g = torch.sigmoid(gates.weight @ torch.cat([hl, hr]) + gates.bias)
+    z, rl, rr = g[0:3], g[3:6], g[6:9]
+    h = z * (hl + hr) / 2 + (1 - z) * torch.tanh(cand.weight @ torch.cat([rl * hl, rr * hr]) + cand.bias)
+    with torch.no_grad():
+        logits = model(tree)
+        assert logits.shape == (2, 2)  # "a" and the root; the neutral "b" emits nothing
+        torch.testing.assert_close(logits[0], model.output.weight @ hl + model.output.bias)
+        torch.testing.assert_close(logits[1], model.output.weight @ h + model.output.bias)
+        torch.testing.assert_close(model.loss(tree), nn.functional.cross_entropy(logits, torch.tensor([0, 1])))

@@ -38,7 +38,14 @@ from graphsub.dynamic.capture import report as capture_report
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyTensor, build, lazy
 from graphsub.dynamic.prefetch import prefetch
-from graphsub.dynamic.workloads.models import BinaryTreeLSTM, SeqLSTM, batch_loss, make_optimizer, seq_batch_loss
+from graphsub.dynamic.workloads.models import (
+    BinaryTreeLSTM,
+    SeqLSTM,
+    TreeGRU,
+    batch_loss,
+    make_optimizer,
+    seq_batch_loss,
+)
 from graphsub.dynamic.workloads.sst import SSTNotFound, Tree, Vocab, encode_tree, load_sst, synthetic_treebank
 
 MODES = ("eager", "traced", "reuse", "reuse+batch", "prefetch", "module+batch", "module+prefetch")
@@ -48,7 +55,7 @@ STAGES = ("preprocess", "trace", "optimize", "forward", "backward", "step", "ful
 STAGE_LABELS = {"preprocess": "preprocessing", "trace": "DAG construction", "optimize": "optimization",
                 "forward": "execution (forward)", "backward": "backward", "step": "optimizer step",
                 "full": "full step"}
-WORKLOADS = ("treelstm", "seqlstm")
+WORKLOADS = ("treelstm", "seqlstm", "treegru")
 
 
 @dataclass
@@ -106,11 +113,13 @@ def make_model(cfg: BenchConfig, vocab: Vocab) -> nn.Module:
         return BinaryTreeLSTM(len(vocab) + 1, emb_dim=cfg.emb, hidden=cfg.hidden)
     if cfg.workload == "seqlstm":
         return SeqLSTM(len(vocab) + 1, emb_dim=cfg.emb, hidden=cfg.hidden)
+    if cfg.workload == "treegru":
+        return TreeGRU(len(vocab) + 1, emb_dim=cfg.emb, hidden=cfg.hidden)
     raise ValueError(f"unknown workload {cfg.workload!r}; expected one of {', '.join(WORKLOADS)}")
 
 
 def loss_fn(cfg: BenchConfig) -> Callable[[Any, list[Tree]], torch.Tensor]:
-    return batch_loss if cfg.workload == "treelstm" else seq_batch_loss
+    return seq_batch_loss if cfg.workload == "seqlstm" else batch_loss
 
 
 def make_engine(mode: str, cfg: BenchConfig, backend: str = "python") -> Reuse | None:

@@ -73,7 +73,9 @@ def bench_cmd(
                                                      "or synthetic.")] = "sst",
     depth: Annotated[int, typer.Option("--depth", min=1, help="P_Depth of the reuse mode.")] = 8,
     seed: SeedOpt = 0,
-    workload: Annotated[str, typer.Option("--workload", help="treelstm or seqlstm.")] = "treelstm",
+    workload: Annotated[str, typer.Option("--workload", help="treelstm (root label), seqlstm (sequence LSTM) or "
+                                                             "treegru (Tree-GRU, every phrase labelled).")]
+    = "treelstm",
     modes: Annotated[str, typer.Option("--modes", help="Comma-separated: eager,traced,reuse,reuse+batch,prefetch,"
                                                        "module+batch,module+prefetch (module+...: module calls "
                                                        "recorded as one node each and batched whole; ...prefetch: "

@@ -1,6 +1,7 @@
-"""Dynamic workloads written as plain eager PyTorch: a binary Tree-LSTM and a per-step sequence LSTM.
+"""Dynamic workloads written as plain eager PyTorch: a binary Tree-LSTM, a per-step sequence LSTM and a Tree-GRU
+supervised at every node.
 
-Both models are *define-by-run*: ``forward`` walks the input (a tree, a token list) in Python and issues one
+All three are *define-by-run*: ``forward`` walks the input (a tree, a token list) in Python and issues one
 small tensor op after another, so every sentence produces a different graph. They use only ordinary torch
 calls -- ``torch.tensor``/``torch.zeros`` for inputs, ``nn.Embedding``, ``nn.Linear``, ``torch.cat``,
 ``Tensor.chunk``, ``torch.sigmoid``/``torch.tanh``, ``*``/``+``, ``F.dropout``, ``F.cross_entropy``,
@@ -20,8 +21,12 @@ Every per-node tensor has shape ``[1, H]``. :class:`SeqLSTM` is the matching cha
 LSTM over the sentence's words (gate order ``i, f, g, o`` as in ``nn.LSTMCell``), one ``Linear(E + H, 4H)``
 per step. The L2 regularisation of the thesis (1e-4) is the optimizer's ``weight_decay``
 (:func:`make_optimizer`: Adagrad, lr 0.05, as Tai et al.); the models add no penalty term themselves.
-Both are :class:`SentenceClassifier` subclasses: embedding, recurrence, dropout + linear readout of the final
-``h``, cross-entropy of the sentence label.
+:class:`TreeGRU` has another shape of dynamism: a GRU-style composition with one state per node, and logits
+emitted at every labelled node (all SST phrases), so a tree's loss has a variable number of terms.
+All are :class:`SentenceClassifier` subclasses: embedding, recurrence, dropout + linear readout of ``h``,
+cross-entropy of the labels.  The cells are ``nn.Module`` subclasses (``TreeLeaf``, ``TreeComposer``,
+``LSTMStep``, ``GRULeaf``, ``TreeGRUCell``), as PyTorch users write them; module-level capture
+(:mod:`graphsub.dynamic.capture`) records each cell call as one node.
 
 Trees must be encoded first (:func:`~graphsub.dynamic.workloads.sst.encode_tree`, the preprocessing stage), so
 leaves carry integer word ids.
@@ -222,7 +227,78 @@ class SeqLSTM(SentenceClassifier):
         return self.label_loss(self(tokens), label)
 
 
-def batch_loss(model: BinaryTreeLSTM, trees: Sequence[Tree]) -> Tensor:
+class GRULeaf(nn.Module):
+    """The Tree-GRU's leaf cell: ``h = tanh(W x + b)`` from the word's embedding ``x``."""
+
+    def __init__(self, emb_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(emb_dim, hidden)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.linear(x))
+
+
+class TreeGRUCell(nn.Module):
+    """Binary Tree-GRU composition (after Kokkinos & Potamianos 2017): an update gate ``z`` and one reset gate per
+    child from ``[h_l, h_r]``, a candidate from the reset children, ``h = z * (h_l + h_r) / 2 + (1 - z) * h~``."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.gates = nn.Linear(2 * hidden, 3 * hidden)
+        self.candidate = nn.Linear(2 * hidden, hidden)
+
+    def forward(self, left: Tensor, right: Tensor) -> Tensor:
+        z, rl, rr = torch.sigmoid(self.gates(torch.cat([left, right], dim=1))).chunk(3, dim=1)
+        cand = torch.tanh(self.candidate(torch.cat([rl * left, rr * right], dim=1)))
+        return z * (left + right) * 0.5 + (1 - z) * cand
+
+
+class TreeGRU(SentenceClassifier):
+    """Tree-GRU sentiment classifier supervised at every labelled node (all SST phrases, as Tai et al.'s
+    fine-grained setting; neutral phrases of the binary task carry no label and are skipped).
+
+    Its dynamism differs from :class:`BinaryTreeLSTM`'s: every labelled node, at every height, emits logits
+    (dropout + readout), a tree's loss is one cross-entropy over a variable number of them, and the state is
+    a single ``h`` (one output per cell, not a ``(c, h)`` pair).
+    """
+
+    leaf_cell: GRULeaf
+    composer: TreeGRUCell
+
+    def build_cells(self, emb_dim: int, hidden: int) -> None:
+        self.leaf_cell = GRULeaf(emb_dim, hidden)
+        self.composer = TreeGRUCell(hidden)
+
+    def states(self, tree: Tree, logits: list[Tensor], labels: list[int]) -> Tensor:
+        """``h`` of ``tree``'s root; appends each labelled node's logits and label (post-order)."""
+        if tree.left is None or tree.right is None:
+            if tree.wid is None:
+                raise ValueError(f"leaf {tree.word!r} has no word id; call encode_tree(tree, vocab) first")
+            h = self.leaf_cell(self.embed(tree.wid))
+        else:
+            h = self.composer(self.states(tree.left, logits, labels), self.states(tree.right, logits, labels))
+        if tree.label >= 0:
+            logits.append(self.classify(h))
+            labels.append(tree.label)
+        return h
+
+    def forward(self, tree: Tree) -> Tensor:
+        """Logits ``[k, num_classes]`` of the ``k`` labelled nodes, in post-order (the root last)."""
+        logits: list[Tensor] = []
+        self.states(tree, logits, [])
+        return torch.cat(logits)
+
+    def loss(self, tree: Tree) -> Tensor:
+        """Mean cross-entropy over the tree's labelled nodes (a scalar)."""
+        logits: list[Tensor] = []
+        labels: list[int] = []
+        self.states(tree, logits, labels)
+        if any(not 0 <= y < self.num_classes for y in labels):
+            raise ValueError(f"TreeGRU: a label outside 0..{self.num_classes - 1} (load with binary=True?)")
+        return F.cross_entropy(torch.cat(logits), torch.tensor(labels, device=self.embedding.weight.device))
+
+
+def batch_loss(model: BinaryTreeLSTM | TreeGRU, trees: Sequence[Tree]) -> Tensor:
     """Mean root loss over a batch of encoded trees (one recursive forward per tree)."""
     if not trees:
         raise ValueError("batch_loss: empty batch")
@@ -243,11 +319,14 @@ def make_optimizer(model: nn.Module, lr: float = 0.05, weight_decay: float = 1e-
 
 __all__ = [
     "BinaryTreeLSTM",
+    "GRULeaf",
     "LSTMStep",
     "SentenceClassifier",
     "SeqLSTM",
     "State",
     "TreeComposer",
+    "TreeGRU",
+    "TreeGRUCell",
     "TreeLeaf",
     "batch_loss",
     "make_optimizer",
