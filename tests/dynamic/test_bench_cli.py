@@ -30,6 +30,8 @@ def test_dynamic_bench_json_tiny() -> None:
     cap = {r["callable"]: r for r in res["capture"]}
     assert cap["composer (TreeComposer)"]["captured"] and cap["leaf_cell (TreeLeaf)"]["captured"]
     assert not cap["BinaryTreeLSTM"]["captured"] and "Tree" in cap["BinaryTreeLSTM"]["reason"]
+    assert set(res["plan_cache"]) == {"module+batch", "module+prefetch"}
+    assert res["plan_cache"]["module+batch"]["hits"] > 0  # the second round repeats the batches
     assert res["speedup_full_step"] > 0 and res["best_mode"] != "eager"
     assert res["loss_max_abs_diff"] < 1e-5
     for stage in ("preprocess", "trace", "optimize", "forward", "backward", "step", "full"):

@@ -315,3 +315,31 @@ def test_relevel_merges_the_readouts_and_keeps_values(batches: list) -> None:
     assert got[True][0] == pytest.approx(got[False][0], abs=1e-6)
     for a, b in zip(got[True][1], got[False][1], strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_plan_cache_hits_on_the_same_structure_with_other_data() -> None:
+    """Two batches of equally shaped trees with different words share one plan (the data is refilled); a third
+    shape misses; the LRU keeps at most ``size`` plans; every run computes what eager PyTorch computes."""
+    from graphsub.dynamic.workloads.sst import parse_ptb
+
+    vocab = Vocab(["a", "b", "c", "d", "e", "f"])
+    shapes = ["(1 (0 {}) (1 (0 {}) (1 {})))", "(0 (1 (0 {}) (1 {})) (0 {}))"]
+
+    def batch(words: str, shape: int) -> list:
+        w = words.split()
+        return [encode_tree(parse_ptb(shapes[k].format(*w)), vocab) for k in (shape, 1)]
+
+    batches = [batch("a b c", 0), batch("d e f", 0), batch("c a e", 1), batch("f f a", 0)]
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(8, emb_dim=6, hidden=4)
+    eng = Reuse(depth=1, collect=0, batching=True, capture_modules=True, plan_cache=1)
+    for b in batches:
+        torch.manual_seed(2)
+        ref = batch_loss(model, b)
+        torch.manual_seed(2)
+        with lazy(eng):
+            got = batch_loss(model, b)
+        torch.testing.assert_close(build(got), ref)
+    rep = eng.report()["plan_cache"]
+    # batch 2 hits batch 1's plan; batch 3 misses and evicts it (size 1); batch 4 misses again
+    assert (rep["hits"], rep["misses"], rep["entries"]) == (1, 3, 1) and rep["hit_rate"] == 0.25

@@ -72,6 +72,7 @@ class BenchConfig:
     warmup: int = 3
     train_steps: int = 5
     workers: int = 2
+    plan_cache: int = 64
     modes: Sequence[str] = MODES
     depths: Sequence[int] = (5, 6, 7, 8, 9, 10)
 
@@ -130,7 +131,7 @@ def make_engine(mode: str, cfg: BenchConfig, backend: str = "python") -> Reuse |
     if mode in ("reuse+batch", "prefetch"):
         return Reuse(depth=1, collect=0, batching=True)
     if mode in ("module+batch", "module+prefetch"):
-        return Reuse(depth=1, collect=0, batching=True, capture_modules=True)
+        return Reuse(depth=1, collect=0, batching=True, capture_modules=True, plan_cache=cfg.plan_cache)
     raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
 
 
@@ -149,6 +150,7 @@ class Runner:
         self.losses: list[float] = []
         self.nodes: list[int] = []  # recorded nodes per batch (lazy modes)
         self.record: list[tuple[float, int]] = []  # prefetch modes: the workers' recording time and node count
+        self.cache_report: dict[str, Any] | None = None  # prefetch modes: the last worker's plan cache
         self.stream: Any = None
         self.last_end: float | None = None
 
@@ -157,7 +159,8 @@ class Runner:
         model, vocab, loss = self.model, self.vocab, self.loss
         self.last_end = None
         self.stream = prefetch(model, batches, lambda raw: loss(model, [encode_tree(t, vocab) for t in raw]),
-                               workers=self.cfg.workers, capture_modules=self.mode.startswith("module"))
+                               workers=self.cfg.workers, capture_modules=self.mode.startswith("module"),
+                               plan_cache=self.cfg.plan_cache if self.mode.startswith("module") else 0)
 
     def step(self, raw: list[Tree]) -> float:
         if self.mode in PREFETCH_MODES:
@@ -205,6 +208,7 @@ class Runner:
         stats = getattr(lazy_loss.trace, "stats", None)
         if stats:
             self.record.append((stats["record_s"], stats["nodes"]))
+            self.cache_report = stats.get("plan_cache")
         t1 = clock()
         loss = build(lazy_loss)
         t2 = clock()
@@ -344,6 +348,9 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
             res["training"] = eq
             res["loss_max_abs_diff"] = eq["loss_max_abs_diff"]
     res["recording"] = {m: rec for m, r in runners.items() if (rec := r.recording(warm)) is not None}
+    caches = {m: r.cache_report if m in PREFETCH_MODES else (r.engine.report()["plan_cache"] if r.engine else None)
+              for m, r in runners.items()}
+    res["plan_cache"] = {m: c for m, c in caches.items() if c is not None}
     captured = [r for m, r in runners.items() if m.startswith("module")]
     if captured:
         res["capture"] = capture_report(captured[0].model)

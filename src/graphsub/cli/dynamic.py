@@ -51,6 +51,9 @@ def _print(res: dict[str, Any]) -> None:
         for m, r in res["recording"].items():
             t2.add_row(m, _f(r["ms_per_batch"]), _f(r["nodes_per_batch"], ".0f"), _f(r["us_per_node"], ".2f"))
         con.print(t2)
+    for m, c in (res.get("plan_cache") or {}).items():
+        con.print(f"plan cache ({m}): {c['hits']} hits, {c['misses']} misses (hit rate {c['hit_rate']:.0%}), "
+                  f"{c['entries']} of {c['size']} plans kept")
     if res.get("capture"):
         t4 = Table("callable", "captured", "keys captured / refused", "reason (last refusal)",
                    title="module-level capture: what was recorded as one node")
@@ -83,6 +86,9 @@ def bench_cmd(
     = "eager,traced,reuse,reuse+batch,prefetch,module+batch,module+prefetch",
     workers: Annotated[int, typer.Option("--workers", min=0, help="Worker processes of the prefetch mode (0: record "
                                                                "in the main process).")] = 2,
+    plan_cache: Annotated[int, typer.Option("--plan-cache", min=0, help="Plans kept by structure in the module "
+                                                                   "modes (0: none); the second round repeats "
+                                                                   "the first round's batches.")] = 64,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,
     train_steps: Annotated[int, typer.Option("--train-steps", min=1, help="Steps of the training-equivalence "
                                                                           "run (eager vs the best mode).")] = 5,
@@ -107,7 +113,7 @@ def bench_cmd(
         fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
     cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
                       emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list),
-                      workers=workers)
+                      workers=workers, plan_cache=plan_cache)
     res = run_bench(cfg, tables=tables)
     if backends:
         res["backends"] = bench_backends(hidden=hidden, emb=emb)

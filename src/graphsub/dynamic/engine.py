@@ -48,6 +48,7 @@ from graphsub.dynamic.codegen import compile_pattern, generate
 from graphsub.dynamic.dag import DagNode, Group, evaluate_plain, is_param, resolve_row, source
 from graphsub.dynamic.lazy import LazyError, LazyTensor
 from graphsub.dynamic.plan import BatchState, build_plan, rows_agree, run_plan, store
+from graphsub.dynamic.plancache import PlanCache
 from graphsub.dynamic.schedule import relevel as relevel_groups
 from graphsub.dynamic.signature import PatternEntry, PatternTable, Subgraph, consumer_map, extract, reachable, tile
 
@@ -88,7 +89,8 @@ class Reuse:
     ``relevel``: regroup the steps per op key, as late as possible where that merges them
     (:mod:`graphsub.dynamic.schedule`; measured on the captured Tree-LSTM, SST batch 20: 57 -> 24 steps, ~3 ms
     less forward + backward for ~3-4 ms more planning, so it pays only where planning is off the critical
-    path: the prefetch workers use it, the in-process engine does not by default).
+    path: the prefetch workers use it, the in-process engine does not by default); ``plan_cache``: keep that
+    many plans by structure (:mod:`graphsub.dynamic.plancache`; 0: none).
     """
 
     depth: int = 8
@@ -101,6 +103,7 @@ class Reuse:
     defer_masks: bool = False
     capture_modules: bool = False
     relevel: bool = False
+    plan_cache: int = 0
     hash_fn: Any = hash
     table: PatternTable = field(init=False)
     traces_seen: int = 0
@@ -114,6 +117,7 @@ class Reuse:
     def __post_init__(self) -> None:
         self.table = PatternTable(self.hash_fn)
         self.batch_state = BatchState(tol=self.check_tol)
+        self.cache = PlanCache(self.plan_cache) if self.plan_cache > 0 else None
 
     @property
     def collecting(self) -> bool:
@@ -224,7 +228,11 @@ class Reuse:
         st.units = st.ops_total = sum(len(g.members) for g in groups)
         if not groups:
             raise LazyError(f"{out!r} was not recorded in this trace's pending groups")
-        plan = build_plan(groups, out, trace.masks if trace is not None else None, layout=self.capture_modules)
+        masks = trace.masks if trace is not None else None
+        if self.cache is not None:
+            plan = self.cache.plan(groups, out, masks, layout=self.capture_modules)
+        else:
+            plan = build_plan(groups, out, masks, layout=self.capture_modules)
         st.optimize_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         out.value, st.calls, vals = run_plan(plan, plan.ops, self.batch_state)
@@ -326,7 +334,8 @@ class Reuse:
                 "avg_occurrence": (sum(e.count for e in pats) / len(pats)) if pats else 0.0,
                 "avg_op_count": (sum(e.op_count for e in pats) / len(pats)) if pats else 0.0,
                 "hash_collisions": self.table.collisions, "examples_seen": self.examples_seen,
-                "unbatchable_keys": len(self.unbatchable_ops)}
+                "unbatchable_keys": len(self.unbatchable_ops),
+                "plan_cache": self.cache.report() if self.cache is not None else None}
 
 
 def _needed(trace: Any, out: LazyTensor) -> list[DagNode]:

@@ -95,17 +95,17 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
             first = g.members[0]
             ops[g.kid] = OpDef(first.func, first.template, KID_INFO[g.kid][0])
     chunks = _layout(groups, cur, ops) if layout else [None] * len(groups)
-    runs = [{} if c is None else _run_index(c) for c in chunks]
+    runs = [{} if c is None else run_index(c) for c in chunks]
     for g, ch in zip(groups, chunks, strict=True):
         ms = g.members
         first = ms[0]
         batched = ops[g.kid].batchable
         if batched:
-            cols = [_column(j, x, ms, cur, deferred, runs) for j, x in enumerate(first.inputs)]
+            cols = [column(j, x, ms, cur, deferred, runs) for j, x in enumerate(first.inputs)]
         else:
-            cols = [[_ref(x, cur, deferred) for x in m.inputs] for m in ms]
+            cols = [[reference(x, cur, deferred) for x in m.inputs] for m in ms]
         steps.append(Step(g.kid, len(ms), batched, cols, ch))
-    outref = _ref(out, cur, deferred)
+    outref = reference(out, cur, deferred)
     plan = Plan(steps, None, ops=ops, masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
     if outref[0] == "r":
         plan.out = (outref[1], outref[2], outref[3])
@@ -166,7 +166,7 @@ def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef])
     return chunks
 
 
-def _run_index(sizes: list[int]) -> dict[tuple[int, int], int]:
+def run_index(sizes: list[int]) -> dict[tuple[int, int], int]:
     """``(start, stop)`` of each chunk -> its index."""
     out = {}
     start = 0
@@ -185,7 +185,7 @@ def _chunked(st: int, rows: Any, runs: list[dict[tuple[int, int], int]]) -> Any:
     return rows
 
 
-def _column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dict[int, Any],
+def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dict[int, Any],
             runs: list[dict[tuple[int, int], int]]) -> Any:
     if type(x) is not LazyTensor:
         if x.requires_grad:
@@ -265,7 +265,7 @@ def _rows(rows: list[int]) -> Any:
     return torch.tensor(rows)
 
 
-def _ref(x: Any, cur: dict[int, int], deferred: dict[int, Any]) -> Any:
+def reference(x: Any, cur: dict[int, int], deferred: dict[int, Any]) -> Any:
     if type(x) is LazyTensor:
         c = x if x.part < 0 else x.inputs[0]
         st = cur.get(id(c.grp), -1)
@@ -535,8 +535,11 @@ __all__ = [
     "Plan",
     "Step",
     "build_plan",
+    "column",
     "from_wire",
+    "reference",
     "rows_agree",
+    "run_index",
     "run_plan",
     "to_wire",
 ]

@@ -38,6 +38,7 @@ from graphsub.dynamic.dag import Trace
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, lazy, new_node
 from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, from_wire, run_plan, to_wire
+from graphsub.dynamic.plancache import PlanCache
 from graphsub.dynamic.schedule import relevel
 
 
@@ -70,13 +71,14 @@ def _planned_output(plan: Plan, engine: PlanEngine) -> LazyTensor:
     return new_node(_planned_output, OpInfo.blank(), (), trace, 0)
 
 
-def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int, str], capture: bool, jobs: Any,
-            results: Any, nice: int) -> None:
+def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int, str], capture: bool, cache_size: int,
+            jobs: Any, results: Any, nice: int) -> None:
     torch.set_num_threads(1)
     if nice:
         os.nice(nice)  # the main process runs the current step: it goes first when they share a core
     sent: set[int] = set()
     engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True, capture_modules=capture)
+    cache = PlanCache(cache_size) if cache_size > 0 else None
     while True:
         job = jobs.get()
         if job is None:
@@ -92,16 +94,21 @@ def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int,
             groups = tr.take_pending()
             if capture and groups:
                 groups = relevel(groups)
-            plan = build_plan(groups, out, tr.masks, layout=capture)
-            stats = {"record_s": t1 - t0, "plan_s": time.perf_counter() - t1,
-                     "nodes": sum(len(g.members) for g in groups)}
+            nodes = sum(len(g.members) for g in groups)
+            if cache is not None:
+                plan = cache.plan(groups, out, tr.masks, layout=capture)
+            else:
+                plan = build_plan(groups, out, tr.masks, layout=capture)
+            stats: dict[str, Any] = {"record_s": t1 - t0, "plan_s": time.perf_counter() - t1, "nodes": nodes,
+                                     "plan_cache": cache.report() if cache is not None else None}
             results.put((i, (to_wire(plan, params, sent, modules), stats), None))
         except BaseException as e:  # sent back, raised in the main process
             results.put((i, None, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
 def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any], workers: int = 2, ahead: int = 2,
-             timeout: float = 300.0, nice: int = 5, capture_modules: bool = False) -> Iterator[tuple[Any, LazyTensor]]:
+             timeout: float = 300.0, nice: int = 5, capture_modules: bool = False,
+             plan_cache: int = 0) -> Iterator[tuple[Any, LazyTensor]]:
     """Yield ``(batch, loss)`` for each batch, ``loss`` a lazy value of ``fn(batch)`` recorded ahead of time by
     ``workers`` worker processes (module docstring); ``loss.backward()`` / ``build(loss)`` run its batched plan
     here, drawing its dropout masks here in program order.  ``workers=0`` records each batch in this process
@@ -110,13 +117,14 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
     ``ahead``: how many batches each worker may be ahead; ``timeout``: seconds to wait for one batch's plan;
     ``nice``: the workers' scheduling niceness increment (0: none), so that with more processes than cores the
     main process, which runs the step everything waits for, is served first; ``capture_modules``: record module
-    calls as one node each (:mod:`graphsub.dynamic.capture`; the plan names them by their path in ``model``).
+    calls as one node each (:mod:`graphsub.dynamic.capture`; the plan names them by their path in ``model``);
+    ``plan_cache``: plans each worker keeps by structure (:mod:`graphsub.dynamic.plancache`; 0: none).
     """
     if workers < 0 or ahead < 1:
         raise ValueError("prefetch: workers must be >= 0 and ahead >= 1")
     if workers == 0:  # no worker: record each batch here, just before it runs (same loop, one core)
         engine = Reuse(depth=1, collect=0, batching=True, defer_masks=True,  # masks drawn when run, as below
-                       capture_modules=capture_modules)
+                       capture_modules=capture_modules, plan_cache=plan_cache)
         for b in batches:
             with lazy(engine):
                 out = fn(b)
@@ -131,8 +139,8 @@ def prefetch(model: nn.Module, batches: Iterable[Any], fn: Callable[[Any], Any],
     ctx = mp.get_context("fork")
     results: Any = ctx.Queue()
     jobs: list[Any] = [ctx.Queue() for _ in range(workers)]
-    procs = [ctx.Process(target=_worker, args=(fn, ids, mod_ids, capture_modules, q, results, nice), daemon=True)
-             for q in jobs]
+    procs = [ctx.Process(target=_worker, args=(fn, ids, mod_ids, capture_modules, plan_cache, q, results, nice),
+                         daemon=True) for q in jobs]
     for pr in procs:
         pr.start()
     # one op table and batching state per worker: key ids made after the fork differ between workers
