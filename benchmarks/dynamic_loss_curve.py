@@ -1,4 +1,4 @@
-"""Training loss curves of the Tree-LSTM on SST: eager vs signature-keyed batching vs prefetch (same seed, data).
+"""Training loss curves of the Tree-LSTM on SST: eager vs batching, prefetch and module capture (same seed, data).
 
     .venv/bin/python benchmarks/dynamic_loss_curve.py --steps 60
 
@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import torch
 
-from graphsub.bench.dynamic import BenchConfig, Runner, load_workload, run_prefetch
+from graphsub.bench.dynamic import PREFETCH_MODES, BenchConfig, Runner, load_workload, run_prefetch
 
 OUT = Path(__file__).parent / "results"
 
@@ -36,13 +36,13 @@ def main() -> None:
     cfg = BenchConfig(batches=args.steps, data=args.data, workers=args.workers)
     work = load_workload(cfg)
     curves: dict[str, list[float]] = {}
-    for mode in ("eager", "eager, weights x (1 + 1e-7)", "reuse+batch", "prefetch"):
+    for mode in ("eager", "eager, weights x (1 + 1e-7)", "reuse+batch", "prefetch", "module+batch", "module+prefetch"):
         r = Runner(mode.split(",")[0], cfg, work.vocab)
         if "1e-7" in mode:
             with torch.no_grad():
                 for p in r.model.parameters():
                     p.mul_(1 + 1e-7)
-        if mode == "prefetch":
+        if mode in PREFETCH_MODES:
             run_prefetch(r, cfg, work.batches)
         else:
             for b in work.batches:

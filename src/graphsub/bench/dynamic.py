@@ -407,5 +407,5 @@ def bench_backends(depth: int = 4, hidden: int = 150, emb: int = 300, reps: int 
     return rows
 
 
-__all__ = ["MODES", "STAGES", "BenchConfig", "Runner", "bench_backends", "load_workload", "pattern_table",
-           "run_bench", "run_modes", "run_prefetch", "training_equivalence"]
+__all__ = ["MODES", "PREFETCH_MODES", "STAGES", "BenchConfig", "Runner", "bench_backends", "load_workload",
+           "pattern_table", "run_bench", "run_modes", "run_prefetch", "training_equivalence"]
