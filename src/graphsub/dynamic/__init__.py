@@ -15,14 +15,19 @@ signature-keyed batching of independent occurrences.
   masks), run with autograd;
 * :mod:`graphsub.dynamic.prefetch` -- :func:`prefetch`: worker processes record and plan the next batches
   while the main process runs the current one;
+* :mod:`graphsub.dynamic.capture` -- module-level capture: an ``nn.Module`` (or ``@cell``) call recorded as one
+  node and batched whole, op-level recording as the explained fallback;
+* :mod:`graphsub.dynamic.schedule` -- steps regrouped per op key, as late as possible where that merges them;
+* :mod:`graphsub.dynamic.plancache` -- plans cached by the exact structure of their DAG;
 * :mod:`graphsub.bench.dynamic` -- the end-to-end comparison of the modes (``graphsub dynamic bench``);
 * :mod:`graphsub.dynamic.workloads` -- what all this is measured on: SST trees, the synthetic treebank,
-  the binary Tree-LSTM and a sequence LSTM written as plain eager PyTorch (they import nothing of the
-  machinery above).
+  the binary Tree-LSTM, a sequence LSTM and a Tree-GRU written as plain eager PyTorch with their cells as
+  ``nn.Module``s (they import nothing of the machinery above).
 """
 
+from graphsub.dynamic.capture import cell
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, build, lazy
 from graphsub.dynamic.prefetch import PrefetchError, prefetch
 
-__all__ = ["LazyError", "LazyTensor", "PrefetchError", "Reuse", "build", "lazy", "prefetch"]
+__all__ = ["LazyError", "LazyTensor", "PrefetchError", "Reuse", "build", "cell", "lazy", "prefetch"]
