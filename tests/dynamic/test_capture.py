@@ -343,3 +343,30 @@ def test_plan_cache_hits_on_the_same_structure_with_other_data() -> None:
     rep = eng.report()["plan_cache"]
     # batch 2 hits batch 1's plan; batch 3 misses and evicts it (size 1); batch 4 misses again
     assert (rep["hits"], rep["misses"], rep["entries"]) == (1, 3, 1) and rep["hit_rate"] == 0.25
+
+
+def test_global_hooks_and_other_threads_are_left_alone() -> None:
+    import threading
+
+    from torch.nn.modules.module import register_module_forward_hook
+
+    lin = nn.Linear(3, 3)
+    w = nn.Parameter(torch.randn(3, 3))
+    seen: list[str] = []
+    handle = register_module_forward_hook(lambda mod, inp, out: seen.append(type(mod).__name__))
+    try:
+        capture.reset_report()
+        with lazy(_engine()):
+            out = torch.cat([lin(torch.ones(1, 3) @ w) for _ in range(3)]).sum()
+        build(out)
+        assert seen == ["Linear"] * 3  # run per call, as eagerly: the global hook ruled capture out
+        row = {r["callable"]: r for r in capture.report()}["Linear"]
+        assert not row["captured"] and "global" in row["reason"]
+    finally:
+        handle.remove()
+    results: list[object] = []
+    with lazy(_engine()):  # a module called by another thread meanwhile runs eagerly, outside the trace
+        t = threading.Thread(target=lambda: results.append(lin(torch.ones(1, 3))))
+        t.start()
+        t.join()
+    assert isinstance(results[0], torch.Tensor) and type(results[0]) is not LazyTensor

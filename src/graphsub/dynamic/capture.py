@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 from graphsub.dynamic.calls import OpInfo, fill, new_kid
 from graphsub.dynamic.dag import EXEC_DEPTH, Trace
@@ -64,6 +65,10 @@ from graphsub.dynamic.lazy import (
 _ORIG_CALL = nn.Module.__call__
 _LOCK = threading.Lock()
 _ACTIVE = [0]  # capturing lazy() contexts open
+_OWNER: list[int | None] = [None]  # the thread that opened them (the tracer runs on one thread)
+_get_ident = threading.get_ident
+_GLOBAL_HOOKS = _torch_module._global_forward_hooks  # registered with nn.modules.module.register_module_forward_hook
+_GLOBAL_PRE_HOOKS = _torch_module._global_forward_pre_hooks
 MAX_KEYS = 256
 """Keys (shapes / constants) one callable may have before its new keys are refused (constants such as word ids
 passed as Python ints would otherwise make a key, and a probe, per value)."""
@@ -124,6 +129,7 @@ def capturing() -> Iterator[None]:
     with _LOCK:
         _ACTIVE[0] += 1
         if _ACTIVE[0] == 1:
+            _OWNER[0] = threading.get_ident()
             nn.Module.__call__ = _module_call  # type: ignore[method-assign]
     try:
         yield
@@ -132,6 +138,7 @@ def capturing() -> Iterator[None]:
             _ACTIVE[0] -= 1
             if _ACTIVE[0] == 0:
                 nn.Module.__call__ = _ORIG_CALL  # type: ignore[method-assign]
+                _OWNER[0] = None
 
 
 def _active() -> bool:
@@ -141,9 +148,10 @@ def _active() -> bool:
 
 
 def _module_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT or not _CURRENT[-1].capture:
-        return _ORIG_CALL(self, *args, **kwargs)
-    if self._forward_hooks or self._forward_pre_hooks or (self.training and _buffered(self)):
+    if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT or not _CURRENT[-1].capture or _get_ident() != _OWNER[0]:
+        return _ORIG_CALL(self, *args, **kwargs)  # (another thread's modules run as they always do)
+    if self._forward_hooks or self._forward_pre_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_HOOKS or \
+            (self.training and _buffered(self)):
         _refuse(self, _module_refusal(self))
         return _ORIG_CALL(self, *args, **kwargs)
     if not kwargs:
@@ -323,8 +331,8 @@ def _buffered(m: nn.Module) -> bool:
 
 
 def _module_refusal(m: nn.Module) -> str:
-    if m._forward_hooks or m._forward_pre_hooks:
-        return "has forward hooks (a batched call would run them once per batch)"
+    if m._forward_hooks or m._forward_pre_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_HOOKS:
+        return "has forward hooks, its own or global ones (a batched call would run them once per batch)"
     if m.training and _buffered(m):
         return "has buffers in training mode (e.g. BatchNorm's running statistics, updated by each call)"
     return ""
