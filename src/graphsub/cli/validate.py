@@ -93,6 +93,7 @@ LIMITS: dict[str, Limit] = {
     "--max-ops": COUNT,
     "--shards": COUNT,
     "--workers": NON_NEGATIVE_INT,  # 0: in the main process
+    "--plan-cache": NON_NEGATIVE_INT,  # 0: none
     "--batches": COUNT,
     "--batch-size": COUNT,
     "--depth": COUNT,

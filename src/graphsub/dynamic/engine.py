@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from graphsub.dynamic.calls import fill, new_kid
+from graphsub.dynamic.capture import capturing
 from graphsub.dynamic.codegen import compile_pattern, generate
 from graphsub.dynamic.dag import DagNode, Group, evaluate_plain, is_param, resolve_row, source
 from graphsub.dynamic.lazy import LazyError, LazyTensor
@@ -118,6 +120,10 @@ class Reuse:
         self.table = PatternTable(self.hash_fn)
         self.batch_state = BatchState(tol=self.check_tol)
         self.cache = PlanCache(self.plan_cache) if self.plan_cache > 0 else None
+
+    def capture_scope(self) -> AbstractContextManager[None]:
+        """What ``lazy()`` enters while a trace of this engine records with module capture on."""
+        return capturing()
 
     @property
     def collecting(self) -> bool:

@@ -517,12 +517,8 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     """
     trace = Trace(engine, examples)
     _CURRENT.append(trace)
-    if trace.capture:  # module-level capture (graphsub.dynamic.capture) while this context is open
-        from graphsub.dynamic.capture import capturing
-
-        scope: Any = capturing()
-    else:
-        scope = nullcontext()
+    # module-level capture while this context is open: the engine's scope (graphsub.dynamic.capture.capturing)
+    scope: Any = engine.capture_scope() if trace.capture else nullcontext()
     # the cyclic collector is paused while recording: a trace allocates tens of thousands of small
     # acyclic objects, and the collector's passes over the (large) heap of torch would cost more than
     # the recording itself; the trace's one cycle (nodes <-> trace) is collected after the context
