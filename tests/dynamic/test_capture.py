@@ -37,7 +37,8 @@ def _train(model_cls: type, batches: list, how: str) -> tuple[list[float], list[
     opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
     losses: list[float] = []
     if how == "prefetch":
-        for _, loss in prefetch(model, batches, lambda b: fn(model, b), workers=1, capture_modules=True):
+        for _, loss in prefetch(model, batches, lambda b: fn(model, b), workers=1, capture_modules=True,
+                                plan_cache=4):
             opt.zero_grad()
             torch.manual_seed(1)
             loss.backward()
@@ -370,3 +371,4 @@ def test_global_hooks_and_other_threads_are_left_alone() -> None:
         t.start()
         t.join()
     assert isinstance(results[0], torch.Tensor) and type(results[0]) is not LazyTensor
+

@@ -49,10 +49,8 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from graphsub.dynamic.calls import OpInfo, fill, new_kid
-from graphsub.dynamic.dag import EXEC_DEPTH, Trace
+from graphsub.dynamic.dag import STATE, Trace
 from graphsub.dynamic.lazy import (
-    _CURRENT,
-    PROBING,
     LazyTensor,
     ProbeRefusal,
     new_items,
@@ -65,8 +63,6 @@ from graphsub.dynamic.lazy import (
 _ORIG_CALL = nn.Module.__call__
 _LOCK = threading.Lock()
 _ACTIVE = [0]  # capturing lazy() contexts open
-_OWNER: list[int | None] = [None]  # the thread that opened them (the tracer runs on one thread)
-_get_ident = threading.get_ident
 _GLOBAL_HOOKS = _torch_module._global_forward_hooks  # registered with nn.modules.module.register_module_forward_hook
 _GLOBAL_PRE_HOOKS = _torch_module._global_forward_pre_hooks
 MAX_KEYS = 256
@@ -129,7 +125,6 @@ def capturing() -> Iterator[None]:
     with _LOCK:
         _ACTIVE[0] += 1
         if _ACTIVE[0] == 1:
-            _OWNER[0] = threading.get_ident()
             nn.Module.__call__ = _module_call  # type: ignore[method-assign]
     try:
         yield
@@ -138,18 +133,17 @@ def capturing() -> Iterator[None]:
             _ACTIVE[0] -= 1
             if _ACTIVE[0] == 0:
                 nn.Module.__call__ = _ORIG_CALL  # type: ignore[method-assign]
-                _OWNER[0] = None
 
 
 def _active() -> bool:
-    if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT:
-        return False
-    return _CURRENT[-1].capture
+    state = STATE
+    return not state.exec_depth and not state.probing and bool(state.current) and state.current[-1].capture
 
 
 def _module_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    if EXEC_DEPTH[0] or PROBING[0] or not _CURRENT or not _CURRENT[-1].capture or _get_ident() != _OWNER[0]:
-        return _ORIG_CALL(self, *args, **kwargs)  # (another thread's modules run as they always do)
+    state = STATE  # per thread: another thread's modules run as they always do
+    if state.exec_depth or state.probing or not state.current or not state.current[-1].capture:
+        return _ORIG_CALL(self, *args, **kwargs)
     if self._forward_hooks or self._forward_pre_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_HOOKS or \
             (self.training and _buffered(self)):
         _refuse(self, _module_refusal(self))
@@ -294,7 +288,7 @@ def _known(fn: Any, args: tuple[Any, ...]) -> Any:
     if info is None:
         return None
     if trace is None:
-        trace = _CURRENT[-1]
+        trace = STATE.current[-1]
     node = new_node(fn, info, tuple(inputs), trace, lvl + 1)
     if not info.items:
         return node
@@ -374,11 +368,11 @@ def _record_body(body: Callable[..., Any], template: Any, inputs: list[Any]) -> 
     stand = [_stand_in(x, scratch) for x in inputs]
     args, kwargs = fill(template, stand)
     push_trace(scratch)
-    PROBING[0] += 1
+    STATE.probing += 1
     try:
         out = body(*args, **kwargs)
     finally:
-        PROBING[0] -= 1
+        STATE.probing -= 1
         pop_trace()
     outs = out if type(out) in (tuple, list) else (out,)
     if not outs or not all(type(o) is LazyTensor and o.shape is not None for o in outs):

@@ -82,7 +82,7 @@ from graphsub.dynamic.calls import (
     op_name,
     param_tok,
 )
-from graphsub.dynamic.dag import EXEC_DEPTH, DagNode, Group, Trace, enable_gc, executing
+from graphsub.dynamic.dag import STATE, DagNode, Group, Trace, enable_gc, executing
 from graphsub.errors import GraphsubError
 
 
@@ -199,7 +199,6 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 LazyTensor.__hash__ = object.__hash__  # type: ignore[method-assign]
 
 
-_CURRENT: list[Trace] = []
 _DROPOUTS = (F.dropout, torch.dropout)
 
 
@@ -257,9 +256,6 @@ value among their arguments is read, which evaluates it) and attribute getters s
 (added when first seen)."""
 
 
-PROBING = [0]
-"""Depth of module probes (:mod:`graphsub.dynamic.capture`): a callee's body recorded once to learn its output
-shapes and whether it can be one node (no values read, no random numbers drawn)."""
 
 
 class ProbeRefusal(LazyError):
@@ -279,7 +275,7 @@ def _refuse_random(func: Callable[..., Any]) -> None:
 
 def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """Record ``func(*args, **kwargs)`` as a lazy node (or run it, for data-only calls)."""
-    if func in _PASS or EXEC_DEPTH[0] or not _needs_record(args, kwargs):
+    if func in _PASS or STATE.exec_depth or not _needs_record(args, kwargs):
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)
     return _record(func, args, kwargs)
@@ -454,7 +450,8 @@ def new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], tr
 
 
 def _trace_of(func: Callable[..., Any], inputs: list[Any]) -> Trace:
-    trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (_CURRENT[-1] if _CURRENT else None)
+    current = STATE.current
+    trace = next((i.trace for i in inputs if type(i) is LazyTensor), None) or (current[-1] if current else None)
     if trace is None:
         raise LazyError(f"{op_name(func)} on lazy values outside any trace")
     return trace
@@ -475,7 +472,7 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
     x, p, training = bound["input"], float(bound.get("p", 0.5)), bool(bound.get("training", True))
     if not training or p == 0.0:
         return x
-    if PROBING[0]:
+    if STATE.probing:
         _refuse_random(F.dropout)
     if p >= 1.0:
         return record(torch.mul, (x, 0.0), {})
@@ -495,9 +492,9 @@ class _LazyMode(TorchFunctionMode):
         # the mode is popped while its handler runs, so no DisableTorchFunction is needed here
         if kwargs is None:
             kwargs = _NOKW
-        if EXEC_DEPTH[0] or func in _PASS:
+        if STATE.exec_depth or func in _PASS:
             return func(*args, **kwargs)
-        if PROBING[0] and func in _RANDOM:
+        if STATE.probing and func in _RANDOM:
             _refuse_random(func)
         for a in args:
             if type(a) is LazyTensor:
@@ -516,7 +513,7 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     holds (the unit of the thesis' frequency threshold ``P_Freq``).
     """
     trace = Trace(engine, examples)
-    _CURRENT.append(trace)
+    STATE.current.append(trace)
     # module-level capture while this context is open: the engine's scope (graphsub.dynamic.capture.capturing)
     scope: Any = engine.capture_scope() if trace.capture else nullcontext()
     # the cyclic collector is paused while recording: a trace allocates tens of thousands of small
@@ -528,23 +525,24 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
         with scope, _LazyMode():
             yield trace
     finally:
-        _CURRENT.pop()
+        STATE.current.pop()
         if collect:
             enable_gc()
 
 
 def current_trace() -> Trace | None:
     """The trace of the innermost open ``lazy()`` context (or probe), if any."""
-    return _CURRENT[-1] if _CURRENT else None
+    current = STATE.current
+    return current[-1] if current else None
 
 
 def push_trace(trace: Trace) -> None:
     """Make ``trace`` the current one (a probe's; undone by :func:`pop_trace`)."""
-    _CURRENT.append(trace)
+    STATE.current.append(trace)
 
 
 def pop_trace() -> None:
-    _CURRENT.pop()
+    STATE.current.pop()
 
 
 def build(out: Any) -> Any:
@@ -556,5 +554,5 @@ def build(out: Any) -> Any:
     return out
 
 
-__all__ = ["PROBING", "LazyError", "LazyTensor", "ProbeRefusal", "build", "current_trace", "lazy", "new_items",
+__all__ = ["LazyError", "LazyTensor", "ProbeRefusal", "build", "current_trace", "lazy", "new_items",
            "new_node", "pop_trace", "push_trace", "record", "record_as_node"]
