@@ -372,3 +372,22 @@ def test_global_hooks_and_other_threads_are_left_alone() -> None:
         t.join()
     assert isinstance(results[0], torch.Tensor) and type(results[0]) is not LazyTensor
 
+
+
+@pytest.mark.parametrize("engine", [Reuse(depth=1, collect=0, capture_modules=True),
+                                    Reuse(depth=4, freq=0.5, collect=2, capture_modules=True),
+                                    Reuse(depth=4, freq=0.5, collect=2, batching=True, capture_modules=True)],
+                         ids=["unbatched", "thesis-patterns", "patterns+batching"])
+def test_captured_nodes_run_under_every_engine(batches: list, engine: Reuse) -> None:
+    """Module nodes are ordinary nodes to the thesis' machinery (signatures, generated pattern code) too."""
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=8, hidden=6)
+    torch.manual_seed(1)
+    ref = [float(batch_loss(model, b).detach()) for b in batches]
+    torch.manual_seed(1)
+    got = []
+    for b in batches:
+        with lazy(engine, examples=len(b)):
+            loss = batch_loss(model, b)
+        got.append(float(build(loss).detach()))
+    assert got == pytest.approx(ref, abs=1e-5)
