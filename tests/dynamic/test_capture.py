@@ -90,44 +90,43 @@ def test_a_cell_is_one_node_batched_whole(batches: list) -> None:
     assert nn.Module.__call__ is capture._ORIG_CALL  # the swap is undone when the context closes
 
 
-class _ValueDependent(nn.Module):
+class _Lin(nn.Module):
+    """A linear layer, then what each test module does with its output (``then``)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(3, 3)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.lin(x)
+    def forward(self, x: torch.Tensor) -> object:
+        return self.then(self.lin(x))
+
+    def then(self, y: torch.Tensor) -> object:
+        raise NotImplementedError
+
+
+class _ValueDependent(_Lin):
+    def then(self, y: torch.Tensor) -> object:
         return torch.relu(y) if y.sum() > 0 else -y  # control flow on a tensor's value
 
 
-class _Noisy(nn.Module):
+class _Noisy(_Lin):
     def __init__(self) -> None:
         super().__init__()
-        self.lin = nn.Linear(3, 3)
         self.drop = nn.Dropout(0.5)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.lin(x))
+    def then(self, y: torch.Tensor) -> object:
+        return self.drop(y)
 
 
-class _Tagged(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(3, 3)
-
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"y": self.lin(x)}
+class _Tagged(_Lin):
+    def then(self, y: torch.Tensor) -> object:
+        return {"y": y}
 
 
-class _Centered(nn.Module):
+class _Centered(_Lin):
     """Mixes rows: batched, it would subtract the batch mean; the first-use check must catch it."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(3, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.lin(x)
+    def then(self, y: torch.Tensor) -> object:
         return y - y.mean(dim=0, keepdim=True) + y.sum()
 
 

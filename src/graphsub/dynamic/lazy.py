@@ -384,28 +384,8 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
 
 def new_items(node: LazyTensor, info: OpInfo, trace: Trace) -> Any:
     """The output nodes of a multi-output node (``access(x, k)``, no call: they live in ``node``'s batch), as the
-    tuple or list the op returns; what :func:`new_node` does for them, inlined."""
-    outs = []
-    level = node.level
-    inputs = (node,)
-    keep = not trace.grouping
-    for k, it in enumerate(info.items):
-        n = LazyTensor.__new__(LazyTensor)
-        n.gid = next(_GID)
-        n.func = operator.getitem
-        n.info = it
-        n.inputs = inputs
-        n.tok = it.tok
-        n.trace = trace
-        n.value = None
-        n.kid = it.kid
-        n.level = level
-        n.part = k
-        n.grp = None
-        n.row = 0
-        if keep:
-            trace.refs.append(_weakref(n))
-        outs.append(n)
+    tuple or list the op returns."""
+    outs = [new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
     return tuple(outs) if type(info.meta) is tuple else outs
 
 
