@@ -268,10 +268,13 @@ def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[An
                 if b.level > lvl:
                     lvl = b.level
                 trace = b.trace
-        elif isinstance(a, torch.Tensor) and not a.requires_grad:
+        elif isinstance(a, torch.Tensor):
+            with torch._C.DisableTorchFunction():  # the lazy mode would intercept each attribute read (~4 us)
+                if a.requires_grad:
+                    return None
+                key.append(a.shape)
+                key.append(a.dtype)
             inputs.append(a)
-            key.append(a.shape)
-            key.append(a.dtype)
         else:
             return None
     return tuple(key), inputs, lvl, trace
