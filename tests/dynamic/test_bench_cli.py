@@ -57,3 +57,22 @@ def test_pattern_backends_agree_and_time() -> None:
 
     rows = bench_backends(depth=3, hidden=8, emb=12, reps=3)
     assert {r["backend"] for r in rows} == {"python", "fx", "inductor"}
+
+
+def test_bench_vocabulary_choice() -> None:
+    """``--vocab train`` gives the model the whole SST train split's words (a larger embedding), ``batches`` only
+    the benched trees'; anything else is a usage error."""
+    from graphsub.bench.dynamic import BenchConfig, load_workload
+    from graphsub.dynamic.workloads.sst import find_sst_root
+
+    root = find_sst_root()
+    if root is None or not (root / "train.txt").is_file():
+        pytest.skip("SST data not found (../shared/data/sst): the vocabulary choice needs the real train split")
+    small = load_workload(BenchConfig(batches=1, batch_size=2, data="sst"))
+    full = load_workload(BenchConfig(batches=1, batch_size=2, data="sst", vocab="train"))
+    assert [repr(t) for t in small.trees] == [repr(t) for t in full.trees]
+    assert len(full.vocab) > 10 * len(small.vocab)
+    with pytest.raises(ValueError, match="vocabulary"):
+        load_workload(BenchConfig(batches=1, batch_size=2, data="sst", vocab="all"))
+    r = CliRunner().invoke(app, ["dynamic", "bench", "--vocab", "all", "--json"])
+    assert r.exit_code == 2 and "vocabulary" in r.stdout

@@ -73,6 +73,7 @@ class BenchConfig:
     train_steps: int = 5
     workers: int = 2
     plan_cache: int = 64
+    vocab: str = "batches"  # the words of the benched trees, or of the whole SST train split ("train")
     modes: Sequence[str] = MODES
     depths: Sequence[int] = (5, 6, 7, 8, 9, 10)
 
@@ -92,9 +93,13 @@ def load_workload(cfg: BenchConfig) -> Workload:
     note = ""
     data = cfg.data
     trees: list[Tree] | None = None
+    if cfg.vocab not in ("batches", "train"):
+        raise ValueError(f"unknown vocabulary {cfg.vocab!r}; expected batches or train")
+    every: list[Tree] | None = None
     if data == "sst":
         try:
-            trees = load_sst(split="train")[:need]
+            every = load_sst(split="train")
+            trees = every[:need]
         except SSTNotFound as e:
             note = f"SST not found ({e}); using the synthetic treebank instead"
             data = "synthetic"
@@ -102,7 +107,9 @@ def load_workload(cfg: BenchConfig) -> Workload:
         raise ValueError(f"unknown data {cfg.data!r}; expected sst or synthetic")
     if trees is None:
         trees = synthetic_treebank(need, seed=cfg.seed)
-    vocab = Vocab.build(trees)
+    # the benched trees' words (the embedding, and with it Adagrad's dense update, stays small), or the whole train
+    # split's as a user training on SST has them
+    vocab = Vocab.build(every if cfg.vocab == "train" and every is not None else trees)
     w = Workload(trees, vocab, data, note)
     w.batches = [trees[i:i + cfg.batch_size] for i in range(0, len(trees), cfg.batch_size)]
     return w

@@ -89,6 +89,9 @@ def bench_cmd(
     plan_cache: Annotated[int, typer.Option("--plan-cache", min=0, help="Plans kept by structure in the module "
                                                                    "modes (0: none); the second round repeats "
                                                                    "the first round's batches.")] = 64,
+    vocab: Annotated[str, typer.Option("--vocab", help="batches: the vocabulary of the benched trees only; train: "
+                                                       "the whole SST train split's (a larger embedding, whose "
+                                                       "dense Adagrad update every mode pays).")] = "batches",
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,
     train_steps: Annotated[int, typer.Option("--train-steps", min=1, help="Steps of the training-equivalence "
                                                                           "run (eager vs the best mode).")] = 5,
@@ -111,9 +114,11 @@ def bench_cmd(
         fail(Exit.USAGE, f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}", as_json)
     if data not in ("sst", "synthetic"):
         fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
+    if vocab not in ("batches", "train"):
+        fail(Exit.USAGE, f"unknown vocabulary {vocab!r}; choose batches or train", as_json)
     cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
                       emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list),
-                      workers=workers, plan_cache=plan_cache)
+                      workers=workers, plan_cache=plan_cache, vocab=vocab)
     res = run_bench(cfg, tables=tables)
     if backends:
         res["backends"] = bench_backends(hidden=hidden, emb=emb)
