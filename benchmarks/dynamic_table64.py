@@ -66,7 +66,9 @@ def render(results: dict[str, Any]) -> str:
              "in phases alternating between the modes for two rounds, first 3 batches of each phase left out, "
              "seed = repeat index. `full` = preprocess + trace + optimize + forward + backward + step (prefetch "
              "modes: the wall time between steps; their `trace` is the wait for a plan). Produced by "
-             "`benchmarks/dynamic_table64.py`.", ""]
+             f"`{results['command']}`; vocabulary: " + ("the whole SST train split's (16k words: eager pays a dense "
+                                                       "embedding gradient per word)" if "vocab train" in
+                                                       results["command"] else "the benched trees' words") + ".", ""]
     for wl, s in results["workloads"].items():
         modes = s["modes"]
         lines += [f"## {wl} ({s['repeats']} repeats, 1-minute load averages before/after: {s['loadavg']})", "",
@@ -114,17 +116,25 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--workloads", default="treelstm,seqlstm,treegru")
+    ap.add_argument("--modes", default="", help="comma-separated modes for every workload (default: the table's)")
+    ap.add_argument("--vocab", default="batches", choices=("batches", "train"),
+                    help="the benched trees' vocabulary (as the issue's targets were set) or the whole train split's "
+                         "(written to dynamic_table64_vocab_train.*)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
-    path = OUT / "dynamic_table64.json"
+    stem = "dynamic_table64" + ("" if args.vocab == "batches" else f"_vocab_{args.vocab}")
+    path = OUT / f"{stem}.json"
     results: dict[str, Any] = {"command": f"benchmarks/dynamic_table64.py --repeats {args.repeats} --batches "
-                                          f"{args.batches} --workers {args.workers}", "runs": {}, "workloads": {}}
+                                          f"{args.batches} --workers {args.workers} --workloads {args.workloads}"
+                                          + (f" --modes {args.modes}" if args.modes else "")
+                                          + f" --vocab {args.vocab}", "runs": {}, "workloads": {}}
     for wl in args.workloads.split(","):
         runs: list[dict[str, Any]] = []
         for k in range(args.repeats):
             t0 = time.time()
-            cfg = BenchConfig(batches=args.batches, data="sst", workload=wl, seed=k, modes=WORKLOADS[wl],
-                              workers=args.workers)
+            modes = tuple(args.modes.split(",")) if args.modes else WORKLOADS[wl]
+            cfg = BenchConfig(batches=args.batches, data="sst", workload=wl, seed=k, modes=modes,
+                              workers=args.workers, vocab=args.vocab)
             res = run_bench(cfg, tables=(wl == "treelstm" and k == 0))
             res["wall_s"] = time.time() - t0
             runs.append(res)
@@ -134,9 +144,9 @@ def main() -> None:
             print(f"{wl} repeat {k}: " + ", ".join(f"{m} {v['full']:.2f}x" for m, v in res["speedup"].items()
                                                    if m != "eager") + f" ({res['wall_s']:.0f} s, load "
                                                                         f"{os.getloadavg()[0]:.2f})", flush=True)
-    (OUT / "dynamic_table64.md").write_text(render(results))
-    plot(results, OUT / "dynamic_table64.png")
-    print(f"wrote {path}, dynamic_table64.md and .png")
+    (OUT / f"{stem}.md").write_text(render(results))
+    plot(results, OUT / f"{stem}.png")
+    print(f"wrote {path}, {stem}.md and .png")
 
 
 if __name__ == "__main__":

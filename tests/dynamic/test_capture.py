@@ -390,3 +390,30 @@ def test_captured_nodes_run_under_every_engine(batches: list, engine: Reuse) -> 
             loss = batch_loss(model, b)
         got.append(float(build(loss).detach()))
     assert got == pytest.approx(ref, abs=1e-5)
+
+
+def test_a_dropped_model_is_freed_with_its_memo_entries(batches: list) -> None:
+    """Capture keeps its memos by ``id(module)`` without a reference to the module: a model its user drops is freed
+    (parameters and all), and its keys leave the memos as it dies, so a later module at the same address gets
+    none of them."""
+    import gc
+    import weakref
+
+    from graphsub.dynamic.calls import KEYS
+
+    def train_once() -> tuple[weakref.ref[nn.Module], weakref.ref[nn.Module], int]:
+        torch.manual_seed(0)
+        model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+        eng = _engine()
+        for b in batches[:2]:
+            with lazy(eng):
+                loss = batch_loss(model, b)
+            loss.backward()
+        assert capture.report(model)  # captured calls made
+        return weakref.ref(model), weakref.ref(model.composer), id(model.composer)
+
+    ref, composer, cid = train_once()
+    gc.collect()
+    assert ref() is None and composer() is None
+    assert not any(k[0] == cid for k in capture._FAST) and not any(k[0] == cid for k in KEYS)  # keys by id
+    assert all(r["callable"] != "TreeComposer" or r["captured"] for r in capture.report())

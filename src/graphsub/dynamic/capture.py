@@ -29,6 +29,10 @@ as the op -- and either:
 
 Calls inside a captured module are not captured again (the module is one node); a probe never captures.
 
+Memory: what capture remembers of a callable (its keys, here and in the tracer's memo, its decision) is keyed by
+``id(callable)`` and holds no reference to it; a finalizer drops those entries as the callable dies, so a model its
+user drops is freed.  (A ``@cell`` *method*'s ``self`` is a constant of its calls' template and stays referenced.)
+
 How: while a capturing ``lazy()`` context is open, ``nn.Module.__call__`` is replaced by :func:`_module_call`
 (restored when the last such context closes).  PyTorch has no hook that can replace a module's result, so
 this is the one place the tracer swaps a method; it passes straight through when no capturing trace is
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,7 +53,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
-from graphsub.dynamic.calls import OpInfo, fill, new_kid
+from graphsub.dynamic.calls import KEYS, OpInfo, fill, new_kid
 from graphsub.dynamic.dag import STATE, Trace
 from graphsub.dynamic.lazy import (
     LazyTensor,
@@ -84,15 +89,47 @@ class Decision:
                 "captured_keys": self.captured_keys, "refused_keys": self.refused_keys, "reason": self.reason}
 
 
-_DECISIONS: dict[int, tuple[Any, Decision]] = {}  # id(callable) -> (callable, decision)
+_DECISIONS: dict[int, tuple[Callable[[], Any], Decision]] = {}  # id(callable) -> (weak reference, decision)
 _SIMPLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+# What capture remembers of a callable -- its decision, whether it has buffers, its captured keys here and in the
+# tracer's memo -- is keyed by ``id(callable)`` and holds no reference to it: a model dropped by its user is freed,
+# and :func:`_forget`, run as it dies (before its id can be reused), drops every entry of that id.
+_WATCHED: set[int] = set()
+
+
+_PINNED: dict[int, Any] = {}  # callables that take no weak reference: kept alive, so that their id stays theirs
+
+
+def _watch(fn: Any) -> None:
+    """Drop what capture keeps under ``id(fn)`` when ``fn`` dies (registered once per live callable)."""
+    if id(fn) not in _WATCHED:
+        _WATCHED.add(id(fn))
+        try:
+            weakref.finalize(fn, _forget, id(fn))
+        except TypeError:
+            _PINNED[id(fn)] = fn
+
+
+def _ref(fn: Any) -> Callable[[], Any]:
+    _watch(fn)
+    return (lambda: fn) if id(fn) in _PINNED else weakref.ref(fn)
+
+
+def _forget(i: int) -> None:
+    _WATCHED.discard(i)
+    _DECISIONS.pop(i, None)
+    _BUFFERS.pop(i, None)
+    for memo in (_FAST, KEYS):
+        for k in [k for k in list(memo) if k[0] == i]:
+            memo.pop(k, None)
 
 
 def _decision(fn: Any) -> Decision:
     ent = _DECISIONS.get(id(fn))
-    if ent is None or ent[0] is not fn:
+    if ent is None or ent[0]() is not fn:
         name = type(fn).__name__ if isinstance(fn, nn.Module) else getattr(fn, "__qualname__", repr(fn))
-        ent = _DECISIONS[id(fn)] = (fn, Decision(name))
+        ent = _DECISIONS[id(fn)] = (_ref(fn), Decision(name))
     return ent[1]
 
 
@@ -102,7 +139,10 @@ def report(model: nn.Module | None = None) -> list[dict[str, Any]]:
     it (``composer (TreeComposer)``)."""
     names = {id(m): (n or type(m).__name__) for n, m in model.named_modules()} if model is not None else {}
     out = []
-    for fn, d in list(_DECISIONS.values()):
+    for ref, d in list(_DECISIONS.values()):
+        fn = ref()
+        if fn is None:
+            continue
         row = d.as_dict()
         if id(fn) in names:
             row["callable"] = f"{names[id(fn)]} ({type(fn).__name__})" if names[id(fn)] != type(fn).__name__ \
@@ -230,7 +270,8 @@ def capture_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             bad = next(type(a).__name__ for a in (*args, *kwargs.values()) if not _plain(a))
             _refuse(fn, f"argument of type {bad} (neither a tensor nor a constant): its control flow may follow it")
         return _body(fn)(*args, **kwargs)  # refused, or nothing to batch over (constants only)
-    out = record_as_node(fn, args, kwargs, infer=_probe)
+    _watch(fn)
+    out = record_as_node(fn, args, kwargs, infer=_probe, fkey=id(fn))
     if type(out) is ProbeRefusal:
         return _body(fn)(*args, **kwargs)
     if not kwargs:
@@ -239,14 +280,15 @@ def capture_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 _FAST: dict[tuple[Any, ...], OpInfo] = {}
-"""Captured keys by their short form (:func:`_short_key`), filled when the general recorder captures a call."""
+"""Captured keys by their short form (:func:`_short_key`, led by ``id(callable)``), filled when the general recorder
+captures a call."""
 
 
 def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any], int, Trace | None] | None:
     """``(key, inputs, level, trace)`` of a call on the usual arguments -- lazy values (by their shape token),
     tuples of them (by their negated length, then their tokens), data tensors (by shape and dtype) -- or ``None``
     for anything else (the general recorder's case)."""
-    key: list[Any] = [fn]
+    key: list[Any] = [id(fn)]  # the callable is watched (_watch) before its first key is entered
     inputs: list[Any] = []
     lvl = 0
     trace = None
@@ -316,15 +358,16 @@ def _refuse(fn: Any, reason: str) -> None:
         d.refused_keys = 1
 
 
-_BUFFERS: dict[int, tuple[nn.Module, bool]] = {}
+_BUFFERS: dict[int, bool] = {}
 
 
 def _buffered(m: nn.Module) -> bool:
-    """Whether ``m`` (or a submodule) has buffers (remembered per module)."""
-    ent = _BUFFERS.get(id(m))
-    if ent is None or ent[0] is not m:
-        ent = _BUFFERS[id(m)] = (m, next(m.buffers(), None) is not None)
-    return ent[1]
+    """Whether ``m`` (or a submodule) has buffers (remembered per module, dropped when it dies)."""
+    got = _BUFFERS.get(id(m))
+    if got is None:
+        _watch(m)
+        got = _BUFFERS[id(m)] = next(m.buffers(), None) is not None
+    return got
 
 
 def _module_refusal(m: nn.Module) -> str:

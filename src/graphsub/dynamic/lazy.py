@@ -282,11 +282,13 @@ def record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
 
 
 def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-            infer: Callable[..., Any] | None = None) -> Any:
+            infer: Callable[..., Any] | None = None, fkey: Any = None) -> Any:
     """Record one call (see :func:`record`).  ``infer``: how a new key's output meta value(s) are found when the
     callee is not a torch op (a captured module or cell, :mod:`graphsub.dynamic.capture`): ``infer(func, template,
     inputs)``; it may raise :class:`ProbeRefusal`, which is remembered for the key (the memo then holds the
-    refusal, and this function returns it for the caller to run the callee's body instead)."""
+    refusal, and this function returns it for the caller to run the callee's body instead).  ``fkey``: what stands
+    for ``func`` in the memo key (default: ``func`` itself; capture passes ``id(module)`` so that the memo holds
+    no reference to a user's module, and drops the module's keys when it dies)."""
     # the call's template and constants, as flatten((tuple(args), dict(kwargs))) would give, with a fast
     # path for the usual flat argument lists
     inputs: list[Any] = []
@@ -324,7 +326,7 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
         func = operator.getitem  # indexing a multi-output node: the thesis' access(x, i)
     # memo key: op, constants, input shapes and dtypes, parameter identities
     nconst = len(keyl)
-    keyl[0] = func
+    keyl[0] = func if fkey is None else fkey
     skey = keyl
     trace: Trace | None = None
     lvl = 0
