@@ -14,14 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,suite,ray]'
 	touch $(STAMP)
 
-# The demo's encoder is served one request per thread, as CPU model servers run many workers: graphsub decides at
-# that count (without --threads it decides at all cores, ONNX Runtime's default).
 demo: $(STAMP)
 	mkdir -p $(OUT)
 	$(BIN)/graphsub zoo list
 	$(BIN)/graphsub info zoo:resnext50
 	$(BIN)/python examples/export_encoder.py $(OUT)/encoder.onnx
-	$(BIN)/graphsub optimize $(OUT)/encoder.onnx -o $(OUT)/encoder_fast.onnx --threads 1 \
+	$(BIN)/graphsub optimize $(OUT)/encoder.onnx -o $(OUT)/encoder_fast.onnx \
 		--input-shape input_ids=1x128 --input-shape attention_mask=1x128 --budget 120 --report $(OUT)/encoder_report.html
 
 lint: $(STAMP)
