@@ -19,8 +19,8 @@ demo: $(STAMP)
 	$(BIN)/graphsub zoo list
 	$(BIN)/graphsub info zoo:resnext50
 	$(BIN)/python examples/export_encoder.py $(OUT)/encoder.onnx
-	$(BIN)/graphsub optimize $(OUT)/encoder.onnx -o $(OUT)/encoder_fast.onnx \
-		--input-shape input_ids=1x128 --input-shape attention_mask=1x128 --budget 120 --report $(OUT)/encoder_report.html
+	$(BIN)/graphsub optimize $(OUT)/encoder.onnx -o $(OUT)/encoder_fast.onnx --budget 120 \
+		--report $(OUT)/encoder_report.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -1,17 +1,23 @@
 """How much faster is ``make demo``'s output than the file the user exported?  A long interleaved A/B (issue 20,
 item 6: why the demo sometimes keeps the original).
 
-    make demo                                   # writes out/encoder.onnx
-    .venv/bin/graphsub optimize out/encoder.onnx -o out/encoder_best.onnx --keep-slower \\
-        --input-shape input_ids=1x128 --input-shape attention_mask=1x128 --budget 120
-    .venv/bin/python benchmarks/demo_encoder_ab.py out/encoder.onnx out/encoder_best.onnx --threads 1,2
+    make demo      # writes out/encoder.onnx (static shapes) and graphsub's out/encoder_fast.onnx
+    .venv/bin/python benchmarks/demo_encoder_ab.py out/encoder.onnx out/encoder_fast.onnx --out demo_encoder_ab_static
 
-Times, under ORT_ENABLE_ALL in rotating order: the exported file as the user ships it (symbolic batch and
-sequence), the same file with its shapes fixed (``onnxruntime.tools``: ONNX Runtime then fuses
-SkipLayerNormalization, which shape inference stops on the symbolic file), the same fixed file with that fusion
-switched off in the session, and graphsub's candidate.  Each round times every variant 20 times (median); the speedups
-are medians of the per-round ratios against the shipped file, with the share of rounds above 1.03x (what
-``graphsub optimize`` needs in 80% of its rounds).  Writes ``benchmarks/results/demo_encoder_ab.json``.  Run it alone.
+    # the same encoder exported with symbolic batch and sequence axes (what the demo used until 2026-11-26)
+    .venv/bin/python examples/export_encoder.py out/encoder_dyn.onnx --dynamic
+    .venv/bin/graphsub optimize out/encoder_dyn.onnx -o out/encoder_best.onnx --keep-slower \\
+        --input-shape input_ids=1x128 --input-shape attention_mask=1x128 --budget 120
+    .venv/bin/python benchmarks/demo_encoder_ab.py out/encoder_dyn.onnx out/encoder_best.onnx --threads 1,2
+
+Times, under ORT_ENABLE_ALL in rotating order: the exported file as the user ships it (static shapes, or symbolic
+batch and sequence), the same file with its shapes fixed (``onnxruntime.tools``; the same as shipped when they
+already are: ONNX Runtime then fuses SkipLayerNormalization, which shape inference stops on the symbolic file), the
+same fixed file with that fusion switched off in the session, and graphsub's candidate.  Each round times every
+variant 20 times (median); the speedups are medians of the per-round ratios against the shipped file, with the share
+of rounds above 1.03x (what ``graphsub optimize`` needs in 80% of its rounds).  Writes
+``benchmarks/results/OUT.json`` (``--out``, default ``demo_encoder_ab``; that file holds the symbolic-axes export of
+2026-11-26, made before the demo's encoder got trained-like weights).  Run it alone.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ def _session(path: str, threads: int, disabled: list[str] | None = None) -> ort.
 
 
 def measure(original: str, candidate: str, threads: int, seq: int, rounds: int, fixed: str) -> dict[str, Any]:
-    sessions = {"shipped (symbolic)": _session(original, threads), "fixed shapes": _session(fixed, threads),
+    sessions = {"shipped": _session(original, threads), "fixed shapes": _session(fixed, threads),
                 "fixed shapes, SkipLayerNormFusion off": _session(fixed, threads, ["SkipLayerNormFusion"]),
                 "graphsub candidate": _session(candidate, threads)}
     rng = np.random.default_rng(0)
@@ -84,9 +90,10 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--out", default="demo_encoder_ab", help="result file name under benchmarks/results (no .json)")
     args = ap.parse_args()
     res: dict[str, Any] = {"command": f"benchmarks/demo_encoder_ab.py {args.original} {args.candidate} --threads "
-                                      f"{args.threads} --seq {args.seq} --rounds {args.rounds}",
+                                      f"{args.threads} --seq {args.seq} --rounds {args.rounds} --out {args.out}",
                            "onnxruntime": ort.__version__, "loadavg": list(os.getloadavg()[:2]), "threads": {}}
     with tempfile.TemporaryDirectory() as tmp:
         fixed = _fixed(args.original, args.seq, Path(tmp) / "fixed.onnx")
@@ -94,7 +101,7 @@ def main() -> None:
             res["threads"][str(t)] = measure(args.original, args.candidate, t, args.seq, args.rounds, fixed)
             print(t, json.dumps(res["threads"][str(t)], indent=1))
     OUT.mkdir(exist_ok=True)
-    (OUT / "demo_encoder_ab.json").write_text(json.dumps(res, indent=1))
+    (OUT / f"{args.out}.json").write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from graphsub.cli.common import (
     parse_shapes,
     parse_spec,
     print_sequence,
+    wide,
 )
 from graphsub.errors import ExportError, ImportError_, ReferenceFailed, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
@@ -365,7 +366,7 @@ def _print_candidates(res: OptimizeResult) -> None:
         mark = "[green]yes[/]" if c.verified else ("[red]no[/]" if c.verified is False else "")
         name = f"[bold]{c.name}[/]" if c.name == res.chosen else c.name
         table.add_row(name, str(len(c.steps)), mark, *speed)
-    out.print(table)
+    wide(140).print(table)
     for c in res.candidates:
         if c.verified is False and not c.same_as:
             err.print(f"[yellow]{c.name}[/]: not verified, not timed: {c.error}")
