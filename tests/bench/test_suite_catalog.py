@@ -113,6 +113,16 @@ def test_weights_are_deterministic() -> None:
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("name", ["tiny_bert", "tiny_resnet"])
+def test_biases_and_norm_scales_are_trained_like(name: str) -> None:
+    """No bias is exactly 0 and no normalisation scale exactly 1 (the libraries' init), as in a trained model."""
+    module = small_architectures()[name].module()
+    vectors = {k: p for k, p in module.named_parameters() if p.dim() == 1}
+    assert any(k.endswith("bias") for k in vectors) and any("norm" in k.lower() or "bn" in k for k in vectors)
+    for k, p in vectors.items():
+        assert not bool((p == 0).any() or (p == 1).any()), k
+
+
 def test_catalog_metadata() -> None:
     assert len(ARCHITECTURES) >= 15
     for a in ARCHITECTURES.values():

@@ -53,7 +53,7 @@ import numpy as np
 
 from graphsub.bench.suite.measure import make_feeds
 
-FORMAT = 1
+FORMAT = 2  # 2: trained-like biases and normalisation parameters (export.trained_like); cached models rebuild
 MANIFEST = "manifest.json"
 EXPORTER_TAGS = {"torchscript": "ts", "dynamo": "dynamo"}
 BATCH = "batch"  # the placeholder for the batch dimension in an architecture's input shapes

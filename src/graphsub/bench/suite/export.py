@@ -12,6 +12,10 @@ stay below :data:`DEGENERATE` (a check that anything passes) -- raises :class:`E
 the partial file is removed.
 
 Invariant: :func:`build_module` gives the same weights for the same seed (torch's global generator is seeded first).
+Its modules have *trained-like* parameters (:func:`trained_like`): the libraries' initialisations leave biases at
+exactly 0 and normalisation scales at exactly 1 (Hugging Face's ``_init_weights``, ``nn.MultiheadAttention``,
+``nn.LayerNorm``, torchvision's BatchNorm and conv biases), which no trained checkpoint has and which a rewriter could
+exploit (an addition of a zero bias removed) only on a fresh model.
 """
 
 from __future__ import annotations
@@ -65,14 +69,34 @@ class Exported:
     ref_scale: float
 
 
+#: the standard deviation of the noise :func:`trained_like` adds (Hugging Face's weight init: normal(0, 0.02))
+TRAINED_NOISE = 0.02
+
+
+def trained_like(module: torch.nn.Module, scale: float = TRAINED_NOISE) -> torch.nn.Module:
+    """Add normal(0, ``scale``) noise (torch's global generator) to every one-dimensional floating parameter:
+    biases and normalisation scales and shifts, which initialisations set to exactly 0 or 1. Returns ``module``.
+
+    >>> m = trained_like(torch.nn.LayerNorm(4))
+    >>> bool((m.weight != 1).all() and (m.bias != 0).all())
+    True
+    """
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.dim() == 1 and p.is_floating_point():
+                p.add_(scale * torch.randn_like(p))
+    return module
+
+
 def build_module(factory: str, config: Mapping[str, Any], seed: int) -> torch.nn.Module:
-    """``module:function`` called with ``config`` after ``torch.manual_seed(seed)``; the module in eval mode."""
+    """``module:function`` called with ``config`` after ``torch.manual_seed(seed)``, with :func:`trained_like`
+    parameters; the module in eval mode."""
     mod, _, fn = factory.partition(":")
     torch.manual_seed(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         module: torch.nn.Module = getattr(importlib.import_module(mod), fn)(**config)
-    return module.eval()
+    return trained_like(module).eval()
 
 
 def torch_outputs(module: torch.nn.Module, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -184,5 +208,5 @@ def export_checked(module: torch.nn.Module, feeds: Mapping[str, np.ndarray], pat
                     max_abs_err=err, ref_scale=scale)
 
 
-__all__ = ["ATOL", "DEGENERATE", "EXPORTERS", "RTOL", "ExportFailure", "Exported", "build_module", "export_checked",
-           "short_error", "torch_outputs"]
+__all__ = ["ATOL", "DEGENERATE", "EXPORTERS", "RTOL", "TRAINED_NOISE", "ExportFailure", "Exported", "build_module",
+           "export_checked", "short_error", "torch_outputs", "trained_like"]
