@@ -323,6 +323,8 @@ TORCH_OPS: dict[str, TorchFn] = {
     "maxpool2d": _pool_op(avg=False), "avgpool2d": _pool_op(avg=True),
     "slice": _slice, "gather": _gather, "pad": _pad, "expand": _expand, "shape": _shape, "resize": _resize,
     "cast": lambda xs, a: (xs[0].to(DTYPES[a["to"]]),),
+    "isnan": lambda xs, a: (torch.isnan(xs[0]),),
+    "where": lambda xs, a: (torch.where(xs[0].to(torch.bool), xs[1], xs[2]),),
     # weight transforms and constant generators (run in emitted modules; the CUDA model folds them)
     "enlarge": _enlarge, "merge_gconv": _merge_gconv,
     **{op: _constant(op) for op in ("const_iconv", "const_imm", "const_pool", "const_one")},

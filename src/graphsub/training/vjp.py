@@ -38,7 +38,7 @@ VJPS: dict[str, VjpFn] = {}
 
 #: ops whose outputs never carry a gradient (integer results, or values that do not depend on the inputs'
 #: values); the reverse sweep stops at them without needing a rule
-NO_GRADIENT_OPS = frozenset({"shape", "const_one", "const_imm", "const_iconv", "const_pool"})
+NO_GRADIENT_OPS = frozenset({"shape", "isnan", "const_one", "const_imm", "const_iconv", "const_pool"})
 
 
 #: ops whose output is their input reinterpreted with another shape (row-major order unchanged)

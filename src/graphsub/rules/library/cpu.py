@@ -18,7 +18,9 @@ import functools
 
 import numpy as np
 
+from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
+from graphsub.ops.types import FLOAT_DTYPES
 from graphsub.rules.apply import TargetBuilder
 from graphsub.rules.library import metaflow
 from graphsub.rules.library.kit import (
@@ -301,6 +303,67 @@ def fold_conv_bias(kind: str) -> Rule:
         tags=("conv", "fusion", kind))
 
 
+# ----------------------------------------------------------------------------- exporter clean-ups
+
+#: ops that keep every value of their (data) inputs finite: layout moves, casts to float, sums and products
+_FINITE_PASS = frozenset({"expand", "reshape", "unsqueeze", "squeeze", "transpose", "flatten", "slice", "concat",
+                          "add", "sub", "mul", "smul", "sum", "gather"})
+
+
+def bounded_mask(graph: Graph, ref: Ref, depth: int = 12) -> bool:
+    """``ref`` holds only finite values whatever the model's inputs: finite constants, selections between them
+    (``where``: its condition does not matter), casts to a float type, and layout moves or sums of such values."""
+    node = graph.nodes[ref.node]
+    op = node.sig.op
+    if op == "weight":
+        data = graph.params.get(node.sig.attr["name"])
+        return data is not None and bool(np.all(np.isfinite(np.asarray(data, dtype=np.float64))))
+    if op == "cast":
+        return graph.type_of(node.inputs[0]).dtype not in FLOAT_DTYPES or (
+            depth > 0 and bounded_mask(graph, node.inputs[0], depth - 1))
+    if depth <= 0:
+        return False
+    if op == "where":
+        return all(bounded_mask(graph, r, depth - 1) for r in node.inputs[1:])
+    if op in _FINITE_PASS:
+        data_inputs = node.inputs[:1] if op in ("expand", "reshape", "slice", "gather") else node.inputs
+        return all(bounded_mask(graph, r, depth - 1) for r in data_inputs)
+    return False
+
+
+def _finite_mask(m: MatchView) -> bool | str:
+    return bounded_mask(m.graph, m["m"]) or (
+        "the mask is not built from finite constants: a row of it may be all -inf, which the guard turns into zeros")
+
+
+def softmax_nan_guard() -> tuple[Rule, Rule]:
+    def src(p: PatternBuilder) -> Out:
+        scores = p.matmul(p.var("q"), p.var("k"), act="none", name="qk")
+        s = p.softmax(p.add(scores, p.var("m"), name="add"), name="sm")
+        return {"y": p.where(p.isnan(s, name="nan"), p.var("z"), s, name="guard")}
+
+    def example(q: tuple[int, ...], k: tuple[int, ...], mask: tuple[int, ...], fill: float) -> Example:
+        rng = np.random.default_rng(len(q) + len(mask))  # a constant mask of 0 and fill, some rows all fill
+        data = np.where(rng.random(mask) < 0.5, 0.0, fill).astype(np.float32)
+        if data.ndim > 1:
+            data[..., :1, :] = fill
+        return ex({"q": q, "k": k, "m": mask, "z": ()}, data={"m": data})
+
+    return rule(
+        "cpu_softmax_nan_guard",
+        "where(isnan(s), z, s) with s = softmax(q @ k + mask) => s, when the mask is built from finite constants "
+        "(where(keep, 0, finfo.min), as the dynamo exporter writes Hugging Face's masks; see bounded_mask). The "
+        "guard is torch's _safe_softmax as exported: it zeroes rows that a -inf mask fills entirely, which a finite "
+        "mask never does; with finite scores no softmax row is NaN, so the guard returns s everywhere. (Exact for "
+        "finite activations: a NaN or inf score gives NaN rows instead of zeros, as eager PyTorch's softmax does "
+        "for NaN.)",
+        src, lambda t, m: {"y": m.sm},
+        [example((2, 4, 6, 8), (2, 4, 8, 6), (2, 1, 1, 6), -3.4028235e38),
+         example((1, 2, 5, 3), (1, 2, 3, 5), (1, 1, 5, 5), -1e4), example((3, 4), (4, 7), (7,), -3.4028235e38)],
+        [(_finite_mask, "the mask is built from finite constants")],
+        tags=("attention", "cleanup"), commute=("add",), mirror="_lhs")
+
+
 # ----------------------------------------------------------------------------- the set
 
 
@@ -321,6 +384,7 @@ def _build() -> tuple[Rule, ...]:
         relu_relu(),
         *neutral_element("mul", 1.0), *neutral_element("add", 0.0), *neutral_element("sub", 0.0),
         fold_conv_bias("mul"), fold_conv_bias("add"),
+        *softmax_nan_guard(),
     )
 
 
@@ -330,6 +394,7 @@ def rules() -> list[Rule]:
 
 
 __all__ = [
-    "QKV", "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute", "matmul_factor_weight",
-    "merge_qkv", "merge_qkv_bias", "neutral_element", "relu_relu", "reshape_reshape", "rules", "transpose_transpose",
+    "QKV", "bounded_mask", "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute",
+    "matmul_factor_weight", "merge_qkv", "merge_qkv_bias", "neutral_element", "relu_relu", "reshape_reshape", "rules",
+    "softmax_nan_guard", "transpose_transpose",
 ]

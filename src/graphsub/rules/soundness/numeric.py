@@ -71,7 +71,7 @@ def instantiate(pattern: Pattern, example: Example, name: str = "source") -> Gra
         if v.name not in example.types:
             raise GraphsubError(f"example has no type for variable {v.name!r}")
         t = _type(example.types[v.name])
-        if v.weight:
+        if v.weight or v.name in example.data:  # a variable given fixed data is a constant (a weight leaf)
             data = example.data.get(v.name)
             vals[v.name] = b.weight(v.name, t.shape, dtype=t.dtype,
                                     data=None if data is None else np.asarray(data, dtype=t.dtype))
