@@ -441,6 +441,30 @@ def _feed(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[s
     return {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds}
 
 
+class Reference:
+    """The original model's session (ORT_DISABLE_ALL, 1 thread) and its outputs per input draw, made on first use and
+    kept: checking many candidates against one original loads and runs it once, not once per candidate."""
+
+    def __init__(self, original: Path | bytes) -> None:
+        self.original = original
+        self._session: ort.InferenceSession | None = None
+        self._outputs: dict[int, list[np.ndarray]] = {}
+
+    def session(self) -> ort.InferenceSession:
+        if self._session is None:
+            src = self.original if isinstance(self.original, bytes) else str(self.original)
+            self._session = make_session(src, optimization="disable", threads=1)
+        return self._session
+
+    def outputs(self, seed: int, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The original's outputs on the draw ``seed`` (``feeds``: its inputs; computed once per seed)."""
+        got = self._outputs.get(seed)
+        if got is None:
+            sess = self.session()
+            got = self._outputs[seed] = run_session(sess, _feed(sess, feeds))
+        return got
+
+
 def check_feeds(
     original: Path | bytes,
     candidate: Path | bytes,
@@ -449,10 +473,12 @@ def check_feeds(
     rtol: float = 1e-3,
     atol: float = 1e-4,
     checker: tuple[bool, str] = (True, ""),
+    reference: Reference | None = None,
 ) -> OutputCheck:
     """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the given
     ``(seed, feeds)`` draws, for models as files or serialized bytes (``checker``:
-    the onnx checker's verdict on the candidate, when it was run). Never raises for a bad candidate."""
+    the onnx checker's verdict on the candidate, when it was run; ``reference``: the original's session and outputs,
+    shared by the checks of several candidates). Never raises for a bad candidate."""
     checker_ok, checker_error = checker
     inf = float("inf")
 
@@ -466,8 +492,10 @@ def check_feeds(
         cand = make_session(src(candidate), optimization="all", threads=1)
     except ExecutionError as e:
         return result(False, False, inf, _one_line(str(e)))
+    if reference is None:
+        reference = Reference(original)
     try:
-        ref = make_session(src(original), optimization="disable", threads=1)
+        ref = reference.session()
     except ExecutionError as e:
         return result(True, False, inf, f"the original does not load: {_one_line(str(e))}")
     pairs = _pairs(ref, cand)
@@ -476,7 +504,7 @@ def check_feeds(
     worst, first_error = 0.0, ""
     for seed, feed in feeds:
         try:
-            want = run_session(ref, _feed(ref, feed))
+            want = reference.outputs(seed, feed)
         except ExecutionError as e:
             return result(True, False, inf, f"the original fails to run: {_one_line(str(e))}")
         try:
@@ -544,6 +572,7 @@ __all__ = [
     "PeerNotInstalled",
     "PeerResult",
     "PeerStatus",
+    "Reference",
     "check_feeds",
     "checker_verdict",
     "kill_running",

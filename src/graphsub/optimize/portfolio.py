@@ -382,9 +382,10 @@ def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int,
     (``(seed, inputs)`` draws) in ONNX Runtime; candidates with the same file inherit the verdict. Candidates reached
     after ``deadline`` (or a stop request), or when less than ``estimate_s`` (what one check takes) is left, stay
     unverified (``verified`` None, ``error`` says why)."""
-    from graphsub.optimize.peers import check_feeds
+    from graphsub.optimize.peers import Reference, check_feeds
 
     original: Path | bytes = source if isinstance(source, bytes) else Path(source)
+    reference = Reference(original)  # loaded and run once for all the candidates
     for c in portfolio.distinct:
         if c.name in skip:
             continue
@@ -392,7 +393,7 @@ def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int,
             why = "interrupted" if deadline.reason() == "interrupt" else "no time left in the budget"
             c.verified, c.error = None, f"not verified: {why}"
             continue
-        chk = check_feeds(original, c.data, feeds, rtol=rtol, atol=atol)
+        chk = check_feeds(original, c.data, feeds, rtol=rtol, atol=atol, reference=reference)
         c.verified, c.max_abs_diff, c.error = chk.verified, chk.max_abs_diff, chk.error
     by_name = {c.name: c for c in portfolio.candidates}
     for c in portfolio.candidates:

@@ -4,10 +4,12 @@ On a CPU runtime (onnxruntime's MLAS kernels) the big wins are fewer, larger GEM
 memory passes: merging the Q/K/V projections of an attention layer into one matmul, summing
 weights instead of results (``x@W1 + x@W2 -> x@(W1+W2)``), turning ``matmul + bias`` into a
 ``gemm``, and removing layout no-ops (transpose/reshape/flatten chains, identity, relu of relu,
-multiplying by ones or adding zeros).  Folding a per-channel mul/add into a conv that already
-has a bias (ONNX/PyTorch convs) completes the bias-free folds of the ``builtin`` set.
+multiplying by ones or adding zeros) and the exported ``_safe_softmax`` guard behind a finite
+attention mask.  Folding a per-channel mul/add into a conv that already has a bias (ONNX/PyTorch
+convs) completes the bias-free folds of the ``builtin`` set.
 
-Every rule is exact.  Rules that remove an op map their output to the op's input (a pattern
+Every rule is exact (the guard's: for finite activations, see its doc).  Rules that remove an op
+map their output to the op's input (a pattern
 variable), which :func:`~graphsub.rules.apply.apply` handles by redirecting the consumers.
 The two-way matmul merge is MetaFlow's ``mf_merge_matmuls`` (the same :class:`Rule` object).
 """
