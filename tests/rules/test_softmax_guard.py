@@ -15,7 +15,8 @@ from graphsub.rules.apply import apply
 from graphsub.rules.library import get_set
 from graphsub.rules.match import find_all
 
-GUARD = [r for r in get_set("default") if r.name.startswith("cpu_softmax_nan_guard")]
+FINITE = [r for r in get_set("default") if r.name in ("cpu_softmax_nan_guard", "cpu_softmax_nan_guard_lhs")]
+INF = [r for r in get_set("default") if r.name.startswith("cpu_softmax_nan_guard_inf")]
 
 
 def _attention(fill: float, mask_first: bool = False) -> onnx.ModelProto:
@@ -60,8 +61,8 @@ def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
 def test_guard_removed_under_a_finite_mask_and_outputs_unchanged(mask_first: bool) -> None:
     model = _attention(float(np.finfo(np.float32).min), mask_first)
     graph = from_onnx(model)
-    matches = find_all(graph, GUARD)
-    assert len(matches) == 1
+    matches = find_all(graph, FINITE + INF)
+    assert len(matches) == 1 and matches[0].rule in FINITE
     out = apply(graph, matches[0]).graph
     assert not list(out.ops_of("isnan"))
     assert len(list(out.ops_of("where"))) == 1  # the mask's select stays
@@ -73,10 +74,20 @@ def test_guard_removed_under_a_finite_mask_and_outputs_unchanged(mask_first: boo
     assert np.isfinite(got).all()  # the fully masked row is uniform, never NaN: the guard never fired
 
 
-def test_guard_kept_under_a_minus_inf_mask() -> None:
-    """With -inf in the mask a fully masked row is NaN before the guard and zeros after it: no rewrite."""
-    model = _attention(float("-inf"))
+@pytest.mark.parametrize("mask_first", [False, True])
+def test_minus_inf_mask_spelled_finite_and_fully_masked_rows_still_zero(mask_first: bool) -> None:
+    """With -inf in the mask a fully masked row is NaN before the guard and zeros after it: the finite-mask rule
+    must not apply; the -inf rule spells the mask with finfo.min and zeroes those rows by a mul instead."""
+    model = _attention(float("-inf"), mask_first)
     graph = from_onnx(model)
-    assert find_all(graph, GUARD) == []
-    out = _run(model, _feeds())
-    assert np.isfinite(out).all() and np.all(out[0, :, 2] == 0.0)  # what the guard is for
+    assert find_all(graph, FINITE) == []
+    matches = find_all(graph, INF)
+    assert len(matches) == 1
+    out = apply(graph, matches[0]).graph
+    assert not list(out.ops_of("isnan"))
+    feeds = _feeds()
+    want = _run(model, feeds)
+    assert np.isfinite(want).all() and np.all(want[0, :, 2] == 0.0)  # what the guard is for
+    got = _run(export_graph(out), feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert np.all(got[0, :, 2] == 0.0)

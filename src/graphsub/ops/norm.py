@@ -194,7 +194,8 @@ def _softmax_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[Ten
 
 def _softmax_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> tuple[np.ndarray]:
     x = xs[0].astype(np.float64)
-    e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
+    with np.errstate(invalid="ignore"):  # a row of -inf is NaN, as in ONNX
+        e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
     return ((e / e.sum(axis=a["axis"], keepdims=True)).astype(xs[0].dtype),)
 
 

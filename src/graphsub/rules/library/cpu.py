@@ -17,6 +17,7 @@ The two-way matmul merge is MetaFlow's ``mf_merge_matmuls`` (the same :class:`Ru
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -366,6 +367,90 @@ def softmax_nan_guard() -> tuple[Rule, Rule]:
         tags=("attention", "cleanup"), commute=("add",), mirror="_lhs")
 
 
+NEG_FILL = float(np.finfo(np.float32).min)
+
+
+def _inf_mask(graph: Graph, ref: Ref) -> tuple[str, Any] | None:
+    """How an additive mask holding -inf is built, when the rewrite below can spell it with finite values:
+    ``("const", data)`` for a constant (finite or -inf entries), ``("where", (cond, keep_slot))`` for
+    ``where(cond, a, b)`` with one branch all -inf and the other finite (``keep_slot``: the finite one, 1 or 2)."""
+    node = graph.nodes[ref.node]
+    if node.sig.op == "weight":
+        data = graph.params.get(node.sig.attr["name"])
+        if data is None:
+            return None
+        arr = np.asarray(data, dtype=np.float64)
+        ok = np.isfinite(arr) | np.isneginf(arr)
+        return ("const", np.asarray(data)) if bool(ok.all()) and bool(np.isneginf(arr).any()) else None
+    if node.sig.op != "where":
+        return None
+    for keep, fill in ((1, 2), (2, 1)):
+        f = graph.nodes[node.inputs[fill].node]
+        data = graph.params.get(f.sig.attr["name"]) if f.sig.op == "weight" else None
+        if data is not None and bool(np.all(np.isneginf(np.asarray(data, dtype=np.float64)))) and bounded_mask(
+                graph, node.inputs[keep]):
+            return "where", (node.inputs[0], keep)
+    return None
+
+
+def _inf_guard_ok(m: MatchView) -> bool | str:
+    if _inf_mask(m.graph, m["m"]) is None:
+        return "the mask is not a constant with -inf entries nor where(cond, finite, -inf)"
+    rank = len(m.shape("sm"))
+    if m.attr("sm", "axis") % rank != rank - 1:
+        return "the softmax is not over the last axis"
+    return True
+
+
+def _inf_guard_target(t: TargetBuilder, m: Any) -> dict[str, Ref]:
+    kind, how = _inf_mask(m.graph, m["m"])  # type: ignore[misc]
+    if kind == "const":  # the mask and its rows' "any key kept" are constants
+        data = np.asarray(how, dtype=np.float32)
+        mask = t.const(np.where(np.isneginf(data), np.float32(NEG_FILL), data))
+        keep = t.const(np.any(~np.isneginf(data), axis=-1, keepdims=True).astype(np.float32))
+    else:
+        cond, slot = how
+        node = m.graph.nodes[m["m"].node]
+        fill_shape = m.graph.type_of(node.inputs[3 - slot]).shape
+        fill = t.const(np.full(fill_shape, NEG_FILL, np.float32))
+        branches = (node.inputs[1], fill) if slot == 1 else (fill, node.inputs[2])
+        mask = t.where(cond, *branches)
+        one, zero = t.const(np.ones((), np.float32)), t.const(np.zeros((), np.float32))
+        kept = t.where(cond, one, zero) if slot == 1 else t.where(cond, zero, one)
+        keep = t.clip(t.reduce_sum(kept, axes=(-1,), keepdims=True), min=0.0, max=1.0)
+    probs = t.softmax(t.add(m.qk, mask), axis=m.attr("sm", "axis"))
+    return {"y": t.mul(probs, keep)}
+
+
+def softmax_nan_guard_inf() -> tuple[Rule, Rule]:
+    def src(p: PatternBuilder) -> Out:
+        scores = p.matmul(p.var("q"), p.var("k"), act="none", name="qk")
+        s = p.softmax(p.add(scores, p.var("m"), name="add"), name="sm")
+        return {"y": p.where(p.isnan(s, name="nan"), p.var("z"), s, name="guard")}
+
+    def example(q: tuple[int, ...], k: tuple[int, ...], mask: tuple[int, ...]) -> Example:
+        rng = np.random.default_rng(len(q) + len(mask))
+        data = np.where(rng.random(mask) < 0.5, 0.0, -np.inf).astype(np.float32)
+        data[..., :1] = 0.0
+        if data.ndim > 1:
+            data[..., :1, :] = -np.inf  # a fully masked row: the guard's zeros
+        return ex({"q": q, "k": k, "m": mask, "z": ()}, data={"m": data, "z": np.zeros((), np.float32)})
+
+    return rule(
+        "cpu_softmax_nan_guard_inf",
+        "where(isnan(s), 0, s) with s = softmax(q @ k + mask), the mask holding -inf (a constant, or where(cond, "
+        "finite, -inf) as the TorchScript exporter writes Hugging Face's masks) => softmax(q @ k + mask') * keep: "
+        "mask' is the mask with finfo.min for -inf, keep is 1 for rows with a key kept and 0 for rows masked "
+        "entirely (a reduction of the mask's condition, computed once). Rows with a key kept are the same softmax "
+        "(exp of finfo.min + a finite score is 0, as exp(-inf)); fully masked rows, NaN before the guard and 0 after "
+        "it, are uniform times 0 = 0. (Exact for finite activations; one mul replaces isnan and where.)",
+        src, _inf_guard_target,
+        [example((2, 4, 6, 8), (2, 4, 8, 6), (2, 1, 6, 6)), example((1, 2, 5, 3), (1, 2, 3, 5), (1, 1, 5, 5)),
+         example((3, 4), (4, 7), (3, 7))],
+        [(_inf_guard_ok, "the mask holds -inf in a form this rewrite spells with finite values")],
+        tags=("attention", "cleanup"), commute=("add",), mirror="_lhs")
+
+
 # ----------------------------------------------------------------------------- the set
 
 
@@ -386,7 +471,7 @@ def _build() -> tuple[Rule, ...]:
         relu_relu(),
         *neutral_element("mul", 1.0), *neutral_element("add", 0.0), *neutral_element("sub", 0.0),
         fold_conv_bias("mul"), fold_conv_bias("add"),
-        *softmax_nan_guard(),
+        *softmax_nan_guard(), *softmax_nan_guard_inf(),
     )
 
 
@@ -398,5 +483,5 @@ def rules() -> list[Rule]:
 __all__ = [
     "QKV", "bounded_mask", "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute",
     "matmul_factor_weight", "merge_qkv", "merge_qkv_bias", "neutral_element", "relu_relu", "reshape_reshape", "rules",
-    "softmax_nan_guard", "transpose_transpose",
+    "softmax_nan_guard", "softmax_nan_guard_inf", "transpose_transpose",
 ]
