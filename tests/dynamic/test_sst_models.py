@@ -436,3 +436,22 @@ def test_tree_gru_follows_the_equations_and_labels_every_phrase() -> None:
         torch.testing.assert_close(logits[0], model.output.weight @ hl + model.output.bias)
         torch.testing.assert_close(logits[1], model.output.weight @ h + model.output.bias)
         torch.testing.assert_close(model.loss(tree), nn.functional.cross_entropy(logits, torch.tensor([0, 1])))
+
+
+def test_fused_adagrad_makes_the_same_update(small_data: tuple[list[Tree], int]) -> None:
+    """``make_optimizer(fused=True)`` (the bench's ``--fused-optimizer``) is torch's fused Adagrad: after three steps on
+    the same batches, the same parameters as the for-loop one (to float rounding)."""
+    trees, vocab_size = small_data
+    models = []
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = BinaryTreeLSTM(vocab_size=vocab_size, emb_dim=8, hidden=6)
+        opt = make_optimizer(model, fused=fused)
+        assert bool(opt.defaults["fused"]) is fused
+        for batch in list(batches(trees, batch_size=10, seed=0))[:3]:
+            opt.zero_grad()
+            batch_loss(model, batch).backward()
+            opt.step()
+        models.append(model)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

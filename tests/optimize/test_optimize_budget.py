@@ -87,6 +87,29 @@ def test_timing_rounds_stop_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
     assert rounds == {"original": [2.0, 2.0], "c": [1.0, 1.0]}
 
 
+def test_models_whose_session_does_not_fit_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a model's session is not free (a big model takes a second or more): once the time left would not
+    cover one more, the models still without a session are left out of the rounds instead of overrunning."""
+    def slow_timer(m: bytes, feeds: object, **kw: object) -> Callable[[float], float]:
+        time.sleep(0.002)  # loading takes time
+        return lambda ms: float(len(m))
+
+    monkeypatch.setattr("graphsub.optimize.timing.session_timer", slow_timer)
+    asked: list[float] = []
+
+    def stop(need_s: float) -> bool:
+        asked.append(need_s)
+        return len(asked) == 3  # before the third session: no time for it
+
+    models = {"original": b"abc", "c1": b"ab", "c2": b"a", "c3": b"aa"}
+    rounds = time_candidates(models, {}, threads=1, budget_ms=1, rounds=2, stop=stop)
+    assert rounds == {"original": [3.0, 3.0], "c1": [2.0, 2.0]}
+    assert asked[0] == 0.0 and asked[1] >= 0.004  # the second check asks for twice what the first session took
+    # before any session: nothing is timed (the original cannot be left out)
+    assert time_candidates(models, {}, threads=1, budget_ms=1, rounds=2, stop=lambda s: True) == {
+        n: [] for n in models}
+
+
 def test_stop_request_before_optimize_writes_nothing(model_path: Path, tmp_path: Path,
                                                      fake_timing: Callable[..., None]) -> None:
     out = tmp_path / "out.onnx"

@@ -92,6 +92,9 @@ def bench_cmd(
     vocab: Annotated[str, typer.Option("--vocab", help="batches: the vocabulary of the benched trees only; train: "
                                                        "the whole SST train split's (a larger embedding, whose "
                                                        "dense Adagrad update every mode pays).")] = "batches",
+    fused_optimizer: Annotated[bool, typer.Option("--fused-optimizer/--loop-optimizer", help="torch's fused "
+                                                  "Adagrad (one CPU kernel per parameter) in every mode, eager "
+                                                  "included, or its default for-loop Adagrad.")] = False,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Leading batches left out of the medians.")] = 3,
     train_steps: Annotated[int, typer.Option("--train-steps", min=1, help="Steps of the training-equivalence "
                                                                           "run (eager vs the best mode).")] = 5,
@@ -118,7 +121,7 @@ def bench_cmd(
         fail(Exit.USAGE, f"unknown vocabulary {vocab!r}; choose batches or train", as_json)
     cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
                       emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list),
-                      workers=workers, plan_cache=plan_cache, vocab=vocab)
+                      workers=workers, plan_cache=plan_cache, vocab=vocab, fused_optimizer=fused_optimizer)
     res = run_bench(cfg, tables=tables)
     if backends:
         res["backends"] = bench_backends(hidden=hidden, emb=emb)

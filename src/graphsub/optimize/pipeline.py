@@ -403,8 +403,13 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
     if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
         screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
                                  provider=st.provider, sessions=sessions, stop=stop)
-        if not screen[pf.ORIGINAL]:
+        if not screen.get(pf.ORIGINAL):
             return _cut(port, st)
+        left_out = [c.name for c in timed if not screen.get(c.name)]
+        if left_out:
+            port.notes.append(f"timing: {len(left_out)} candidate(s) not timed, the budget left no time to load them "
+                              f"({', '.join(left_out)})")
+        timed = [c for c in timed if screen.get(c.name)]
         for c in timed:  # the best of three short rounds: robust to a transient disturbance
             c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
         slow = statistics.median(screen[pf.ORIGINAL]) > SLOW_MS
@@ -414,8 +419,11 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
     rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds, threads=st.threads,
                              budget_ms=budget_ms, provider=st.provider, sessions=sessions, stop=stop)
     sessions.clear()
-    if not rounds[pf.ORIGINAL]:
+    if not rounds.get(pf.ORIGINAL) or len(rounds) < 2:
         return _cut(port, st)
+    if len(rounds) < len(timed) + 1:
+        port.notes.append("timing: " + ", ".join(c.name for c in timed if c.name not in rounds)
+                          + ": not timed, the budget left no time to load them")
     pf.record_timing(port, rounds)
     if st.keep_slower:
         return len(rounds[pf.ORIGINAL]) < 5

@@ -55,15 +55,24 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     call: on a big model, creating a session costs seconds). A model that cannot be loaded or run raises
     ExecutionError. ``stop(need_s)`` is asked before each session is created and before each round, with the time
     the last round took (0 before the first): once it says so (no time left, or not ``need_s``), no more rounds are
-    run (every model has the same number of rounds, maybe none)."""
+    run (every model has the same number of rounds, maybe none); when the time left would not cover creating one more
+    session (twice what the last one took), the models still without one are left out (missing from the result: the
+    first model, the original, always has a session or nothing is timed)."""
     cache = {} if sessions is None else sessions
     names = list(models)
     out: dict[str, list[float]] = {n: [] for n in names}
+    made = 0.0  # what creating the last session took: one more must fit, and a round after it
     for name, m in models.items():
         if name not in cache:
-            if stop is not None and stop(0.0):
-                return out
+            if stop is not None and stop(2.0 * made):
+                if made == 0.0 or len(cache) < 2:
+                    return out
+                break  # the models without a session are left out of the rounds (and of ``out``)
+            t = time.perf_counter()
             cache[name] = session_timer(m, feeds, threads=threads, provider=provider)
+            made = time.perf_counter() - t
+    names = [n for n in names if n in cache]
+    out = {n: out[n] for n in names}
     need = 0.0
     for r in range(rounds):
         if stop is not None and stop(need):

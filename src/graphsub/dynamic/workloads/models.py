@@ -312,9 +312,11 @@ def seq_batch_loss(model: SeqLSTM, trees: Sequence[Tree]) -> Tensor:
     return torch.stack([model.loss(tree_tokens(t), t.label) for t in trees]).mean()
 
 
-def make_optimizer(model: nn.Module, lr: float = 0.05, weight_decay: float = 1e-4) -> torch.optim.Adagrad:
-    """Adagrad as in Tai et al. (lr 0.05); ``weight_decay`` is the thesis's L2 regularisation (1e-4)."""
-    return torch.optim.Adagrad(model.parameters(), lr=lr, weight_decay=weight_decay)
+def make_optimizer(model: nn.Module, lr: float = 0.05, weight_decay: float = 1e-4,
+                   fused: bool = False) -> torch.optim.Adagrad:
+    """Adagrad as in Tai et al. (lr 0.05); ``weight_decay`` is the thesis's L2 regularisation (1e-4); ``fused``:
+    torch's fused CPU implementation (one kernel per parameter instead of four passes; the same update)."""
+    return torch.optim.Adagrad(model.parameters(), lr=lr, weight_decay=weight_decay, fused=fused or None)
 
 
 __all__ = [
