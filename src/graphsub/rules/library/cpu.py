@@ -339,12 +339,14 @@ def _finite_mask(m: MatchView) -> bool | str:
         "the mask is not built from finite constants: a row of it may be all -inf, which the guard turns into zeros")
 
 
-def softmax_nan_guard() -> tuple[Rule, Rule]:
-    def src(p: PatternBuilder) -> Out:
-        scores = p.matmul(p.var("q"), p.var("k"), act="none", name="qk")
-        s = p.softmax(p.add(scores, p.var("m"), name="add"), name="sm")
-        return {"y": p.where(p.isnan(s, name="nan"), p.var("z"), s, name="guard")}
+def _guard_src(p: PatternBuilder) -> Out:
+    """where(isnan(s), z, s) with s = softmax(q @ k + m): torch's exported _safe_softmax after attention scores."""
+    scores = p.matmul(p.var("q"), p.var("k"), act="none", name="qk")
+    s = p.softmax(p.add(scores, p.var("m"), name="add"), name="sm")
+    return {"y": p.where(p.isnan(s, name="nan"), p.var("z"), s, name="guard")}
 
+
+def softmax_nan_guard() -> tuple[Rule, Rule]:
     def example(q: tuple[int, ...], k: tuple[int, ...], mask: tuple[int, ...], fill: float) -> Example:
         rng = np.random.default_rng(len(q) + len(mask))  # a constant mask of 0 and fill, some rows all fill
         data = np.where(rng.random(mask) < 0.5, 0.0, fill).astype(np.float32)
@@ -360,7 +362,7 @@ def softmax_nan_guard() -> tuple[Rule, Rule]:
         "mask never does; with finite scores no softmax row is NaN, so the guard returns s everywhere. (Exact for "
         "finite activations: a NaN or inf score gives NaN rows instead of zeros, as eager PyTorch's softmax does "
         "for NaN.)",
-        src, lambda t, m: {"y": m.sm},
+        _guard_src, lambda t, m: {"y": m.sm},
         [example((2, 4, 6, 8), (2, 4, 8, 6), (2, 1, 1, 6), -3.4028235e38),
          example((1, 2, 5, 3), (1, 2, 3, 5), (1, 1, 5, 5), -1e4), example((3, 4), (4, 7), (7,), -3.4028235e38)],
         [(_finite_mask, "the mask is built from finite constants")],
@@ -423,11 +425,6 @@ def _inf_guard_target(t: TargetBuilder, m: Any) -> dict[str, Ref]:
 
 
 def softmax_nan_guard_inf() -> tuple[Rule, Rule]:
-    def src(p: PatternBuilder) -> Out:
-        scores = p.matmul(p.var("q"), p.var("k"), act="none", name="qk")
-        s = p.softmax(p.add(scores, p.var("m"), name="add"), name="sm")
-        return {"y": p.where(p.isnan(s, name="nan"), p.var("z"), s, name="guard")}
-
     def example(q: tuple[int, ...], k: tuple[int, ...], mask: tuple[int, ...]) -> Example:
         rng = np.random.default_rng(len(q) + len(mask))
         data = np.where(rng.random(mask) < 0.5, 0.0, -np.inf).astype(np.float32)
@@ -444,7 +441,7 @@ def softmax_nan_guard_inf() -> tuple[Rule, Rule]:
         "entirely (a reduction of the mask's condition, computed once). Rows with a key kept are the same softmax "
         "(exp of finfo.min + a finite score is 0, as exp(-inf)); fully masked rows, NaN before the guard and 0 after "
         "it, are uniform times 0 = 0. (Exact for finite activations; one mul replaces isnan and where.)",
-        src, _inf_guard_target,
+        _guard_src, _inf_guard_target,
         [example((2, 4, 6, 8), (2, 4, 8, 6), (2, 1, 6, 6)), example((1, 2, 5, 3), (1, 2, 3, 5), (1, 1, 5, 5)),
          example((3, 4), (4, 7), (3, 7))],
         [(_inf_guard_ok, "the mask holds -inf in a form this rewrite spells with finite values")],
