@@ -172,3 +172,42 @@ def test_a_stop_request_stops_a_running_peer(tmp_path: Path) -> None:
                    stop=lambda: time.perf_counter() - t0 > 0.5)
     assert res.status == "failed" and "stopped" in res.error and time.perf_counter() - t0 < SLACK_S
     assert not (tmp_path / "o.onnx").exists()
+
+
+def _identity_then_relu(relus: int) -> bytes:
+    nodes = [helper.make_node("Identity", ["x"], ["i"])]
+    nodes += [helper.make_node("Relu", ["i" if k == 0 else f"r{k - 1}"], ["y" if k == relus - 1 else f"r{k}"])
+              for k in range(relus)]
+    g = helper.make_graph(nodes, "idrelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_candidates_onnx_runtime_runs_as_an_earlier_one_are_not_timed() -> None:
+    """With ``twins``, a candidate whose graph ONNX Runtime runs exactly as an earlier model's (here: the original
+    with its Identity, which ORT removes, written without it) gets no session and no rounds, and is named as that
+    model's twin; a candidate ORT runs differently (one Relu more) is timed."""
+    import numpy as np
+
+    orig = _identity_then_relu(2)
+    m = onnx.load_from_string(orig)
+    del m.graph.node[0]
+    m.graph.node[0].input[0] = "x"
+    twins: dict[str, str] = {}
+    models = {"original": orig, "same": m.SerializeToString(), "other": _identity_then_relu(3)}
+    rounds = time_candidates(models, {"x": np.ones((1, 64), np.float32)}, threads=1, budget_ms=1, rounds=2,
+                             twins=twins)
+    assert twins == {"same": "original"} and set(rounds) == {"original", "other"}
+    assert all(len(r) == 2 for r in rounds.values())
+
+
+def test_optimize_keeps_the_original_when_every_candidate_runs_as_it(tmp_path: Path) -> None:
+    """graphsub's search removes the Identity, which ONNX Runtime removes too: the candidate is a tie by construction,
+    not timed (a note says why), and the original is kept whatever a noisy machine would have measured."""
+    src = tmp_path / "m.onnx"
+    src.write_bytes(_identity_then_relu(1))
+    res = optimize(src, **{**FAST, "spelling": False})  # type: ignore[arg-type]
+    twins = [c for c in res.candidates if c.runs_as]
+    assert twins and all(c.runs_as == "original" and c.speedup is None for c in twins)
+    assert res.kept_original and "runs as the original" in res.decision
+    assert any("onnxruntime runs it exactly as original" in n for n in res.portfolio_notes)

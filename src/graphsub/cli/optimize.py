@@ -117,7 +117,8 @@ def optimize_cmd(
     3. Portfolio: more candidates from equality saturation, the installed peers (with graphsub's search on
     top) and the ort-spelling pass; each is verified against the input, and the verified ones are timed
     side by side under ORT_ENABLE_ALL at --threads (rounds in rotating order; a short screening round first
-    when there are many).
+    when there are many). A candidate that onnxruntime runs exactly as the input or an earlier candidate (the
+    same graph after its own optimizations) is not timed: a tie that timing noise must not pass off as a gain.
 
     4. Confirm: the leaders (at most two) are re-timed on fresh sessions in rounds paired with the
     input, so that a lucky round does not pass for a gain; as many rounds again when the median says

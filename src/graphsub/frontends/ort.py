@@ -96,6 +96,7 @@ def make_session(
     optimization: str = "disable",
     threads: int | None = None,
     provider: str = "cpu",
+    save_optimized: str | None = None,
 ) -> Session:
     """An onnxruntime session for ``model`` (proto, serialized bytes or file path) on ``provider`` (CPU unless
     told; see :func:`require_provider`)."""
@@ -105,6 +106,10 @@ def make_session(
     if threads is not None:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
+    if save_optimized is not None:
+        from graphsub.frontends.ort_signature import saving_options
+
+        saving_options(so, save_optimized)
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
         return Session(src, so, providers=PROVIDERS[provider])

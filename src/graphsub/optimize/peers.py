@@ -127,11 +127,13 @@ class OutputCheck:
 class OrtView:
     """The graph ONNX Runtime runs: ``ops`` nodes (subgraphs included), ``op_histogram`` keyed ``op_type`` for the
     ONNX domain and ``domain:op_type`` otherwise, ``fused_kernels`` the counts of :data:`FUSED_KERNELS` and of ORT's
-    own domains' ops (only those present)."""
+    own domains' ops (only those present); ``signature`` its fingerprint (:mod:`graphsub.frontends.ort_signature`:
+    equal for graphs ORT runs with the same kernels on the same shapes)."""
 
     ops: int
     op_histogram: dict[str, int]
     fused_kernels: dict[str, int]
+    signature: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -545,7 +547,9 @@ def summarize_ops(model: onnx.ModelProto) -> OrtView:
             fused[node.op_type] += 1
         elif domain in ORT_DOMAINS:
             fused[key] += 1
-    return OrtView(sum(hist.values()), dict(sorted(hist.items())), dict(sorted(fused.items())))
+    from graphsub.frontends.ort_signature import signature
+
+    return OrtView(sum(hist.values()), dict(sorted(hist.items())), dict(sorted(fused.items())), signature(model))
 
 
 def ort_view(path: Path, threads: int) -> OrtView:

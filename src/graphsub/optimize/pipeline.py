@@ -364,8 +364,10 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
                                   "after": statistics.median(a for _, a in pairs), "rounds": pairs}}
     res.kept_original = chosen is None
     res.chosen = "original" if chosen is None else chosen.name
-    res.decision = _decision(chosen, shown, st) if shown is not None or not timed else (
-        f"no candidate was timed ({len(timed)} verified); kept the original")
+    res.decision = (_decision(chosen, shown, st) if shown is not None or not timed else
+                    "every verified candidate runs as the original once onnxruntime has optimized it (the same "
+                    "graph); kept the original" if all(c.runs_as for c in timed) else
+                    f"no candidate was timed ({len(timed)} verified); kept the original")
     if run.cut and chosen is None:
         why = "the interrupt" if stop_requested() else f"the {res.time_budget_s or 0:g} s budget"
         res.decision += f" ({why} cut the portfolio or the timing short, see the notes)"
@@ -398,13 +400,15 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
 
     budget_ms = _round_ms(st.budget_ms, deadline.remaining(), len(timed))
     sessions: dict[str, Any] = {}  # created once: screening and the side-by-side rounds share them
+    twins: dict[str, str] = {}  # candidates onnxruntime runs exactly as the original or an earlier candidate
     models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
     slow = False
     if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
         screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
-                                 provider=st.provider, sessions=sessions, stop=stop)
+                                 provider=st.provider, sessions=sessions, stop=stop, twins=twins)
         if not screen.get(pf.ORIGINAL):
             return _cut(port, st)
+        timed = _untwin(port, timed, twins)
         left_out = [c.name for c in timed if not screen.get(c.name)]
         if left_out:
             port.notes.append(f"timing: {len(left_out)} candidate(s) not timed, the budget left no time to load them "
@@ -417,8 +421,11 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
         for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
             del sessions[name]  # the memory of the sessions that are out of the race
     rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds, threads=st.threads,
-                             budget_ms=budget_ms, provider=st.provider, sessions=sessions, stop=stop)
+                             budget_ms=budget_ms, provider=st.provider, sessions=sessions, stop=stop, twins=twins)
     sessions.clear()
+    timed = _untwin(port, timed, twins)
+    if rounds.get(pf.ORIGINAL) and not timed:
+        return False  # every candidate runs as the original: nothing to time against it
     if not rounds.get(pf.ORIGINAL) or len(rounds) < 2:
         return _cut(port, st)
     if len(rounds) < len(timed) + 1:
@@ -450,6 +457,17 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
     if cut and stop():
         port.confirming = True  # a candidate the deadline kept from its confirmation is not chosen
     return cut
+
+
+def _untwin(port: Any, timed: list[Any], twins: Mapping[str, str]) -> list[Any]:
+    """``timed`` without the candidates onnxruntime runs exactly as the original or an earlier candidate (their
+    ``runs_as`` set, a note each, once): a tie by construction is not timed, so noise cannot pass it off as a gain."""
+    for c in timed:
+        if c.name in twins and not c.runs_as:
+            c.runs_as = twins[c.name]
+            port.notes.append(f"timing: {c.name} not timed: onnxruntime runs it exactly as {c.runs_as} (the same "
+                              "graph after its own optimizations)")
+    return [c for c in timed if not c.runs_as]
 
 
 def _cut(port: Any, st: _Settings) -> bool:

@@ -77,6 +77,7 @@ class Candidate:
     max_abs_diff: float = math.nan
     error: str = ""
     same_as: str = ""  # a candidate with the same file (not timed twice)
+    runs_as: str = ""  # the original or a candidate onnxruntime runs exactly as this one (not timed twice)
     rounds_ms: list[float] = field(default_factory=list)
     speedup: float | None = None
     faster_rounds: float | None = None
@@ -98,7 +99,8 @@ class Candidate:
         ms = statistics.median(self.rounds_ms) if self.rounds_ms else None
         return {"name": self.name, "base": self.base, "verified": self.verified,
                 "max_abs_diff": self.max_abs_diff if math.isfinite(self.max_abs_diff) else None,
-                "error": self.error, "same_as": self.same_as or None, "ms": ms, "speedup": self.speedup,
+                "error": self.error, "same_as": self.same_as or None, "runs_as": self.runs_as or None, "ms": ms,
+                "speedup": self.speedup,
                 "faster_rounds": self.faster_rounds, "screen_ratio": self.screen_ratio, "rounds_ms": self.rounds_ms,
                 "confirm_speedup": self.confirm_speedup, "confirm_faster_rounds": self.confirm_faster_rounds,
                 "confirm_rounds_ms": [list(r) for r in self.confirm_rounds],

@@ -13,6 +13,8 @@ that timing noise does not pass for a gain.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,22 +22,45 @@ from typing import Any
 import numpy as np
 
 
+class SessionTimer:
+    """Times one onnxruntime session (:func:`session_timer`): calling it with a budget in ms gives the median latency
+    in ms over that budget; ``signature`` is the fingerprint of the graph onnxruntime runs
+    (:mod:`graphsub.frontends.ort_signature`), or "" when it was not asked for or could not be read."""
+
+    def __init__(self, sess: Any, feeds: dict[str, np.ndarray], signature: str = "") -> None:
+        self.sess, self.feeds, self.signature, self.calls = sess, feeds, signature, 0
+
+    def __call__(self, budget_ms: float) -> float:  # five warm-up runs on a new session, one (the cache) later
+        from graphsub.cost.measured import time_session
+
+        self.calls += 1
+        return time_session(self.sess, self.feeds, budget_ms=budget_ms, warmup=5 if self.calls == 1 else 1,
+                            min_repeats=5, max_repeats=100_000).median_ms
+
+
+def _scratch_dir() -> str | None:
+    """Where onnxruntime saves the optimized graph of a fingerprinted session: memory-backed when the machine has it."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
 def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
-                  provider: str = "cpu") -> Callable[[float], float]:
-    """A function that times ``model`` once more (median latency in ms over the budget in ms it is given) on a
-    session created now, under ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads, as users run it."""
-    from graphsub.cost.measured import time_session
+                  provider: str = "cpu", fingerprint: bool = False) -> Callable[[float], float]:
+    """A :class:`SessionTimer` on a session created now, under ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads,
+    as users run it; with ``fingerprint``, the same session also saves the graph it runs, and the timer carries its
+    :func:`~graphsub.frontends.ort_signature.signature` (the saved copy is deleted at once)."""
     from graphsub.frontends.ort import make_session
+    from graphsub.frontends.ort_signature import signature_of_file
 
-    sess = make_session(model, optimization="all", threads=threads, provider=provider)
-    calls = [0]
-
-    def once(budget_ms: float) -> float:  # five warm-up runs on a new session, one (the cache) on later calls
-        calls[0] += 1
-        return time_session(sess, feeds, budget_ms=budget_ms, warmup=5 if calls[0] == 1 else 1, min_repeats=5,
-                            max_repeats=100_000).median_ms
-
-    return once
+    if not fingerprint:
+        return SessionTimer(make_session(model, optimization="all", threads=threads, provider=provider), feeds)
+    with tempfile.TemporaryDirectory(prefix="graphsub-fp-", dir=_scratch_dir()) as tmp:
+        sess = make_session(model, optimization="all", threads=threads, provider=provider, save_optimized=tmp)
+        try:
+            sig = signature_of_file(os.path.join(tmp, "ort_optimized.onnx"))
+        except Exception:  # onnxruntime wrote no readable copy (a provider that cannot save): no fingerprint
+            sig = ""
+    return SessionTimer(sess, feeds, sig)
 
 
 def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
@@ -48,7 +73,8 @@ def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
 def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarray], *, threads: int,
                     budget_ms: float, rounds: int = 5, provider: str = "cpu",
                     sessions: dict[str, Callable[[float], float]] | None = None,
-                    stop: Callable[[float], bool] | None = None) -> dict[str, list[float]]:
+                    stop: Callable[[float], bool] | None = None,
+                    twins: dict[str, str] | None = None) -> dict[str, list[float]]:
     """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
     rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
     created once, before the first round (and kept in ``sessions`` by name when given, to be reused by a later
@@ -57,20 +83,33 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     the last round took (0 before the first): once it says so (no time left, or not ``need_s``), no more rounds are
     run (every model has the same number of rounds, maybe none); when the time left would not cover creating one more
     session (twice what the last one took), the models still without one are left out (missing from the result: the
-    first model, the original, always has a session or nothing is timed)."""
+    first model, the original, always has a session or nothing is timed).
+
+    With ``twins`` (a dict, filled in place), every session is fingerprinted (:func:`session_timer`), and a model
+    whose graph onnxruntime runs exactly as an earlier model's is not timed: ``twins[name]`` names that earlier
+    model, and the model is missing from the result (a tie by construction is not measured as noise)."""
     cache = {} if sessions is None else sessions
-    names = list(models)
+    names = [n for n in models if twins is None or n not in twins]
     out: dict[str, list[float]] = {n: [] for n in names}
+    seen = {sig: n for n, t in cache.items() if (sig := getattr(t, "signature", ""))}
     made = 0.0  # what creating the last session took: one more must fit, and a round after it
-    for name, m in models.items():
+    for name in names:
         if name not in cache:
             if stop is not None and stop(2.0 * made):
                 if made == 0.0 or len(cache) < 2:
                     return out
                 break  # the models without a session are left out of the rounds (and of ``out``)
             t = time.perf_counter()
-            cache[name] = session_timer(m, feeds, threads=threads, provider=provider)
+            timer = session_timer(models[name], feeds, threads=threads, provider=provider,
+                                  **({"fingerprint": True} if twins is not None else {}))
             made = time.perf_counter() - t
+            sig = getattr(timer, "signature", "")
+            if twins is not None and sig in seen:
+                twins[name] = seen[sig]  # its session is dropped: the twin's serves
+                continue
+            if sig:
+                seen[sig] = name
+            cache[name] = timer
     names = [n for n in names if n in cache]
     out = {n: out[n] for n in names}
     need = 0.0

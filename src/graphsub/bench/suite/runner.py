@@ -139,7 +139,8 @@ def inspect(model: SuiteInput, outcomes: dict[str, dict[str, Any]], seed: int) -
             o["check_error"] = chk.error
         if chk.loads:
             view = ort_view(Path(o["path"]), threads=1)
-            o.update(ops=view.ops, fused_kernels=view.fused_kernels, op_histogram=view.op_histogram)
+            o.update(ops=view.ops, fused_kernels=view.fused_kernels, op_histogram=view.op_histogram,
+                     ort_signature=view.signature)
 
 
 def _digest(path: Path) -> str:
@@ -157,16 +158,22 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
     """Time the verified variants side by side at each thread count (in place); returns the load averages.
 
     Byte-identical outputs (graphsub keeping the peer's model it was given, a peer that changed nothing) are one model:
-    timed once, and the others say ``same_as``; so differences in the table are never noise between equal files."""
+    timed once, and the others say ``same_as``; so differences in the table are never noise between equal files.  So
+    are outputs that ONNX Runtime runs exactly alike (the same fingerprint of its optimized graph, ``ort_signature``:
+    the same kernels on the same shapes); those also say ``same_after_ort``."""
     first: dict[str, str] = {}
     paths: dict[str, Path] = {}
     for tool, o in outcomes.items():  # graphsub@N come last: they are the ones that say same_as
         if o.get("verified"):
-            d = _digest(Path(o["path"]))
+            d, sig = _digest(Path(o["path"])), o.get("ort_signature")
             if d in first:
                 o["same_as"] = first[d]
+            elif sig and sig in first:
+                o["same_as"], o["same_after_ort"] = first[sig], True
             else:
                 first[d], paths[tool] = tool, Path(o["path"])
+                if sig:
+                    first[sig] = tool
     if BASELINE not in paths:
         return {"error": "the original does not verify against itself (NaN/inf outputs?)"}
     feeds = make_feeds(model.inputs, seed)

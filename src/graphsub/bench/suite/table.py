@@ -102,7 +102,8 @@ def cell(o: Mapping[str, Any] | None, threads: int) -> str:
     sp = speedup(o, threads)
     if sp is None:
         return "-"
-    return f"{sp:.2f}x" + (" (same file)" if o.get("same_as") else "")
+    return f"{sp:.2f}x" + (" (same after ORT)" if o.get("same_after_ort") else " (same file)" if o.get("same_as")
+                           else "")
 
 
 def tools_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -328,7 +329,9 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
     threads = sorted({int(n) for r in records for n in r.get("threads", [])})
     parts = [f"# {name}: models x tools, speedup over ONNX Runtime alone (ORT_ENABLE_ALL)\n\n",
              "Cells: median of the per-round ratios ORT-alone / variant (alternating rounds); (same file) = byte-"
-             "identical to another variant's output, timed once; FAILED = the tool failed, no load = ONNX Runtime "
+             "identical to another variant's output, timed once; (same after ORT) = ONNX Runtime runs it exactly "
+             "as another variant (the same optimized graph: same kernels, same shapes), timed once; FAILED = the "
+             "tool failed, no load = ONNX Runtime "
              "rejects the output, WRONG = outputs differ from the original, n/a = the tool does not apply. ORT "
              "spread: slowest / fastest round of the original, minus 1 (the noise a speedup must clear).\n\n"]
     for n in threads:

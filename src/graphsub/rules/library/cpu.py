@@ -37,6 +37,7 @@ from graphsub.rules.library.kit import (
     is_identity,
     merge_split,
     per_channel,
+    perm,
     rule,
 )
 from graphsub.rules.match import MatchView
@@ -197,6 +198,34 @@ def transpose_transpose(identity: bool) -> Rule:
          ex({"x": (2, 5, 3)}, t1={"perm": (2, 1, 0)}, t2={"perm": (1, 2, 0)})],
         [(check, "composed permutation " + ("is" if identity else "is not") + " the identity")],
         tags=("layout", "cleanup"))
+
+
+def moves_only_unit_axes(shape: tuple[int, ...], p: tuple[int, ...]) -> bool:
+    """Whether transposing ``shape`` by ``p`` keeps the axes longer than 1 in their order (then it moves no data:
+    a reshape).
+
+    >>> moves_only_unit_axes((7, 1, 4), (1, 0, 2)), moves_only_unit_axes((7, 2, 4), (1, 0, 2))
+    (True, False)
+    """
+    big = [a for a in p if shape[a] != 1]
+    return big == sorted(big)
+
+
+def transpose_unit_reshape() -> Rule:
+    def check(m: MatchView) -> bool | str:
+        shape, p = m.shape("x"), perm(m, "t")
+        return (not is_identity(p) and moves_only_unit_axes(shape, p)) or f"perm {p} moves data of shape {shape}"
+
+    return rule(
+        "cpu_transpose_unit_reshape",
+        "transpose(x, p) that only moves axes of length 1 => reshape(x) to its result's shape (no data moves; the "
+        "dynamo exporter's sequence-first attention at batch 1 transposes (L, 1, E) <-> (1, L, E)); reshape chains "
+        "then merge (cpu_reshape_reshape).",
+        lambda p: {"y": p.transpose(p.var("x"), name="t")},
+        lambda t, m: {"y": t.reshape(m.x, shape=m.shape("t"))},
+        [ex({"x": (5, 1, 8)}, t={"perm": (1, 0, 2)}), ex({"x": (1, 3, 1, 4)}, t={"perm": (2, 1, 3, 0)}),
+         ex({"x": (6, 1)}, t={"perm": (1, 0)})],
+        [(check, "moves only axes of length 1")], tags=("layout", "cleanup"))
 
 
 def _to_shape(t: TargetBuilder, m: MatchView, out: str) -> Ref:
@@ -457,7 +486,7 @@ def _build() -> tuple[Rule, ...]:
     return (
         matmul_distribute(), matmul_factor_weight(), merge_qkv(), *merge_qkv_bias(), mf_merge,
         *matmul_bias_gemm(),
-        transpose_transpose(False), transpose_transpose(True),
+        transpose_transpose(False), transpose_transpose(True), transpose_unit_reshape(),
         reshape_reshape(),
         _noop("reshape", "reshape(x) to x's own shape => x.",
               [ex({"x": (2, 3)}, op={"shape": (2, 3)}), ex({"x": (1, 4, 5)}, op={"shape": (1, 4, 5)}),
@@ -479,6 +508,7 @@ def rules() -> list[Rule]:
 
 __all__ = [
     "QKV", "bounded_mask", "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute",
-    "matmul_factor_weight", "merge_qkv", "merge_qkv_bias", "neutral_element", "relu_relu", "reshape_reshape", "rules",
-    "softmax_nan_guard", "softmax_nan_guard_inf", "transpose_transpose",
+    "matmul_factor_weight", "merge_qkv", "merge_qkv_bias", "moves_only_unit_axes", "neutral_element", "relu_relu",
+    "reshape_reshape", "rules", "softmax_nan_guard", "softmax_nan_guard_inf", "transpose_transpose",
+    "transpose_unit_reshape",
 ]
