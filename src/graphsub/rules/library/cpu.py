@@ -176,6 +176,40 @@ def matmul_bias_gemm() -> tuple[Rule, Rule]:
         tags=("matmul", "fusion", "gemm"), commute=True, mirror="_lhs", mirror_doc=doc("bias + a@b"))
 
 
+def _column_scale(m: MatchView) -> bool | str:
+    """``s`` scales whole output columns of the linear (a scalar, or a last-axis vector) and keeps its shape."""
+    w, sc, out = m.shape("w"), m.shape("s"), m.shape("add")
+    if len(w) != 2:
+        return f"weight {w} is not a matrix"
+    if any(d != 1 for d in sc[:-1]) or (sc and sc[-1] not in (1, w[1])):
+        return f"scale {sc} is neither a scalar nor one value per output column ({w[1]})"
+    return m.shape("op") == out or f"the scale broadcasts the output up to {m.shape('op')}"
+
+
+def _column_vector(t: TargetBuilder, m: Any) -> Any:
+    sc = m.shape("s")
+    return t.reshape(m.s, shape=(sc[-1] if sc else 1,))
+
+
+def linear_scale_fold() -> tuple[Rule, Rule]:
+    """(x@W + b) * s and its twin s * (x@W + b) (``_lhs``)."""
+    def doc(form: str) -> str:
+        return (f"{form} with weights W (K, N), b and a scale s that is a scalar or one value per output column => "
+                "x@(W*s) + b*s: the multiply folds into the weights (exporters write attention's 1/sqrt(d) on the "
+                "query projection this way, e.g. Hugging Face Whisper).")
+
+    return rule(
+        "cpu_linear_scale_fold", doc("(x@W + b) * s"),
+        lambda p: {"y": p.mul(p.add(p.matmul(p.var("x"), p.weight("w"), act="none", name="mm"), p.weight("b"),
+                                    name="add"), p.weight("s"), name="op")},
+        lambda t, m: {"y": t.add(t.matmul(m.x, m.w * _column_vector(t, m), act="none"),
+                                 m.b * _column_vector(t, m))},
+        [ex({"x": (2, 5, 4), "w": (4, 6), "b": (6,), "s": (1,)}), ex({"x": (3, 4), "w": (4, 5), "b": (5,), "s": (5,)}),
+         ex({"x": (1, 7, 8), "w": (8, 3), "b": (3,), "s": (1, 1, 3)})],
+        [(_column_scale, "a scalar or per-column scale of a linear layer")],
+        tags=("matmul", "fold", "mul"), commute=True, mirror="_lhs", mirror_doc=doc("s * (x@W + b)"))
+
+
 # ----------------------------------------------------------------------------- layout clean-ups
 
 
@@ -485,7 +519,7 @@ def _build() -> tuple[Rule, ...]:
     mf_merge = next(r for r in metaflow.rules() if r.name == "mf_merge_matmuls")
     return (
         matmul_distribute(), matmul_factor_weight(), merge_qkv(), *merge_qkv_bias(), mf_merge,
-        *matmul_bias_gemm(),
+        *matmul_bias_gemm(), *linear_scale_fold(),
         transpose_transpose(False), transpose_transpose(True), transpose_unit_reshape(),
         reshape_reshape(),
         _noop("reshape", "reshape(x) to x's own shape => x.",
@@ -507,8 +541,8 @@ def rules() -> list[Rule]:
 
 
 __all__ = [
-    "QKV", "bounded_mask", "flatten_rules", "fold_conv_bias", "matmul_bias_gemm", "matmul_distribute",
-    "matmul_factor_weight", "merge_qkv", "merge_qkv_bias", "moves_only_unit_axes", "neutral_element", "relu_relu",
-    "reshape_reshape", "rules", "softmax_nan_guard", "softmax_nan_guard_inf", "transpose_transpose",
-    "transpose_unit_reshape",
+    "QKV", "bounded_mask", "flatten_rules", "fold_conv_bias", "linear_scale_fold", "matmul_bias_gemm",
+    "matmul_distribute", "matmul_factor_weight", "merge_qkv", "merge_qkv_bias", "moves_only_unit_axes",
+    "neutral_element", "relu_relu", "reshape_reshape", "rules", "softmax_nan_guard", "softmax_nan_guard_inf",
+    "transpose_transpose", "transpose_unit_reshape",
 ]
