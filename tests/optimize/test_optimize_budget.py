@@ -211,3 +211,24 @@ def test_optimize_keeps_the_original_when_every_candidate_runs_as_it(tmp_path: P
     assert twins and all(c.runs_as == "original" and c.speedup is None for c in twins)
     assert res.kept_original and "runs as the original" in res.decision
     assert any("onnxruntime runs it exactly as original" in n for n in res.portfolio_notes)
+
+
+def test_a_session_that_cannot_save_its_graph_is_timed_without_a_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When onnxruntime refuses to save the optimized graph, the candidate is still timed (no fingerprint: never
+    called a twin) instead of failing."""
+    import numpy as np
+
+    from graphsub.errors import ExecutionError
+    from graphsub.frontends import ort as ort_frontend
+    from graphsub.optimize.timing import session_timer
+
+    real = ort_frontend.make_session
+
+    def refuse_saving(model: object, **kw: object) -> object:
+        if kw.get("save_optimized") is not None:
+            raise ExecutionError("onnxruntime rejected the model: cannot save")
+        return real(model, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ort_frontend, "make_session", refuse_saving)
+    timer = session_timer(_identity_then_relu(1), {"x": np.ones((1, 64), np.float32)}, threads=1, fingerprint=True)
+    assert timer.signature == "" and timer(1.0) > 0.0

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.errors import ExecutionError
+
 
 class SessionTimer:
     """Times one onnxruntime session (:func:`session_timer`): calling it with a budget in ms gives the median latency
@@ -45,7 +47,7 @@ def _scratch_dir() -> str | None:
 
 
 def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
-                  provider: str = "cpu", fingerprint: bool = False) -> Callable[[float], float]:
+                  provider: str = "cpu", fingerprint: bool = False) -> SessionTimer:
     """A :class:`SessionTimer` on a session created now, under ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads,
     as users run it; with ``fingerprint``, the same session also saves the graph it runs, and the timer carries its
     :func:`~graphsub.frontends.ort_signature.signature` (the saved copy is deleted at once)."""
@@ -55,7 +57,10 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
     if not fingerprint:
         return SessionTimer(make_session(model, optimization="all", threads=threads, provider=provider), feeds)
     with tempfile.TemporaryDirectory(prefix="graphsub-fp-", dir=_scratch_dir()) as tmp:
-        sess = make_session(model, optimization="all", threads=threads, provider=provider, save_optimized=tmp)
+        try:
+            sess = make_session(model, optimization="all", threads=threads, provider=provider, save_optimized=tmp)
+        except ExecutionError:  # loads, maybe, but cannot be saved: timed without a fingerprint (or fails as usual)
+            return session_timer(model, feeds, threads=threads, provider=provider)
         try:
             sig = signature_of_file(os.path.join(tmp, "ort_optimized.onnx"))
         except Exception:  # onnxruntime wrote no readable copy (a provider that cannot save): no fingerprint
