@@ -36,6 +36,8 @@ from onnx import numpy_helper
 
 #: weights up to this many elements are hashed by value (shape constants, axes, small scales); larger ones by shape
 SMALL_WEIGHT = 64
+#: the file name of the saved optimized graph in the folder given to :func:`saving_options`
+SAVED_NAME = "ort_optimized.onnx"
 #: weights above this many bytes go to a side file when the optimized model is saved (not read back)
 EXTERNAL_MIN_BYTES = 1024
 
@@ -43,7 +45,7 @@ EXTERNAL_MIN_BYTES = 1024
 def saving_options(so: ort.SessionOptions, folder: str) -> str:
     """Make ``so`` save the optimized graph into ``folder`` (large weights into a side file there, so that reading
     the graph back costs nothing); returns the path of the model file it will write."""
-    path = os.path.join(folder, "ort_optimized.onnx")
+    path = os.path.join(folder, SAVED_NAME)
     so.optimized_model_filepath = path
     so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
     so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
@@ -120,4 +122,4 @@ def signature_of_file(path: str) -> str:
     return signature(onnx.load(path, load_external_data=False))
 
 
-__all__ = ["SMALL_WEIGHT", "saving_options", "signature", "signature_of_file", "signature_of_graph"]
+__all__ = ["SAVED_NAME", "SMALL_WEIGHT", "saving_options", "signature", "signature_of_file", "signature_of_graph"]

@@ -52,7 +52,7 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
     as users run it; with ``fingerprint``, the same session also saves the graph it runs, and the timer carries its
     :func:`~graphsub.frontends.ort_signature.signature` (the saved copy is deleted at once)."""
     from graphsub.frontends.ort import make_session
-    from graphsub.frontends.ort_signature import signature_of_file
+    from graphsub.frontends.ort_signature import SAVED_NAME, signature_of_file
 
     if not fingerprint:
         return SessionTimer(make_session(model, optimization="all", threads=threads, provider=provider), feeds)
@@ -62,7 +62,7 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
         except ExecutionError:  # loads, maybe, but cannot be saved: timed without a fingerprint (or fails as usual)
             return session_timer(model, feeds, threads=threads, provider=provider)
         try:
-            sig = signature_of_file(os.path.join(tmp, "ort_optimized.onnx"))
+            sig = signature_of_file(os.path.join(tmp, SAVED_NAME))
         except Exception:  # onnxruntime wrote no readable copy (a provider that cannot save): no fingerprint
             sig = ""
     return SessionTimer(sess, feeds, sig)
@@ -188,4 +188,4 @@ def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower:
                   "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
 
 
-__all__ = ["confirm_timer", "consistent", "decide", "session_timer", "time_candidates", "time_pair"]
+__all__ = ["SessionTimer", "confirm_timer", "consistent", "decide", "session_timer", "time_candidates", "time_pair"]
