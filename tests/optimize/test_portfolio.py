@@ -244,3 +244,27 @@ def test_an_inconclusive_confirmation_gets_as_many_rounds_again(block_path: Path
     res = optimize(block_path, output=tmp_path / "o.onnx", rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
     (cand,) = res.candidates
     assert len(cand.confirm_rounds) == 14 and res.chosen == kept
+
+
+def test_a_channels_last_mlp_becomes_a_layout_candidate(tmp_path: Path, fake_timing: Callable[..., None]) -> None:
+    """ConvNeXt's channels-last MLP: the ``layout`` candidate (MatMuls as 1x1 convolutions) is verified like every
+    candidate and kept when it is measured faster; with --no-spelling it is not made."""
+    from helpers import convnext_block
+
+    src = tmp_path / "block.onnx"
+    onnx.save(convnext_block(), str(src))
+    fake_timing(lambda model: 10.0 - _ops(model).count("Conv"))
+    out = tmp_path / "o.onnx"
+    res = optimize(src, output=out, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    names = {c.name: c for c in res.candidates}
+    assert res.chosen == "layout" and names["layout"].verified and names["layout"].max_abs_diff < 1e-4
+    assert names["layout"].rules == ["layout_channels_first_mlp"]
+    assert "MatMul" not in _ops(str(out)) and _ops(str(out)).count("Conv") == 3
+    res = optimize(src, rules=[], peers="none", spelling=False, **QUIET)  # type: ignore[arg-type]
+    assert not any("layout" in c.name for c in res.candidates)
+
+
+def test_no_layout_candidate_without_the_pattern(block_path: Path, fake_timing: Callable[..., None]) -> None:
+    fake_timing(lambda model: 10.0)
+    res = optimize(block_path, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    assert not any("layout" in c.name for c in res.candidates)

@@ -12,6 +12,10 @@ sources and lets the clock decide:
   ``optimize_for_ort``, ``onnxslim``, ``onnxsim``, ``onnxoptimizer``), each in a fresh process with a timeout
   (:func:`graphsub.optimize.peers.run_peer`; a peer that fails or hangs is only a missing candidate);
 * ``PEER+search``: graphsub's search on top of a peer's output;
+* ``layout`` and ``X+layout``: the original and each candidate above with its channels-last MLPs (ConvNeXt's
+  ``Transpose -> LayerNorm -> MatMul -> GELU -> MatMul -> Transpose``) written channels-first, MatMuls as 1x1
+  convolutions, so that onnxruntime keeps its NCHWc layout through them (:mod:`graphsub.frontends.onnx_layout`);
+  only when the original has such a region;
 * ``X+spelling`` for each of the above: the ``ort-spelling`` rules (:mod:`graphsub.rules.library.ort_spelling`)
   applied everywhere, which change only which of ONNX Runtime's own fusions happen (``Add -> LayerNormalization``
   spelled with ``Sum``, so that it stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone).
@@ -213,6 +217,7 @@ class Sources:
     eqsat_s: float = 0.0
     on_top_s: float = 0.0
     peer_timeout_s: float = 120.0
+    layout: bool = False  # ``layout`` candidates (graphsub.frontends.onnx_layout) where the original has the pattern
     deadline: Deadline = NO_DEADLINE  # the call's
     tail_s: float = 0.0  # seconds to keep for the phases after the portfolio
 
@@ -268,7 +273,39 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
             for peer in sources.peers:
                 note(peer)
                 _peer(portfolio, peer, results[peer], Path(tmp), shapes, sources)
+    if sources.layout:
+        note("layout")
+        _layouts(portfolio, source, sources)
     return portfolio
+
+
+LAYOUT_RULE = "layout_channels_first_mlp"
+LAYOUT_EST_S = 1.0  # one rewrite of a ConvNeXt-T-sized file (110 MB): parse, rewrite, serialize
+
+
+def _layouts(portfolio: Portfolio, source: bytes | str, sources: Sources) -> None:
+    """``layout`` (the original) and ``X+layout`` (each distinct candidate X so far): channels-last MLP regions
+    written channels-first (:mod:`graphsub.frontends.onnx_layout`). Nothing when the original has no such region:
+    the other candidates come from it and none of the passes makes one."""
+    from graphsub.frontends.onnx_layout import rewrite_bytes
+
+    bases: list[tuple[str, bytes, tuple[Step, ...]]] = [
+        (ORIGINAL, source if isinstance(source, bytes) else Path(source).read_bytes(), ())]
+    bases += [(c.name, c.data, c.steps) for c in portfolio.distinct]
+    for base, data, steps in bases:
+        name = "layout" if base == ORIGINAL else f"{base}+layout"
+        if sources.left(LAYOUT_EST_S) < LAYOUT_EST_S:
+            sources.skipped(portfolio, name)
+            continue
+        t = time.perf_counter()
+        got = rewrite_bytes(data)
+        if got is None:
+            if base == ORIGINAL:
+                return
+            continue
+        blob, regions = got
+        new = tuple(Step(LAYOUT_RULE, (), math.nan) for _ in range(regions))
+        portfolio.add(Candidate(name, blob, None, base, steps + new, time.perf_counter() - t))
 
 
 def _peers_est() -> float:

@@ -279,7 +279,7 @@ def rule_family(rule: str) -> str:
     ('ort-spelling', 'cpu', 'taso-pb')
     """
     prefixes = (("ortsp_", "ort-spelling"), ("ort_", "ort"), ("cpu_", "cpu"), ("alg_", "algebra"), ("mf_", "metaflow"),
-                ("taso_pb_", "taso-pb"), ("gen_", "generated"))
+                ("taso_pb_", "taso-pb"), ("gen_", "generated"), ("layout_", "layout"))
     return next((fam for pre, fam in prefixes if rule.startswith(pre)), "builtin")
 
 
