@@ -232,3 +232,34 @@ def test_a_session_that_cannot_save_its_graph_is_timed_without_a_fingerprint(mon
     monkeypatch.setattr(ort_frontend, "make_session", refuse_saving)
     timer = session_timer(_identity_then_relu(1), {"x": np.ones((1, 64), np.float32)}, threads=1, fingerprint=True)
     assert timer.signature == "" and timer(1.0) > 0.0
+
+
+def test_the_leanest_candidate_the_screening_drops_still_runs_side_by_side() -> None:
+    """A candidate whose onnxruntime graph has clearly fewer kernels than the original's gets a finalist's place
+    even when one noisy screening round ranked it low (the leanest one only, and only below LEAN_SHARE)."""
+    from types import SimpleNamespace as NS
+
+    from graphsub.optimize.pipeline import LEAN_SHARE, _lean
+
+    out = [NS(name="a"), NS(name="b"), NS(name="c")]
+    sessions = {"original": NS(kernels=100), "a": NS(kernels=95), "b": NS(kernels=60), "c": NS(kernels=80)}
+    assert [c.name for c in _lean(out, sessions)] == ["b"]
+    sessions["b"].kernels = sessions["c"].kernels = int(LEAN_SHARE * 100) + 1
+    assert _lean(out, sessions) == []
+    sessions = {"original": NS(kernels=0), "a": NS(kernels=5), "b": NS(kernels=5), "c": NS(kernels=5)}
+    assert _lean(out, sessions) == []  # no fingerprint of the original: nothing to compare with
+    assert _lean(out, {"original": NS(kernels=100)}) == []  # sessions already dropped: no count, no place
+
+
+def test_a_session_timer_counts_the_kernels_onnxruntime_runs() -> None:
+    import numpy as np
+
+    from graphsub.optimize.timing import session_timer
+    from helpers import convnext_block
+
+    model = convnext_block()
+    feeds = {i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32)
+             for i in model.graph.input}
+    timer = session_timer(model.SerializeToString(), feeds, threads=1, fingerprint=True)
+    assert timer.signature and 0 < timer.kernels <= len(model.graph.node)
+    assert session_timer(model.SerializeToString(), feeds, threads=1).kernels == 0  # not asked: unknown

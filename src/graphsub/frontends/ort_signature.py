@@ -122,4 +122,12 @@ def signature_of_file(path: str) -> str:
     return signature(onnx.load(path, load_external_data=False))
 
 
-__all__ = ["SAVED_NAME", "SMALL_WEIGHT", "saving_options", "signature", "signature_of_file", "signature_of_graph"]
+def signature_and_kernels(path: str) -> tuple[str, int]:
+    """The fingerprint of the model saved at ``path`` and how many nodes (kernels, for a graph onnxruntime saved)
+    its main graph has."""
+    model = onnx.load(path, load_external_data=False)
+    return signature(model), len(model.graph.node)
+
+
+__all__ = ["SAVED_NAME", "SMALL_WEIGHT", "saving_options", "signature", "signature_and_kernels", "signature_of_file",
+           "signature_of_graph"]

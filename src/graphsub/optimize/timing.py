@@ -27,10 +27,11 @@ from graphsub.errors import ExecutionError
 class SessionTimer:
     """Times one onnxruntime session (:func:`session_timer`): calling it with a budget in ms gives the median latency
     in ms over that budget; ``signature`` is the fingerprint of the graph onnxruntime runs
-    (:mod:`graphsub.frontends.ort_signature`), or "" when it was not asked for or could not be read."""
+    (:mod:`graphsub.frontends.ort_signature`), or "" when it was not asked for or could not be read; ``kernels`` the
+    number of nodes of that graph (0 when unknown)."""
 
-    def __init__(self, sess: Any, feeds: dict[str, np.ndarray], signature: str = "") -> None:
-        self.sess, self.feeds, self.signature, self.calls = sess, feeds, signature, 0
+    def __init__(self, sess: Any, feeds: dict[str, np.ndarray], signature: str = "", kernels: int = 0) -> None:
+        self.sess, self.feeds, self.signature, self.kernels, self.calls = sess, feeds, signature, kernels, 0
 
     def __call__(self, budget_ms: float) -> float:  # five warm-up runs on a new session, one (the cache) later
         from graphsub.cost.measured import time_session
@@ -52,7 +53,7 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
     as users run it; with ``fingerprint``, the same session also saves the graph it runs, and the timer carries its
     :func:`~graphsub.frontends.ort_signature.signature` (the saved copy is deleted at once)."""
     from graphsub.frontends.ort import make_session
-    from graphsub.frontends.ort_signature import SAVED_NAME, signature_of_file
+    from graphsub.frontends.ort_signature import SAVED_NAME, signature_and_kernels
 
     if not fingerprint:
         return SessionTimer(make_session(model, optimization="all", threads=threads, provider=provider), feeds)
@@ -62,10 +63,10 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
         except ExecutionError:  # loads, maybe, but cannot be saved: timed without a fingerprint (or fails as usual)
             return session_timer(model, feeds, threads=threads, provider=provider)
         try:
-            sig = signature_of_file(os.path.join(tmp, SAVED_NAME))
+            sig, kernels = signature_and_kernels(os.path.join(tmp, SAVED_NAME))
         except Exception:  # onnxruntime wrote no readable copy (a provider that cannot save): no fingerprint
-            sig = ""
-    return SessionTimer(sess, feeds, sig)
+            sig, kernels = "", 0
+    return SessionTimer(sess, feeds, sig, kernels)
 
 
 def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
