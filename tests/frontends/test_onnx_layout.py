@@ -99,3 +99,20 @@ def test_several_blocks_in_a_row_are_all_rewritten() -> None:
     assert len(find_regions(model)) == 2
     assert rewrite(model) == 2
     np.testing.assert_allclose(_run(model, feeds)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_rewritten_model_is_a_fixed_point() -> None:
+    model = convnext_block()
+    assert rewrite(model) == 1
+    again = model.SerializeToString()
+    assert rewrite(model) == 0 and model.SerializeToString() == again
+
+
+def test_names_the_pass_would_make_are_never_reused() -> None:
+    """A model that already has a tensor named like the pass's twins is left alone, not silently aliased."""
+    model = convnext_block()
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            node.output[0] = "d__nchw"
+        node.input[:] = ["d__nchw" if i == "d" else i for i in node.input]
+    assert rewrite(model) == 0

@@ -268,3 +268,20 @@ def test_no_layout_candidate_without_the_pattern(block_path: Path, fake_timing: 
     fake_timing(lambda model: 10.0)
     res = optimize(block_path, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
     assert not any("layout" in c.name for c in res.candidates)
+
+
+def test_a_layout_pass_that_fails_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            fake_timing: Callable[..., None]) -> None:
+    from graphsub.frontends import onnx_layout
+    from helpers import convnext_block
+
+    def broken(data: bytes) -> None:
+        raise ValueError("protobuf too large")
+
+    monkeypatch.setattr(onnx_layout, "rewrite_bytes", broken)
+    src = tmp_path / "block.onnx"
+    onnx.save(convnext_block(), str(src))
+    fake_timing(lambda model: 10.0)
+    res = optimize(src, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    assert res.verified and not any("layout" in c.name for c in res.candidates)
+    assert any(n.startswith("layout: not made (ValueError: protobuf too large)") for n in res.portfolio_notes)

@@ -41,7 +41,8 @@ TO_NCHW = [0, 3, 1, 2]
 UNARY = frozenset({"Erf", "Gelu", "Tanh", "Sigmoid", "Relu", "Sqrt", "Neg", "Abs", "Exp", "Identity", "Softplus",
                    "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Mish", "FastGelu"})
 BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
-SUFFIX = "__nchw"
+SUFFIX = "__nchw"  # the channels-first twin of a region tensor (and the names of the new nodes)
+TAG = "graphsub_cf"  # the new constants' names start with it
 
 
 @dataclass
@@ -206,12 +207,15 @@ def _twin(name: str) -> str:
 
 def rewrite(model: onnx.ModelProto) -> int:
     """Write every region :func:`find_regions` finds channels-first, in place; returns how many were rewritten."""
+    g = model.graph
+    names = {i.name for i in g.initializer} | {t for n in g.node for t in (*n.input, *n.output)}
+    if any(SUFFIX in t or t.startswith(TAG) for t in names):
+        return 0  # names this pass would make are taken (a model it already rewrote): left as it is
     regions = find_regions(model)
     if not regions:
         return 0
-    g = model.graph
     m = _Model.of(g)
-    w = _Writer(m, "graphsub_cf")
+    w = _Writer(m, TAG)
     before: dict[int, list[onnx.NodeProto]] = {}  # new nodes to emit before the node of this id
     after: dict[int, list[onnx.NodeProto]] = {}  # ... after it
     drop: set[int] = set()

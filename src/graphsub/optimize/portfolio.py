@@ -298,7 +298,11 @@ def _layouts(portfolio: Portfolio, source: bytes | str, sources: Sources) -> Non
             sources.skipped(portfolio, name)
             continue
         t = time.perf_counter()
-        got = rewrite_bytes(data)
+        try:
+            got = rewrite_bytes(data)
+        except Exception as e:  # an optional candidate never fails the call (e.g. a model over protobuf's 2 GB)
+            portfolio.notes.append(f"{name}: not made ({type(e).__name__}: {e})")
+            return
         if got is None:
             if base == ORIGINAL:
                 return
