@@ -128,9 +128,12 @@ def _accepts(m: _Model, node: onnx.NodeProto, inside: set[str]) -> bool:
 
 def find_regions(model: onnx.ModelProto) -> list[Region]:
     """The channels-last regions of ``model``'s main graph that :func:`rewrite` would write channels-first."""
-    m = _Model.of(model.graph)
+    return _find(_Model.of(model.graph))
+
+
+def _find(m: _Model) -> list[Region]:
     regions = []
-    for t1 in model.graph.node:
+    for t1 in m.graph.node:
         if not _is_transpose(t1, TO_NHWC):
             continue
         ln = m.uses(t1.output[0])
@@ -185,14 +188,15 @@ class _Writer:
     def __init__(self, m: _Model, tag: str):
         self.m = m
         self.tag = tag
-        self.inits: list[onnx.TensorProto] = []
-        self.count = 0
+        self.values: dict[str, np.ndarray] = {}  # the new constants, written out by :meth:`initializers`
 
     def const(self, value: np.ndarray, what: str) -> str:
-        name = f"{self.tag}_{what}{self.count}"
-        self.count += 1
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        name = f"{self.tag}_{what}{len(self.values)}"
+        self.values[name] = value
         return name
+
+    def initializers(self) -> list[onnx.TensorProto]:
+        return [numpy_helper.from_array(np.ascontiguousarray(v), k) for k, v in self.values.items()]
 
     def channel_const(self, name: str) -> str:
         v = self.m.consts[name]
@@ -211,10 +215,10 @@ def rewrite(model: onnx.ModelProto) -> int:
     names = {i.name for i in g.initializer} | {t for n in g.node for t in (*n.input, *n.output)}
     if any(SUFFIX in t or t.startswith(TAG) for t in names):
         return 0  # names this pass would make are taken (a model it already rewrote): left as it is
-    regions = find_regions(model)
+    m = _Model.of(g)
+    regions = _find(m)
     if not regions:
         return 0
-    m = _Model.of(g)
     w = _Writer(m, TAG)
     before: dict[int, list[onnx.NodeProto]] = {}  # new nodes to emit before the node of this id
     after: dict[int, list[onnx.NodeProto]] = {}  # ... after it
@@ -224,11 +228,12 @@ def rewrite(model: onnx.ModelProto) -> int:
         after.setdefault(id(region.ln), []).append(
             helper.make_node("Transpose", [region.ln.output[0]], [_twin(region.ln.output[0])], perm=TO_NCHW))
         folded: set[int] = set()
+        inside = _region_tensors(region)
         for node in region.nodes:
             drop.add(id(node))
             if id(node) in folded:
                 continue
-            new, bias_add = _channels_first(node, region, m, w)
+            new, bias_add = _channels_first(node, inside, m, w)
             if bias_add is not None:
                 folded.add(id(bias_add))
             before.setdefault(id(node), []).extend(new)
@@ -256,12 +261,12 @@ def rewrite(model: onnx.ModelProto) -> int:
             nodes.append(helper.make_node("Identity", [target], [out.name]))
     del g.node[:]
     g.node.extend(nodes)
-    g.initializer.extend(w.inits)
+    g.initializer.extend(w.initializers())
     _drop_unused(g)
     return len(regions)
 
 
-def _channels_first(node: onnx.NodeProto, region: Region, m: _Model,
+def _channels_first(node: onnx.NodeProto, inside: set[str], m: _Model,
                     w: _Writer) -> tuple[list[onnx.NodeProto], onnx.NodeProto | None]:
     """The NCHW nodes for region node ``node`` and the bias ``Add`` folded into it (a MatMul's), if any."""
     if node.op_type == "MatMul":
@@ -281,7 +286,6 @@ def _channels_first(node: onnx.NodeProto, region: Region, m: _Model,
             add = None
         return [helper.make_node("Conv", ins, [_twin(out)], kernel_shape=[1, 1],
                                  name=(node.name or out) + SUFFIX)], add
-    inside = _region_tensors(region)
     ins = [_twin(i) if i in inside else w.channel_const(i) for i in node.input]
     new = helper.make_node(node.op_type, ins, [_twin(o) for o in node.output], domain=node.domain,
                            name=(node.name or node.output[0]) + SUFFIX)
@@ -309,35 +313,18 @@ def _fold_scale(t2: onnx.NodeProto, m: _Model, w: _Writer, before: dict[int, lis
     gamma = m.consts.get(mul.input[1] if mul.input[0] == t2.output[0] else mul.input[0])
     src = _twin(t2.input[0])
     conv = next((n for ns in before.values() for n in ns if n.op_type == "Conv" and n.output[0] == src), None)
-    kernel = None if conv is None else _init_value(w, conv.input[1])
-    if gamma is None or conv is None or kernel is None:
+    if gamma is None or conv is None:
         return
+    kernel = w.values[conv.input[1]]
     channels = kernel.shape[0]
     if gamma.shape not in ((channels, 1, 1), (1, channels, 1, 1)):
         return
     scale = gamma.reshape(-1).astype(kernel.dtype)
-    _set_init(w, conv.input[1], kernel * scale[:, None, None, None])
+    w.values[conv.input[1]] = kernel * scale[:, None, None, None]
     if len(conv.input) > 2:
-        bias = _init_value(w, conv.input[2])
-        assert bias is not None  # the writer made it
-        _set_init(w, conv.input[2], bias * scale)
+        w.values[conv.input[2]] = w.values[conv.input[2]] * scale
     drop.add(id(mul))
     rename[mul.output[0]] = src
-
-
-def _init_value(w: _Writer, name: str) -> np.ndarray | None:
-    for init in w.inits:
-        if init.name == name:
-            return numpy_helper.to_array(init)
-    return None
-
-
-def _set_init(w: _Writer, name: str, value: np.ndarray) -> None:
-    for k, init in enumerate(w.inits):
-        if init.name == name:
-            w.inits[k] = numpy_helper.from_array(np.ascontiguousarray(value.astype(numpy_helper.to_array(init).dtype)),
-                                                 name)
-            return
 
 
 def _drop_unused(g: onnx.GraphProto) -> None:
