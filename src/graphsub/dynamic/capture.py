@@ -54,8 +54,9 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from graphsub.dynamic.calls import KEYS, OpInfo, fill, new_kid
-from graphsub.dynamic.dag import STATE, Trace
+from graphsub.dynamic.dag import STATE, Group, Trace
 from graphsub.dynamic.lazy import (
+    NODE_IDS,
     LazyTensor,
     ProbeRefusal,
     new_items,
@@ -185,7 +186,7 @@ def _module_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     if state.exec_depth or state.probing or not state.current or not state.current[-1].capture:
         return _ORIG_CALL(self, *args, **kwargs)
     if self._forward_hooks or self._forward_pre_hooks or _GLOBAL_PRE_HOOKS or _GLOBAL_HOOKS or \
-            (self.training and _buffered(self)):
+            (self.training and _BUFFERS.get(id(self)) is not False and _buffered(self)):
         _refuse(self, _module_refusal(self))
         return _ORIG_CALL(self, *args, **kwargs)
     if not kwargs:
@@ -311,7 +312,7 @@ def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[An
                     lvl = b.level
                 trace = b.trace
         elif isinstance(a, torch.Tensor):
-            with torch._C.DisableTorchFunction():  # the lazy mode would intercept each attribute read (~4 us)
+            with _NO_TORCH_FUNCTION():  # the lazy mode would intercept each attribute read (~4 us)
                 if a.requires_grad:
                     return None
                 key.append(a.shape)
@@ -324,20 +325,75 @@ def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[An
 
 def _known(fn: Any, args: tuple[Any, ...]) -> Any:
     """The node(s) of a call whose key is already captured (:data:`_FAST`), built without the general recorder;
-    ``None``: not known (or not the usual arguments)."""
-    got = _short_key(fn, args)
-    if got is None:
-        return None
-    key, inputs, lvl, trace = got
-    info = _FAST.get(key)
+    ``None``: not known (or not the usual arguments).  This is the tracer's hot path (one call per recorded cell),
+    so :func:`_short_key` and :func:`~graphsub.dynamic.lazy.new_node` are inlined here."""
+    key: list[Any] = [id(fn)]
+    inputs: list[Any] = []
+    lvl = 0
+    trace = None
+    for a in args:
+        t = type(a)
+        if t is LazyTensor:
+            inputs.append(a)
+            key.append(a.tok)
+            if a.level > lvl:
+                lvl = a.level
+            trace = a.trace
+        elif t is tuple:
+            key.append(-len(a))
+            for b in a:
+                if type(b) is not LazyTensor:
+                    return None
+                inputs.append(b)
+                key.append(b.tok)
+                if b.level > lvl:
+                    lvl = b.level
+                trace = b.trace
+        elif isinstance(a, torch.Tensor):
+            with _NO_TORCH_FUNCTION():  # the lazy mode would intercept each attribute read (~4 us)
+                if a.requires_grad:
+                    return None
+                key.append(a.shape)
+                key.append(a.dtype)
+            inputs.append(a)
+        else:
+            return None
+    info = _FAST.get(tuple(key))
     if info is None:
         return None
     if trace is None:
         trace = STATE.current[-1]
-    node = new_node(fn, info, tuple(inputs), trace, lvl + 1)
+    level = lvl + 1
+    n = _new_lazy(LazyTensor)
+    n.gid = next(NODE_IDS)
+    n.func = fn
+    n.info = info
+    n.inputs = tuple(inputs)
+    n.tok = info.tok
+    n.trace = trace
+    n.value = None
+    n.kid = info.kid
+    n.level = level
+    n.part = -1
+    n.row = 0
+    if trace.grouping:
+        gk = level * 4294967296 + info.kid
+        g = trace.pending.get(gk)
+        if g is None:
+            g = trace.pending[gk] = Group(level, info.kid)
+        n.grp = g
+        n.row = len(g.members)
+        g.members.append(n)
+    else:
+        n.grp = None
+        trace.refs.append(weakref.ref(n))
     if not info.items:
-        return node
-    return new_items(node, info, trace)
+        return n
+    return new_items(n, info, trace)
+
+
+_new_lazy = LazyTensor.__new__
+_NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 
 
 def _remember(fn: Any, args: tuple[Any, ...], out: Any) -> None:

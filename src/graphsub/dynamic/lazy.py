@@ -91,6 +91,8 @@ class LazyError(GraphsubError):
 
 
 _GID = itertools.count(1)
+NODE_IDS = _GID
+"""The nodes' ``gid`` counter (one for all traces: ``gid`` orders nodes by creation)."""
 _weakref = weakref.ref
 
 
@@ -386,9 +388,34 @@ def _record(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any
 
 def new_items(node: LazyTensor, info: OpInfo, trace: Trace) -> Any:
     """The output nodes of a multi-output node (``access(x, k)``, no call: they live in ``node``'s batch), as the
-    tuple or list the op returns."""
-    outs = [new_node(operator.getitem, it, (node,), trace, node.level + 1) for it in info.items]
+    tuple or list the op returns.  (What :func:`new_node` does for them, inlined: a module call's state tuple makes
+    two of these per call, the most common node of a captured trace.)"""
+    src = (node,)
+    level = node.level
+    keep = None if trace.grouping else trace.refs
+    outs = []
+    for part, it in enumerate(info.items):  # item ``part``'s key id is item_kid(part): see _record
+        n = _new_lazy(LazyTensor)
+        n.gid = next(_GID)
+        n.func = _getitem
+        n.info = it
+        n.inputs = src
+        n.tok = it.tok
+        n.trace = trace
+        n.value = None
+        n.kid = it.kid
+        n.level = level
+        n.part = part
+        n.grp = None
+        n.row = 0
+        if keep is not None:
+            keep.append(_weakref(n))
+        outs.append(n)
     return tuple(outs) if type(info.meta) is tuple else outs
+
+
+_new_lazy = LazyTensor.__new__
+_getitem = operator.getitem
 
 
 record_as_node = _record

@@ -29,6 +29,7 @@ differs (an op that mixes rows) is run member by member from then on.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -39,6 +40,7 @@ from torch import nn
 from graphsub.dynamic.calls import KID_INFO, draw_mask, fill
 from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
 from graphsub.dynamic.lazy import LazyError, LazyTensor
+from graphsub.dynamic.wgrad import deferring
 
 P, D, L, E, M = 0, 1, 2, 3, 4
 """Column kinds: parameter, stacked data rows, lazy gather, per-member references, deferred dropout masks."""
@@ -287,11 +289,18 @@ class BatchState:
     checked: set[int] = field(default_factory=set)
     unbatchable: set[int] = field(default_factory=set)
     tol: float = 1e-5
+    defer_weight_grads: bool = True  # one weight-gradient GEMM per nn.Linear per backward (graphsub.dynamic.wgrad)
 
 
 def run_plan(plan: Plan, ops: dict[int, OpDef], state: BatchState) -> tuple[Any, int, list[Any]]:
     """Run ``plan`` (autograd on); returns the output value, the number of op calls and every step's value
-    (a batched value, or a :class:`PerMember` list)."""
+    (a batched value, or a :class:`PerMember` list).  With ``state.defer_weight_grads`` the ``nn.Linear`` calls
+    of its steps leave their weight gradients to one GEMM each per backward pass (:mod:`graphsub.dynamic.wgrad`)."""
+    with deferring() if state.defer_weight_grads else nullcontext():
+        return _run_plan(plan, ops, state)
+
+
+def _run_plan(plan: Plan, ops: dict[int, OpDef], state: BatchState) -> tuple[Any, int, list[Any]]:
     vals: list[Any] = []
     calls = 0
     masks = [draw_mask(shape, dtype, p) for shape, dtype, p in plan.masks]
