@@ -103,7 +103,14 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
         first = ms[0]
         batched = ops[g.kid].batchable
         if batched:
-            cols = [column(j, x, ms, cur, deferred, runs) for j, x in enumerate(first.inputs)]
+            cols = []
+            for j, x in enumerate(first.inputs):
+                prev = cols[-1] if j else None
+                if prev is not None and prev[0] == L and type(x) is LazyTensor and x.part >= 0 \
+                        and all(p[0] >= 0 for p in prev[1]) and _siblings(ms, j):
+                    cols.append((L, [(st, x.part, rows) for st, _, rows in prev[1]], prev[2]))
+                else:
+                    cols.append(column(j, x, ms, cur, deferred, runs))
         else:
             cols = [[reference(x, cur, deferred) for x in m.inputs] for m in ms]
         steps.append(Step(g.kid, len(ms), batched, cols, ch))
@@ -114,6 +121,23 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
     else:
         plan.value = outref[1]
     return plan
+
+
+def _siblings(ms: list[DagNode], j: int) -> bool:
+    """Whether every member's input ``j`` is another output of the node whose output input ``j - 1`` is, the
+    first member's parts holding for all (a cell's ``(c, h)`` state read whole): then column ``j`` gathers the same
+    rows of the same steps as column ``j - 1``, only another part."""
+    f = ms[0].inputs
+    ka, kb = f[j - 1].part, f[j].part
+    if ka < 0:
+        return False
+    for m in ms:
+        a = m.inputs[j - 1]
+        b = m.inputs[j]
+        if type(a) is not LazyTensor or type(b) is not LazyTensor or a.part != ka or b.part != kb \
+                or a.inputs[0] is not b.inputs[0]:
+            return False
+    return True
 
 
 def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef]) -> list[list[int] | None]:
@@ -139,7 +163,9 @@ def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef])
         nones = keys.count(None)
         if nones != len(keys):
             if nones or not all(a < b for a, b in pairwise(keys)):
-                order = sorted(range(len(ms)), key=lambda i: (0, *keys[i]) if keys[i] is not None else (1, i, 0, 0))
+                last = len(groups)  # rows nobody here reads: after the chunks, in their order
+                sort_key = [k if k is not None else (last, i, 0) for i, k in enumerate(keys)]
+                order = sorted(range(len(ms)), key=sort_key.__getitem__)
                 ms = g.members = [ms[i] for i in order]
                 keys = [keys[i] for i in order]
                 for r, m in enumerate(ms):
@@ -213,28 +239,27 @@ def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dic
         if g0 is not None and id(g0) in cur and gs.count(g0) == n:
             st = cur[id(g0)]
             return (L, [(st, k, _chunked(st, _rows([c.row for c in srcs]), runs))], None)
-    called = [y if y.part < 0 else y.inputs[0] for y in xs]
-    parts = [y.part for y in xs]
-    sts = [cur.get(id(c.grp), -1) for c in called]
-    rows = [c.row for c in called]
     # several sources: one piece per (step, part) or earlier value, then a permutation into member order
     by: dict[Any, tuple[int, Any, list[int], list[int]]] = {}
-    for p, (y, st, part, row) in enumerate(zip(xs, sts, parts, rows, strict=True)):
+    for p, y in enumerate(xs):
+        part = y.part
+        c = y if part < 0 else y.inputs[0]
+        gkey = (id(c.grp), part)
+        ent = by.get(gkey)
+        if ent is not None:
+            ent[2].append(c.row)
+            ent[3].append(p)
+            continue
+        st = cur.get(id(c.grp), -1)
         if st >= 0:
-            key: Any = (st, part)
-            ent = by.get(key)
-            if ent is None:
-                ent = by[key] = (st, part, [], [])
+            by[gkey] = (st, part, [c.row], [p])
         else:  # computed by an earlier run (or in another trace)
-            src = _computed(y)
-            t, r = src
-            key = id(t)
-            ent = by.get(key)
+            t, r = _computed(y)
+            ent = by.get(id(t))
             if ent is None:
-                ent = by[key] = (-1, t, [], [])
-            row = r or 0
-        ent[2].append(row)
-        ent[3].append(p)
+                ent = by[id(t)] = (-1, t, [], [])
+            ent[2].append(r or 0)
+            ent[3].append(p)
     pieces = []
     order: list[int] = []
     for st, part, rs, ps in by.values():
