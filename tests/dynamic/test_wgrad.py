@@ -131,3 +131,17 @@ def test_a_plan_with_deferred_weight_gradients_trains_as_without() -> None:
     torch.testing.assert_close(got[True][0], got[False][0])
     for a, b in zip(got[True][1], got[False][1], strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_under_torch_func_nothing_is_deferred() -> None:
+    lin, xs = _calls()
+    params = dict(lin.named_parameters())
+
+    def loss(p: dict[str, torch.Tensor], defer: bool) -> torch.Tensor:
+        with wgrad.deferring() if defer else torch.enable_grad():
+            return sum(torch.func.functional_call(lin, p, (x,)).pow(2).sum() for x in xs)  # type: ignore[return-value]
+
+    ref = torch.func.grad(loss)(params, False)
+    got = torch.func.grad(loss)(params, True)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k])

@@ -27,8 +27,9 @@ What keeps it exact:
   differentiable, as autograd's linear would;
 * the stash is emptied by the proxy's backward; each run of a plan makes its own proxies.
 
-Outside :func:`deferring`, or without grad mode, or for a weight that does not require grad, ``nn.Linear`` runs
-as always.  Only ``nn.Linear`` modules are deferred (a cell that calls ``F.linear`` itself is run as written).
+Outside :func:`deferring`, without grad mode, under a ``torch.func`` transform, or for a weight that does not
+require grad, ``nn.Linear`` runs as always.  Only ``nn.Linear`` modules are deferred (a cell that calls ``F.linear``
+itself is run as written).
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ class _Deferred(torch.autograd.Function):
 def _linear_forward(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
     proxies = _STATE.proxies
     weight, bias = self.weight, self.bias
-    if proxies is None or not weight.requires_grad or not torch.is_grad_enabled():
+    if proxies is None or _raw_apply is None or not weight.requires_grad or not torch.is_grad_enabled() \
+            or torch._C._are_functorch_transforms_active():  # (torch.func needs setup_context: run as written)
         return F.linear(input, weight, bias)
     ent = proxies.get(id(self))
     if ent is None or ent[0] is not self:  # the run's first call: as always (a Linear called once gains nothing)
@@ -142,15 +144,13 @@ def _linear_forward(self: nn.Linear, input: torch.Tensor) -> torch.Tensor:
         wp, bp = (views, None) if bias is None else views
         stash.node = wp.grad_fn
         ent = proxies[id(self)] = (self, wp, bp, stash)
-    if _raw_apply is None or torch._C._are_functorch_transforms_active():
-        out: torch.Tensor = _Deferred.apply(input, ent[1], ent[2], ent[3])
-        return out
-    raw: torch.Tensor = _raw_apply(input, ent[1], ent[2], ent[3])
-    return raw
+    out: torch.Tensor = _raw_apply(input, ent[1], ent[2], ent[3])
+    return out
 
 
 # ``Function.apply`` without its Python prelude (default-argument binding, functorch's dead-wrapper unwrapping: about
-# 7 us a call, a fifth of a small Linear's), used when no functorch transform is active, as the prelude itself does
+# 7 us a call, a fifth of a small Linear's); the prelude itself goes straight there when no functorch transform is
+# active, and under one (torch.func) nothing is deferred
 _base_apply = getattr(torch._C, "_FunctionBase", object).__dict__.get("apply")
 _raw_apply = _base_apply.__get__(None, _Deferred) if _base_apply is not None else None
 
