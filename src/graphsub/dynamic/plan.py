@@ -102,8 +102,8 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
         ms = g.members
         first = ms[0]
         batched = ops[g.kid].batchable
+        cols: list[Any] = []
         if batched:
-            cols = []
             for j, x in enumerate(first.inputs):
                 prev = cols[-1] if j else None
                 if prev is not None and prev[0] == L and type(x) is LazyTensor and x.part >= 0 \
