@@ -501,7 +501,7 @@ class _LazyMode(TorchFunctionMode):
         # the mode is popped while its handler runs, so no DisableTorchFunction is needed here
         if kwargs is None:
             kwargs = _NOKW
-        if STATE.exec_depth or func in _PASS:
+        if func in _PASS or STATE.exec_depth:  # constructors and getters first: a tree's word ids are made here
             return func(*args, **kwargs)
         if STATE.probing and func in _RANDOM:
             _refuse_random(func)
