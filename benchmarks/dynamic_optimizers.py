@@ -6,9 +6,9 @@ default for-loop implementation (issue 24's in-process and prefetch targets), re
 Each repeat is two ``graphsub dynamic bench`` processes (SST, batch 20, 1 torch thread, 20 batches, modes eager,
 module+batch and module+prefetch in phases alternating for two rounds), one per optimizer, the order of the two
 alternating between repeats; seed = repeat index.  The optimizer is the same in every mode of a run, eager included.
-Writes ``benchmarks/results/dynamic_fused_optimizer.json``: per optimizer and mode the full-step speedup over eager
-(median, min, max, every run), eager's full step, the stage medians of each run, and the 1-minute load average before
-and after each run.  Run it alone on the machine: it is a timing benchmark.
+Writes ``benchmarks/results/dynamic_fused_optimizer.json`` (or ``--name``): per optimizer and mode the full-step
+speedup over eager (median, min, max, every run), eager's full step, the stage medians of each run, and the 1-minute
+load average before and after each run.  Run it alone on the machine: it is a timing benchmark.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--name", default="dynamic_fused_optimizer", help="results file name (.json) under results/")
     args = ap.parse_args()
     flags = {"fused-optimizer": "--fused-optimizer", "loop-optimizer": "--loop-optimizer"}
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in flags}
@@ -53,7 +54,8 @@ def main() -> None:
             sp = {m: round(res["speedup"][m]["full"], 2) for m in MODES}
             print(f"repeat {k} {name}: {sp} (eager {res['ms_per_batch']['eager']['full']:.1f} ms)", flush=True)
     out: dict[str, Any] = {
-        "command": f"benchmarks/dynamic_optimizers.py --repeats {args.repeats} --batches {args.batches}",
+        "command": f"benchmarks/dynamic_optimizers.py --repeats {args.repeats} --batches {args.batches} "
+                   f"--name {args.name}",
         "workload": "treelstm", "threads": 1, "batch_size": 20, "data": "sst",
     }
     for name, rs in runs.items():
@@ -68,7 +70,7 @@ def main() -> None:
         entry["loadavg"] = load[name]
         out[name] = entry
     OUT.mkdir(exist_ok=True)
-    (OUT / "dynamic_fused_optimizer.json").write_text(json.dumps(out, indent=1))
+    (OUT / f"{args.name}.json").write_text(json.dumps(out, indent=1))
     for name in flags:
         print(name, {m: round(out[name][m]["median"], 2) for m in MODES})
 
