@@ -17,6 +17,12 @@ from graphsub.dynamic.workloads.models import BinaryTreeLSTM, batch_loss
 from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
 
 
+@pytest.fixture(autouse=True)
+def _defer_small_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests' Linears are small: defer them all (the size rule has a test of its own)."""
+    monkeypatch.setattr(wgrad, "MIN_ELEMENTS", 0)
+
+
 def _calls(bias: bool = True) -> tuple[nn.Linear, list[torch.Tensor]]:
     torch.manual_seed(0)
     lin = nn.Linear(7, 5, bias=bias)
@@ -145,3 +151,12 @@ def test_under_torch_func_nothing_is_deferred() -> None:
     got = torch.func.grad(loss)(params, True)
     for k in ref:
         torch.testing.assert_close(got[k], ref[k])
+
+
+def test_weights_under_the_size_rule_are_not_deferred(monkeypatch: pytest.MonkeyPatch) -> None:
+    lin, xs = _calls()
+    for limit, deferred in ((lin.weight.numel() + 1, False), (lin.weight.numel(), True)):
+        monkeypatch.setattr(wgrad, "MIN_ELEMENTS", limit)
+        with wgrad.deferring():
+            ys = [lin(x) for x in xs]
+        assert (type(ys[-1].grad_fn).__name__ == "_DeferredBackward") is deferred
