@@ -417,3 +417,22 @@ def test_a_dropped_model_is_freed_with_its_memo_entries(batches: list) -> None:
     assert ref() is None and composer() is None
     assert not any(k[0] == cid for k in capture._FAST) and not any(k[0] == cid for k in KEYS)  # keys by id
     assert all(r["callable"] != "TreeComposer" or r["captured"] for r in capture.report())
+
+
+def test_known_cell_calls_take_the_fast_path(batches: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a cell's key is captured, its calls are built by ``_known`` (the inlined hot path, whose key must be
+    ``_short_key``'s), not by the general recorder."""
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    eng = _engine()
+    with lazy(eng):
+        batch_loss(model, batches[0])  # every key seen once
+    general = []
+    real = capture.capture_call
+    monkeypatch.setattr(capture, "capture_call", lambda fn, a, k: general.append(fn) or real(fn, a, k))
+    with lazy(eng) as tr:
+        loss = batch_loss(model, batches[0])
+    cells = (model.embedding, model.leaf_cell, model.composer)
+    assert not [fn for fn in general if fn in cells]
+    assert sum(len(g.members) for g in tr.pending.values()) > 3 * len(batches[0])
+    assert torch.isfinite(build(loss))
