@@ -166,10 +166,42 @@ def param_tok(p: torch.Tensor) -> int:
     return tok
 
 
+class DataRows:
+    """The values of a deferred ``torch.tensor([...])`` (a flat list of ints): the one input of a *data node*
+    (:func:`graphsub.dynamic.lazy.data_node`).  Not a tensor: a plan stacks the rows its consumers read into one
+    tensor, and a node run on its own makes its tensor (:func:`data_values`)."""
+
+    __slots__ = ("values",)
+    requires_grad = False  # read as data, never as a parameter
+
+    def __init__(self, values: tuple[int, ...]):
+        self.values = values
+
+    def __repr__(self) -> str:
+        return f"DataRows({list(self.values)})"
+
+
+def data_values(x: DataRows) -> torch.Tensor:
+    """The op of a data node: its values as an int64 tensor."""
+    return torch.tensor(x.values)
+
+
+DATA_KIDS: set[int] = set()
+"""The key ids of data nodes (one per number of values)."""
+
+
+def data_info(n: int) -> OpInfo:
+    """A new memo entry for data nodes of ``n`` values (its key id is entered in :data:`DATA_KIDS`)."""
+    info = OpInfo(torch.empty(n, dtype=torch.int64, device="meta"), new_kid(False), ((SLOTS[0],), {}), ("data", n))
+    DATA_KIDS.add(info.kid)
+    return info
+
+
 def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Tensor:
     """A dropout mask as PyTorch's CPU dropout draws it (``bernoulli(1 - p) / (1 - p)``)."""
     return torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p).div_(1.0 - p)
 
 
-__all__ = ["KEYS", "KID_INFO", "SLOTS", "SLOT_MARKER", "OpInfo", "Slot", "draw_mask", "fill", "flatten", "item_kid",
+__all__ = ["DATA_KIDS", "KEYS", "KID_INFO", "SLOTS", "SLOT_MARKER", "DataRows", "OpInfo", "Slot", "data_info",
+           "data_values", "draw_mask", "fill", "flatten", "item_kid",
            "new_kid", "op_name", "param_tok", "token"]

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from graphsub.dynamic.calls import OpInfo, fill, op_name
+from graphsub.dynamic.calls import DATA_KIDS, OpInfo, fill, op_name
 
 
 def enable_gc() -> None:
@@ -216,6 +216,9 @@ class Trace:
                 src = source(out)
                 if src is not None:  # computed inside a batch by an earlier run
                     out.value = resolve_row(*src)
+                    return out.value
+                if out.kid in DATA_KIDS:  # deferred data (graphsub.dynamic.lazy.data_node): made now, alone
+                    out.value = run_node(out)
                     return out.value
                 if self.engine is not None:
                     return self.engine.run(self, out)

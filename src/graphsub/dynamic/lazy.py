@@ -8,7 +8,8 @@ sees every call inside the context (``nn.Module`` layers included, since they en
 ``torch.nn.functional`` calls), and :class:`LazyTensor` itself implements
 ``__torch_function__`` so that lazy values keep working after the context is closed.  Calls on
 plain data only (``torch.tensor([3])``, ``torch.zeros(...)``) run eagerly: their results are
-the DAG's *inputs*.
+the DAG's *inputs*.  (One exception: in a trace that batches module calls, ``torch.tensor`` of a flat
+list of ints -- a tree's word ids -- gives a lazy *data node*, stacked by the plan: :func:`data_node`.)
 
 Tracked objects (§5.1):
 
@@ -69,11 +70,15 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from graphsub.dynamic.calls import (
+    DATA_KIDS,
     KEYS,
     KID_INFO,
     SLOT_MARKER,
     SLOTS,
+    DataRows,
     OpInfo,
+    data_info,
+    data_values,
     draw_mask,
     fill,
     flatten,
@@ -137,6 +142,8 @@ class LazyTensor(DagNode):
         return record(func, args, kwargs or {})
 
     def __getattr__(self, attr: str) -> Any:
+        if self.kid in DATA_KIDS:  # deferred data (data_node): any other tensor method sees the real tensor
+            return getattr(build(self), attr)
         meth = getattr(torch.Tensor, attr, None)
         if meth is None or not callable(meth):
             raise AttributeError(f"LazyTensor has no attribute {attr!r}")
@@ -160,6 +167,12 @@ class LazyTensor(DagNode):
 
     def __float__(self) -> float:
         return float(build(self))
+
+    def __int__(self) -> int:
+        return int(build(self))
+
+    def __index__(self) -> int:
+        return build(self).__index__()
 
     def __bool__(self) -> bool:
         return bool(build(self))
@@ -496,11 +509,68 @@ def _dropout(args: Sequence[Any], kwargs: dict[str, Any], trace: Trace) -> Any:
     return record(torch.mul, (x, mask), {})
 
 
+_DATA_INFO: dict[int, OpInfo] = {}  # values per node -> the data nodes' memo entry
+_INT64 = (-(1 << 63), 1 << 63)
+_TENSOR = torch.tensor
+
+
+def data_node(args: Any, kwargs: dict[str, Any]) -> LazyTensor | None:
+    """``torch.tensor(values)`` as a lazy *data node*, or ``None`` (then it runs eagerly, as any constructor).
+
+    A trace that batches module calls (``trace.capture`` and ``trace.grouping``) defers the word ids of a tree
+    or sequence model: ``torch.tensor([wid])`` made once per word costs ~7 us eagerly (~12 us through the lazy
+    mode), more than recording the cell that reads it.  A data node is in no batch group (level 0, like a data
+    tensor): a plan stacks the values its consumers read into one tensor (``plan.column``), and anything else
+    that needs its value makes its tensor then (:class:`~graphsub.dynamic.dag.Trace.evaluate`).  Deferred only
+    when the result is exactly what eager code gets: a flat, non-empty list of Python ints within int64, default
+    or int64 dtype, on the CPU, no other argument."""
+    current = STATE.current
+    if not current or len(args) != 1 or STATE.probing:
+        return None
+    trace = current[-1]
+    if not trace.capture or not trace.grouping:
+        return None
+    vals = args[0]
+    if type(vals) is not list or not vals:
+        return None
+    lo, hi = _INT64
+    for v in vals:
+        if type(v) is not int or not lo <= v < hi:
+            return None
+    for k, v in kwargs.items():
+        if k == "device":
+            if not (v is None or v == "cpu" or (type(v) is torch.device and v.type == "cpu" and v.index is None)):
+                return None
+        elif k != "dtype" or (v is not None and v is not torch.int64):
+            return None
+    info = _DATA_INFO.get(len(vals))
+    if info is None:
+        info = _DATA_INFO[len(vals)] = data_info(len(vals))
+    n = _new_lazy(LazyTensor)
+    n.gid = next(_GID)
+    n.func = data_values
+    n.info = info
+    n.inputs = (DataRows(tuple(vals)),)
+    n.tok = info.tok
+    n.trace = trace
+    n.value = None
+    n.kid = info.kid
+    n.level = 0
+    n.part = -1
+    n.grp = None
+    n.row = 0
+    return n
+
+
 class _LazyMode(TorchFunctionMode):
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (), kwargs: Any = None) -> Any:
         # the mode is popped while its handler runs, so no DisableTorchFunction is needed here
         if kwargs is None:
             kwargs = _NOKW
+        if func is _TENSOR and not STATE.exec_depth:
+            node = data_node(args, kwargs)
+            if node is not None:
+                return node
         if func in _PASS or STATE.exec_depth:  # constructors and getters first: a tree's word ids are made here
             return func(*args, **kwargs)
         if STATE.probing and func in _RANDOM:
@@ -563,5 +633,18 @@ def build(out: Any) -> Any:
     return out
 
 
-__all__ = ["LazyError", "LazyTensor", "ProbeRefusal", "build", "current_trace", "lazy", "new_items",
-           "new_node", "pop_trace", "push_trace", "record", "record_as_node"]
+__all__ = [
+    "LazyError",
+    "LazyTensor",
+    "ProbeRefusal",
+    "build",
+    "current_trace",
+    "data_node",
+    "lazy",
+    "new_items",
+    "new_node",
+    "pop_trace",
+    "push_trace",
+    "record",
+    "record_as_node",
+]

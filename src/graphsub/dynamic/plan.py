@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphsub.dynamic.calls import KID_INFO, draw_mask, fill
+from graphsub.dynamic.calls import DATA_KIDS, KID_INFO, data_values, draw_mask, fill
 from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
 from graphsub.dynamic.lazy import LazyError, LazyTensor
 from graphsub.dynamic.wgrad import deferring
@@ -184,7 +184,7 @@ def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef])
         if not ops[g.kid].batchable:
             continue
         for j, x in enumerate(ms[0].inputs):
-            if type(x) is not LazyTensor:
+            if type(x) is not LazyTensor or x.kid in DATA_KIDS:  # data: stacked, not gathered (see column)
                 continue
             for p, m in enumerate(ms):
                 y = m.inputs[j]
@@ -223,6 +223,10 @@ def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dic
             return (M, [deferred[id(t)][0] if id(t) in deferred else t for t in col])
         return (D, torch.cat(col))
     xs = [m.inputs[j] for m in ms]
+    if x.kid in DATA_KIDS:
+        rows = _data_rows(x, xs)
+        if rows is not None:
+            return (D, rows)
     n = len(xs)
     k = x.part
     # the usual case, in three passes over the members: every input is a row of one step (or output k of it)
@@ -274,6 +278,15 @@ def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dic
     return (L, pieces, perm)
 
 
+def _data_rows(x: LazyTensor, xs: list[Any]) -> torch.Tensor | None:
+    """The members' data nodes (deferred word ids, :func:`~graphsub.dynamic.lazy.data_node`) stacked into one
+    tensor when they all hold one value (a key id stands for one number of values); ``None`` otherwise."""
+    kid = x.kid
+    if len(x.inputs[0].values) != 1 or [y.kid for y in xs].count(kid) != len(xs):
+        return None
+    return torch.tensor([y.inputs[0].values[0] for y in xs])
+
+
 def _computed(x: LazyTensor) -> tuple[Any, int | None]:
     """Where the value of ``x`` (not in the plan being built) is; a node of another trace is evaluated first."""
     src = source(x)
@@ -298,6 +311,8 @@ def reference(x: Any, cur: dict[int, int], deferred: dict[int, Any]) -> Any:
         st = cur.get(id(c.grp), -1)
         if st >= 0:
             return ("r", st, x.part, c.row)
+        if x.kid in DATA_KIDS:  # deferred data read by a member-by-member step: its tensor, made now
+            return ("v", data_values(x.inputs[0]))
         return ("v", resolve_row(*_computed(x)))
     if x.requires_grad:
         return ("p", x)

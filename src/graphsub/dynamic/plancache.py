@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from graphsub.dynamic.calls import param_tok
+from graphsub.dynamic.calls import DATA_KIDS, param_tok
 from graphsub.dynamic.dag import Group
 from graphsub.dynamic.lazy import LazyTensor
 from graphsub.dynamic.plan import D, L, M, Plan, Step, build_plan, column, reference, run_index
@@ -44,7 +44,7 @@ def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
                 if type(x) is LazyTensor:
                     c = x if x.part < 0 else x.inputs[0]
                     st = cur.get(id(c.grp), -1)
-                    parts.append((st, c.row, x.part) if st >= 0 else _EXT)
+                    parts.append((st, c.row, x.part) if st >= 0 else _DATA if c.kid in DATA_KIDS else _EXT)
                 elif x.requires_grad:
                     parts.append(param_tok(x))
                 else:

@@ -1,0 +1,106 @@
+"""Deferred data: ``torch.tensor([ints])`` inside a trace that batches module calls is a lazy data node
+(:func:`graphsub.dynamic.lazy.data_node`), stacked by the plan; everywhere else it is an eager tensor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from graphsub.dynamic.calls import DATA_KIDS
+from graphsub.dynamic.engine import Reuse
+from graphsub.dynamic.lazy import LazyTensor, build, lazy
+from graphsub.dynamic.prefetch import prefetch
+from graphsub.dynamic.workloads.models import BinaryTreeLSTM, batch_loss
+from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
+
+
+def _capturing() -> Reuse:
+    return Reuse(depth=1, collect=0, batching=True, capture_modules=True)
+
+
+def test_word_ids_are_data_nodes_with_eager_values_and_tensor_manners() -> None:
+    with lazy(_capturing()):
+        ids = [3, 0, 7]
+        t = torch.tensor(ids)
+        one = torch.tensor([5], device=torch.device("cpu"), dtype=torch.int64)
+        ids[0] = 99  # eager copies the list at the call: so does a data node
+        assert type(t) is LazyTensor and t.kid in DATA_KIDS and type(one) is LazyTensor
+        assert (tuple(t.shape), t.dtype, t.device) == ((3,), torch.int64, torch.device("cpu"))
+        assert t.tolist() == [3, 0, 7] and int(one) == 5 and ["a", "b", "c", "d", "e", "f"][one] == "f"
+        assert one.numpy().tolist() == [5]  # a method the tracer does not record sees the real tensor
+        assert build(t + 1).tolist() == [4, 1, 8]  # ops on it are recorded as usual
+        got = build(t)
+    torch.testing.assert_close(got, torch.tensor([3, 0, 7]))
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    (([1.5],), {}), (([True],), {}), (([[1]],), {}), (([],), {}), (((1, 2),), {}), (([1 << 63],), {}),
+    (([1],), {"dtype": torch.int32}), (([1],), {"requires_grad": False}), (([1],), {"device": "meta"}),
+])
+def test_anything_but_a_flat_int64_list_on_the_cpu_stays_eager(args: tuple, kwargs: dict) -> None:
+    with lazy(_capturing()):
+        try:
+            got = torch.tensor(*args, **kwargs)
+        except (RuntimeError, OverflowError, ValueError) as e:  # what eager raises, raised at the call as eagerly
+            with pytest.raises(type(e)):
+                torch.tensor(*args, **kwargs)
+            return
+    assert isinstance(got, torch.Tensor)
+    torch.testing.assert_close(got, torch.tensor(*args, **kwargs))
+
+
+@pytest.mark.parametrize("engine", [None, Reuse(depth=1, collect=0, batching=True),
+                                    Reuse(depth=1, collect=0, batching=False, capture_modules=True)],
+                         ids=["plain", "op-level batching", "capture unbatched"])
+def test_other_traces_make_word_ids_eagerly(engine: Reuse | None) -> None:
+    with lazy(engine):
+        assert isinstance(torch.tensor([4]), torch.Tensor)
+
+
+def test_a_module_body_probed_or_run_makes_its_own_tensors() -> None:
+    class Offset(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x) + torch.tensor([1]).float()
+
+    m = Offset()
+    x = torch.randn(4, 1, 3)
+    with lazy(_capturing()):
+        outs = [m(x[i]) for i in range(4)]
+        got = [build(o) for o in outs]
+    for i in range(4):
+        torch.testing.assert_close(got[i], m(x[i]))
+
+
+def test_captured_tree_lstm_reads_its_word_ids_from_data_nodes_and_trains_as_eager() -> None:
+    trees = synthetic_treebank(8, seed=3, vocab_size=30)
+    vocab = Vocab.build(trees)
+    batch = [encode_tree(t, vocab) for t in trees]
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(len(vocab), emb_dim=8, hidden=5)
+    with lazy(_capturing()):
+        emb_in = model.embed(batch[0].leaves()[0].wid)
+        assert emb_in.inputs[0].kid in DATA_KIDS
+    torch.manual_seed(1)
+    ref = batch_loss(model, batch)
+    g_ref = torch.autograd.grad(ref, list(model.parameters()), allow_unused=True)
+    for how in ("captured", "prefetch"):
+        torch.manual_seed(1)
+        if how == "captured":
+            with lazy(_capturing()):
+                loss = build(batch_loss(model, batch))
+        else:
+            _, lazy_loss = next(iter(prefetch(model, [batch], lambda b: batch_loss(model, b), workers=1,
+                                              capture_modules=True)))
+            loss = build(lazy_loss)
+        g = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+        torch.testing.assert_close(loss, ref)
+        for a, b in zip(g_ref, g, strict=True):
+            if a is None or b is None:
+                assert a is None and b is None
+            else:
+                torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
