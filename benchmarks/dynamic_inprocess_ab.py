@@ -8,7 +8,7 @@ The speed of this VM drifts by up to 1.5x within minutes, far more than a change
 seed, same weights) and optimizer (fused Adagrad), and each batch is stepped by one and then the other (the order
 alternating), ``--rounds`` times over the workload's 20 SST batches (the first round left out); ``module+batch``,
 no plan cache.  Reported per stage: the median over batches of each version, and the ratio working tree / base.
-Writes ``benchmarks/results/dynamic_inprocess_ab.json``.  Run it alone on the machine: it is a timing benchmark.
+Writes ``benchmarks/results/dynamic_inprocess_ab.json`` (or ``--name``).  Run it alone on the machine: it is a timing benchmark.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--base", default="5f20e8b", help="git commit of the baseline")
     ap.add_argument("--workloads", default="treelstm,seqlstm,treegru")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--name", default="dynamic_inprocess_ab", help="results file name (.json) under results/")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,7 +125,7 @@ def main() -> None:
             print(w, {k: round(v, 3) for k, v in got["tree_over_base"].items()}, flush=True)
         res["loadavg"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     OUT.mkdir(exist_ok=True)
-    (OUT / "dynamic_inprocess_ab.json").write_text(json.dumps(res, indent=1))
+    (OUT / f"{args.name}.json").write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":
