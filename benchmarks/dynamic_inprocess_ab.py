@@ -8,7 +8,8 @@ The speed of this VM drifts by up to 1.5x within minutes, far more than a change
 seed, same weights) and optimizer (fused Adagrad), and each batch is stepped by one and then the other (the order
 alternating), ``--rounds`` times over the workload's 20 SST batches (the first round left out); ``module+batch``,
 no plan cache.  Reported per stage: the median over batches of each version, and the ratio working tree / base.
-Writes ``benchmarks/results/dynamic_inprocess_ab.json`` (or ``--name``).  Run it alone on the machine: it is a timing benchmark.
+Writes ``benchmarks/results/dynamic_inprocess_ab.json`` (or ``--name``).  Run it alone on the machine: it is a timing
+benchmark.
 """
 
 from __future__ import annotations
