@@ -50,12 +50,15 @@ def test_anything_but_a_flat_int64_list_on_the_cpu_stays_eager(args: tuple, kwar
     torch.testing.assert_close(got, torch.tensor(*args, **kwargs))
 
 
-@pytest.mark.parametrize("engine", [None, Reuse(depth=1, collect=0, batching=True),
-                                    Reuse(depth=1, collect=0, batching=False, capture_modules=True)],
-                         ids=["plain", "op-level batching", "capture unbatched"])
-def test_other_traces_make_word_ids_eagerly(engine: Reuse | None) -> None:
+@pytest.mark.parametrize("engine, deferred", [
+    (None, False), (Reuse(depth=1, collect=0, batching=False, capture_modules=True), False), (Reuse(), False),
+    (Reuse(depth=1, collect=0, batching=True), True), (_capturing(), True),
+], ids=["plain", "capture unbatched", "thesis patterns", "op-level batching", "module batching"])
+def test_only_traces_that_batch_while_recording_defer_word_ids(engine: Reuse | None, deferred: bool) -> None:
     with lazy(engine):
-        assert isinstance(torch.tensor([4]), torch.Tensor)
+        got = torch.tensor([4])
+        assert (type(got) is LazyTensor) is deferred
+        assert build(got).tolist() == [4]
 
 
 def test_a_module_body_probed_or_run_makes_its_own_tensors() -> None:

@@ -517,7 +517,7 @@ _TENSOR = torch.tensor
 def data_node(args: Any, kwargs: dict[str, Any]) -> LazyTensor | None:
     """``torch.tensor(values)`` as a lazy *data node*, or ``None`` (then it runs eagerly, as any constructor).
 
-    A trace that batches module calls (``trace.capture`` and ``trace.grouping``) defers the word ids of a tree
+    A trace that batches while recording (``trace.grouping``: op-level or module-level) defers the word ids of a tree
     or sequence model: ``torch.tensor([wid])`` made once per word costs ~7 us eagerly (~12 us through the lazy
     mode), more than recording the cell that reads it.  A data node is in no batch group (level 0, like a data
     tensor): a plan stacks the values its consumers read into one tensor (``plan.column``), and anything else
@@ -528,7 +528,7 @@ def data_node(args: Any, kwargs: dict[str, Any]) -> LazyTensor | None:
     if not current or len(args) != 1 or STATE.probing:
         return None
     trace = current[-1]
-    if not trace.capture or not trace.grouping:
+    if not trace.grouping:
         return None
     vals = args[0]
     if type(vals) is not list or not vals:
