@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from graphsub.dynamic.calls import DATA_KIDS
@@ -107,3 +109,21 @@ def test_captured_tree_lstm_reads_its_word_ids_from_data_nodes_and_trains_as_eag
                 assert a is None and b is None
             else:
                 torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+_KWARGS = st.sampled_from([{}, {"device": "cpu"}, {"device": torch.device("cpu")}, {"dtype": torch.int64},
+                           {"dtype": None}, {"dtype": torch.float32}, {"device": "cpu", "dtype": torch.int64}])
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(min_value=-(1 << 64), max_value=1 << 64), max_size=4), kwargs=_KWARGS)
+def test_torch_tensor_under_a_batching_trace_is_what_eager_makes(values: list[int], kwargs: dict) -> None:
+    try:
+        ref = torch.tensor(values, **kwargs)
+    except (RuntimeError, OverflowError, ValueError) as e:
+        with lazy(_capturing()), pytest.raises(type(e)):
+            torch.tensor(values, **kwargs)
+        return
+    with lazy(_capturing()):
+        got = build(torch.tensor(values, **kwargs))
+    assert got.dtype == ref.dtype and got.shape == ref.shape and torch.equal(got, ref)
