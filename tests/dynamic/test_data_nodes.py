@@ -11,7 +11,7 @@ from torch import nn
 
 from graphsub.dynamic.calls import DATA_KIDS
 from graphsub.dynamic.engine import Reuse
-from graphsub.dynamic.lazy import LazyTensor, build, lazy
+from graphsub.dynamic.lazy import LazyError, LazyTensor, build, lazy
 from graphsub.dynamic.prefetch import prefetch
 from graphsub.dynamic.workloads.models import BinaryTreeLSTM, batch_loss
 from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
@@ -127,3 +127,17 @@ def test_torch_tensor_under_a_batching_trace_is_what_eager_makes(values: list[in
     with lazy(_capturing()):
         got = build(torch.tensor(values, **kwargs))
     assert got.dtype == ref.dtype and got.shape == ref.shape and torch.equal(got, ref)
+
+
+def test_word_ids_changed_in_place_are_read_as_changed() -> None:
+    emb = nn.Embedding(10, 3)
+    ref = emb(torch.tensor([7])) + emb(torch.tensor([8]))
+    with lazy(_capturing()):
+        a, b = torch.tensor([2]), torch.tensor([3])
+        a[0] = 7  # as eager code may do before using them
+        b.add_(5)
+        got = build(emb(a) + emb(b))
+        with pytest.raises(LazyError, match="assigning into a lazy value"):
+            got_lazy = emb(torch.tensor([1]))
+            got_lazy[0] = 0.0
+    torch.testing.assert_close(got, ref)

@@ -152,6 +152,11 @@ class LazyTensor(DagNode):
     def __getitem__(self, idx: Any) -> Any:
         return record(torch.Tensor.__getitem__, (self, idx), {})
 
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        if self.kid not in DATA_KIDS:
+            raise LazyError(f"{self!r}: assigning into a lazy value is not supported (build() it first)")
+        build(self)[idx] = value  # deferred data: its tensor, made now, changed in place (read from then on)
+
     # forcing evaluation
     def build(self) -> torch.Tensor:
         return build(self)

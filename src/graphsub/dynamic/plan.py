@@ -282,7 +282,8 @@ def _data_rows(x: LazyTensor, xs: list[Any]) -> torch.Tensor | None:
     """The members' data nodes (deferred word ids, :func:`~graphsub.dynamic.lazy.data_node`) stacked into one
     tensor when they all hold one value (a key id stands for one number of values); ``None`` otherwise."""
     kid = x.kid
-    if len(x.inputs[0].values) != 1 or [y.kid for y in xs].count(kid) != len(xs):
+    if len(x.inputs[0].values) != 1 or [y.kid for y in xs].count(kid) != len(xs) \
+            or [y.value for y in xs].count(None) != len(xs):  # a value made already may have been changed in place
         return None
     return torch.tensor([y.inputs[0].values[0] for y in xs])
 
@@ -311,8 +312,8 @@ def reference(x: Any, cur: dict[int, int], deferred: dict[int, Any]) -> Any:
         st = cur.get(id(c.grp), -1)
         if st >= 0:
             return ("r", st, x.part, c.row)
-        if x.kid in DATA_KIDS:  # deferred data read by a member-by-member step: its tensor, made now
-            return ("v", data_values(x.inputs[0]))
+        if x.kid in DATA_KIDS:  # deferred data read by a member-by-member step: its tensor (made now if not yet)
+            return ("v", data_values(x.inputs[0]) if x.value is None else x.value)
         return ("v", resolve_row(*_computed(x)))
     if x.requires_grad:
         return ("p", x)
