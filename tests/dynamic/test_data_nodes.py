@@ -1,5 +1,5 @@
 """Deferred data: ``torch.tensor([ints])`` inside a trace that batches module calls is a lazy data node
-(:func:`graphsub.dynamic.lazy.data_node`), stacked by the plan; everywhere else it is an eager tensor."""
+(:func:`graphsub.dynamic.record.data_node`), stacked by the plan; everywhere else it is an eager tensor."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ signature-keyed batching of independent occurrences.
 
 * :mod:`graphsub.dynamic.lazy` -- ``with lazy(engine): ...`` records a DAG (TorchFunctionMode +
   ``__torch_function__`` of the :class:`LazyTensor` stand-in), ``build(out)`` / ``out.backward()`` evaluate it;
+* :mod:`graphsub.dynamic.record` -- recording one call: the stand-in, shape inference, dropout masks, word ids as
+  lazy data nodes;
 * :mod:`graphsub.dynamic.signature` -- ``H'(n, d)`` signatures, ``shared()``, §5.5, the
   collision-checked pattern table;
 * :mod:`graphsub.dynamic.codegen` -- one generated function per pattern, python / fx / inductor;

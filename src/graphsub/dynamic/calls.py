@@ -168,7 +168,7 @@ def param_tok(p: torch.Tensor) -> int:
 
 class DataRows:
     """The values of a deferred ``torch.tensor([...])`` (a flat list of ints): the one input of a *data node*
-    (:func:`graphsub.dynamic.lazy.data_node`).  Not a tensor: a plan stacks the rows its consumers read into one
+    (:func:`graphsub.dynamic.record.data_node`).  Not a tensor: a plan stacks the rows its consumers read into one
     tensor, and a node run on its own makes its tensor (:func:`data_values`)."""
 
     __slots__ = ("values",)

@@ -326,7 +326,7 @@ def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[An
 def _known(fn: Any, args: tuple[Any, ...]) -> Any:
     """The node(s) of a call whose key is already captured (:data:`_FAST`), built without the general recorder;
     ``None``: not known (or not the usual arguments).  This is the tracer's hot path (one call per recorded cell),
-    so :func:`_short_key` and :func:`~graphsub.dynamic.lazy.new_node` are inlined here (calling them instead measured
+    so :func:`_short_key` and :func:`~graphsub.dynamic.record.new_node` are inlined here (calling them instead measured
     the Tree-LSTM's recording 7% slower, in one process against this version).  The key must stay ``_short_key``'s,
     which :func:`_remember` enters: ``test_known_cell_calls_take_the_fast_path`` fails otherwise."""
     key: list[Any] = [id(fn)]

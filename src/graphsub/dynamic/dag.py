@@ -217,7 +217,7 @@ class Trace:
                 if src is not None:  # computed inside a batch by an earlier run
                     out.value = resolve_row(*src)
                     return out.value
-                if out.kid in DATA_KIDS:  # deferred data (graphsub.dynamic.lazy.data_node): made now, alone
+                if out.kid in DATA_KIDS:  # deferred data (graphsub.dynamic.record.data_node): made now, alone
                     out.value = run_node(out)
                     return out.value
                 if self.engine is not None:

@@ -279,7 +279,7 @@ def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dic
 
 
 def _data_rows(x: LazyTensor, xs: list[Any]) -> torch.Tensor | None:
-    """The members' data nodes (deferred word ids, :func:`~graphsub.dynamic.lazy.data_node`) stacked into one
+    """The members' data nodes (deferred word ids, :func:`~graphsub.dynamic.record.data_node`) stacked into one
     tensor when they all hold one value (a key id stands for one number of values); ``None`` otherwise."""
     kid = x.kid
     if len(x.inputs[0].values) != 1 or [y.kid for y in xs].count(kid) != len(xs) \
