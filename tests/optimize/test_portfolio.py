@@ -73,7 +73,8 @@ def test_the_measured_fastest_verified_candidate_is_written(block_path: Path, tm
     assert cand.verified and cand.speedup == pytest.approx(10 / 8) and cand.faster_rounds == 1.0
     assert _ops(str(out)).count("Sum") == 2 and _ops(str(out)).count("LayerNormalization") == 2
     d = res.to_dict()
-    assert d["chosen"] == "spelling" and [a["rule"] for a in d["applied"]] == ["ortsp_ln_sum"] * 2
+    # then the rows layout of its one connected part (batch 1: [1, S, H] activations written as [S, H])
+    assert d["chosen"] == "spelling" and [a["rule"] for a in d["applied"]] == ["ortsp_ln_sum"] * 2 + ["layout_rows_2d"]
     assert d["threads"] >= 1 and d["latency_ms_after"] == 8.0
 
 

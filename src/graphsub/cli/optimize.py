@@ -75,9 +75,12 @@ def optimize_cmd(
                                                              "onnxruntime-gpu and an NVIDIA GPU).")] = "cpu",
     spelling: Annotated[bool, typer.Option("--spelling/--no-spelling", help="Also try each candidate with the "
                                                                             "ort-spelling rules (steer onnxruntime's "
-                                                                            "own fusions) and, where the model has "
-                                                                            "channels-last MLPs (ConvNeXt), written "
-                                                                            "channels-first.")] = True,
+                                                                            "own fusions) and its (batch, sequence, "
+                                                                            "hidden) activations written as rows "
+                                                                            "(no Reshape copies around Gemm), and, "
+                                                                            "where the model has channels-last MLPs "
+                                                                            "(ConvNeXt), written channels-first."),
+                        ] = True,
     keep_slower: Annotated[bool, typer.Option("--keep-slower", help="Write the optimized model even when it is "
                                                                     "not faster under ORT_ENABLE_ALL.")] = False,
     min_speedup: Annotated[float, typer.Option("--min-speedup", help="Speedup under ORT_ENABLE_ALL needed to "
@@ -116,12 +119,14 @@ def optimize_cmd(
 
     2. Verify against the input in onnxruntime on random inputs; on failure, name the bad substitution.
 
-    3. Portfolio: more candidates from equality saturation, the installed peers (with graphsub's search on
-    top), the ort-spelling pass and, for channels-last MLPs between convolutions (ConvNeXt), the same written
-    channels-first with 1x1 convolutions; each is verified against the input, and the verified ones are timed
-    side by side under ORT_ENABLE_ALL at --threads (rounds in rotating order; a short screening round first
-    when there are many). A candidate that onnxruntime runs exactly as the input or an earlier candidate (the
-    same graph after its own optimizations) is not timed: a tie that timing noise must not pass off as a gain.
+    3. Portfolio: more candidates from equality saturation, the installed peers (with graphsub's search on top),
+    the ort-spelling pass (with transformer activations (batch, sequence, hidden) written as rows (batch *
+    sequence, hidden), so that onnxruntime's Gemms need no Reshape copies) and, for channels-last MLPs between
+    convolutions (ConvNeXt), the same written channels-first with 1x1 convolutions; each is verified against the
+    input, and the verified ones are timed side by side under ORT_ENABLE_ALL at --threads (rounds in rotating
+    order; a short screening round first when there are many). A candidate that onnxruntime runs exactly as the
+    input or an earlier candidate (the same graph after its own optimizations) is not timed: a tie that timing
+    noise must not pass off as a gain.
 
     4. Confirm: the leaders (at most two) are re-timed on fresh sessions in rounds paired with the
     input, so that a lucky round does not pass for a gain; as many rounds again when the median says

@@ -46,8 +46,9 @@ TAG = "graphsub_cf"  # the new constants' names start with it
 
 
 @dataclass
-class _Model:
-    """Index of a model's main graph: producers, consumers, constants (initializers and ``Constant`` nodes)."""
+class ModelIndex:
+    """Index of a model's main graph: producers, consumers, constants (initializers, ``Constant`` nodes, and the
+    ``Identity`` of a constant)."""
 
     graph: onnx.GraphProto
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
@@ -56,7 +57,7 @@ class _Model:
     outputs: set[str] = field(default_factory=set)
 
     @classmethod
-    def of(cls, graph: onnx.GraphProto) -> _Model:
+    def of(cls, graph: onnx.GraphProto) -> ModelIndex:
         m = cls(graph)
         for init in graph.initializer:
             if not init.data_location:  # external data is not loaded here: such weights are left alone
@@ -71,6 +72,8 @@ class _Model:
                 value = next((a for a in node.attribute if a.name == "value"), None)
                 if value is not None:
                     m.consts[node.output[0]] = numpy_helper.to_array(value.t)
+            elif node.op_type == "Identity" and not node.domain and node.input and node.input[0] in m.consts:
+                m.consts[node.output[0]] = m.consts[node.input[0]]  # how torch's exporter shares a weight
         m.outputs = {o.name for o in graph.output}
         return m
 
@@ -89,7 +92,7 @@ def _is_transpose(node: onnx.NodeProto, perm: list[int]) -> bool:
     return node.op_type == "Transpose" and not node.domain and _perm(node) == perm
 
 
-def _ln_last_axis(m: _Model, node: onnx.NodeProto) -> bool:
+def _ln_last_axis(m: ModelIndex, node: onnx.NodeProto) -> bool:
     """A LayerNormalization over the last axis whose mean / inverse-std outputs nobody reads."""
     if node.op_type != "LayerNormalization" or node.domain:
         return False
@@ -107,13 +110,13 @@ class Region:
     exits: list[onnx.NodeProto]
 
 
-def _const_ok(m: _Model, name: str) -> bool:
+def _const_ok(m: ModelIndex, name: str) -> bool:
     """A constant a region op may take: a scalar, or a vector over the last axis."""
     v = m.consts.get(name)
     return v is not None and (v.size == 1 or v.ndim == 1)
 
 
-def _accepts(m: _Model, node: onnx.NodeProto, inside: set[str]) -> bool:
+def _accepts(m: ModelIndex, node: onnx.NodeProto, inside: set[str]) -> bool:
     if node.domain not in ("", "ai.onnx"):
         return node.domain == "com.microsoft" and node.op_type in ("Gelu", "FastGelu") and len(node.input) == 1
     if node.op_type == "MatMul":
@@ -128,10 +131,10 @@ def _accepts(m: _Model, node: onnx.NodeProto, inside: set[str]) -> bool:
 
 def find_regions(model: onnx.ModelProto) -> list[Region]:
     """The channels-last regions of ``model``'s main graph that :func:`rewrite` would write channels-first."""
-    return _find(_Model.of(model.graph))
+    return _find(ModelIndex.of(model.graph))
 
 
-def _find(m: _Model) -> list[Region]:
+def _find(m: ModelIndex) -> list[Region]:
     regions = []
     for t1 in m.graph.node:
         if not _is_transpose(t1, TO_NHWC):
@@ -145,7 +148,7 @@ def _find(m: _Model) -> list[Region]:
     return regions
 
 
-def _grow(m: _Model, ln: onnx.NodeProto) -> Region | None:
+def _grow(m: ModelIndex, ln: onnx.NodeProto) -> Region | None:
     """The region fed by ``ln``'s output, or None when it is not one :func:`rewrite` can take whole."""
     inside = {ln.output[0]}
     taken: dict[int, onnx.NodeProto] = {}
@@ -185,7 +188,7 @@ def _grow(m: _Model, ln: onnx.NodeProto) -> Region | None:
 class _Writer:
     """Emits the channels-first nodes of one region and the constants they need."""
 
-    def __init__(self, m: _Model, tag: str):
+    def __init__(self, m: ModelIndex, tag: str):
         self.m = m
         self.tag = tag
         self.values: dict[str, np.ndarray] = {}  # the new constants, written out by :meth:`initializers`
@@ -215,7 +218,7 @@ def rewrite(model: onnx.ModelProto) -> int:
     names = {i.name for i in g.initializer} | {t for n in g.node for t in (*n.input, *n.output)}
     if any(SUFFIX in t or t.startswith(TAG) for t in names):
         return 0  # names this pass would make are taken (a model it already rewrote): left as it is
-    m = _Model.of(g)
+    m = ModelIndex.of(g)
     regions = _find(m)
     if not regions:
         return 0
@@ -262,11 +265,11 @@ def rewrite(model: onnx.ModelProto) -> int:
     del g.node[:]
     g.node.extend(nodes)
     g.initializer.extend(w.initializers())
-    _drop_unused(g)
+    drop_unused(g)
     return len(regions)
 
 
-def _channels_first(node: onnx.NodeProto, inside: set[str], m: _Model,
+def _channels_first(node: onnx.NodeProto, inside: set[str], m: ModelIndex,
                     w: _Writer) -> tuple[list[onnx.NodeProto], onnx.NodeProto | None]:
     """The NCHW nodes for region node ``node`` and the bias ``Add`` folded into it (a MatMul's), if any."""
     if node.op_type == "MatMul":
@@ -300,7 +303,7 @@ def _region_tensors(region: Region) -> set[str]:
     return names
 
 
-def _fold_scale(t2: onnx.NodeProto, m: _Model, w: _Writer, before: dict[int, list[onnx.NodeProto]],
+def _fold_scale(t2: onnx.NodeProto, m: ModelIndex, w: _Writer, before: dict[int, list[onnx.NodeProto]],
                 drop: set[int], rename: dict[str, str]) -> None:
     """Fold a layer scale ``Mul(t2's output, gamma)``, ``gamma`` a constant of shape ``[C, 1, 1]`` or
     ``[1, C, 1, 1]``, into the Conv that now computes ``t2``'s input (when nothing else reads that value)."""
@@ -327,7 +330,7 @@ def _fold_scale(t2: onnx.NodeProto, m: _Model, w: _Writer, before: dict[int, lis
     rename[mul.output[0]] = src
 
 
-def _drop_unused(g: onnx.GraphProto) -> None:
+def drop_unused(g: onnx.GraphProto) -> None:
     """Remove initializers and value_info no node reads any more (the MatMul weights that became kernels)."""
     used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     _subgraph_inputs(g.node, used)

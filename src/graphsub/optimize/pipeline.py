@@ -340,7 +340,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
     sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=get_set("ort-spelling") if st.spelling
                          else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s, deadline=run.deadline,
-                         tail_s=tail_s, layout=st.spelling)
+                         tail_s=tail_s, layout=st.spelling, rows=st.spelling)
     with run.step("portfolio", "portfolio_s"):
         pf.collect(port, ref, source, sources, note=lambda what: run.note("portfolio", 0.0, None))
     with run.step("verify", "verify_candidates_s"):

@@ -18,7 +18,9 @@ sources and lets the clock decide:
   only when the original has such a region;
 * ``X+spelling`` for each of the above: the ``ort-spelling`` rules (:mod:`graphsub.rules.library.ort_spelling`)
   applied everywhere, which change only which of ONNX Runtime's own fusions happen (``Add -> LayerNormalization``
-  spelled with ``Sum``, so that it stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone).
+  spelled with ``Sum``, so that it stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone), then
+  the rows layout (:mod:`graphsub.frontends.onnx_rows`): ``[batch, sequence, hidden]`` activations between attention
+  cores written as ``[batch * sequence, hidden]``, so that onnxruntime's ``Gemm`` nodes need no ``Reshape`` copies.
 
 Every candidate is compared with the original on the pipeline's random inputs (:func:`verify`); one that differs,
 does not load or does not run is dropped and reported, never timed. Identical files are kept once.
@@ -218,6 +220,7 @@ class Sources:
     on_top_s: float = 0.0
     peer_timeout_s: float = 120.0
     layout: bool = False  # ``layout`` candidates (graphsub.frontends.onnx_layout) where the original has the pattern
+    rows: bool = False  # the spelling candidates also with their sequence activations as rows (frontends.onnx_rows)
     deadline: Deadline = NO_DEADLINE  # the call's
     tail_s: float = 0.0  # seconds to keep for the phases after the portfolio
 
@@ -369,12 +372,46 @@ def _searched(name: str, base: str, graph: Graph, sources: Sources, budget_s: fl
 
 
 def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources) -> Candidate | None:
+    """``X+spelling``: the ``ort-spelling`` rules everywhere, then (with ``sources.rows``) the rows layout of
+    :mod:`graphsub.frontends.onnx_rows`; None when neither changes anything."""
     t = time.perf_counter()
     spelled, new = rewrite_everywhere(graph, sources.spelling, stop=sources.deadline.expired)
+    if not new and not sources.rows:
+        return None
+    data = export_bytes(spelled)
+    out: Graph | None = spelled
+    if sources.rows and not sources.deadline.expired():
+        rows = _rows(data)
+        if rows is not None:
+            data, parts, out = rows
+            new += tuple(Step(ROWS_RULE, (), math.nan) for _ in range(parts))
     if not new:
         return None
     name = "spelling" if base == ORIGINAL else f"{base}+spelling"
-    return Candidate(name, export_bytes(spelled), spelled, base, steps + new, time.perf_counter() - t)
+    return Candidate(name, data, out, base, steps + new, time.perf_counter() - t)
+
+
+ROWS_RULE = "layout_rows_2d"
+
+
+def _rows(data: bytes) -> tuple[bytes, int, Graph | None] | None:
+    """``data`` with its sequence activations written as rows (:mod:`graphsub.frontends.onnx_rows`), how many
+    connected parts were, and the result as a graphsub graph (None when graphsub cannot import it); None when the
+    pass finds nothing to do or fails (an optional part of a candidate never fails the call)."""
+    from graphsub.frontends.onnx_io import loads
+    from graphsub.frontends.onnx_rows import rewrite_bytes
+
+    try:
+        got = rewrite_bytes(data)
+    except Exception:  # e.g. onnx's shape inference refusing a graph onnxruntime runs: no rows, same candidate
+        return None
+    if got is None:
+        return None
+    try:
+        graph: Graph | None = loads(got[0])
+    except (GraphsubError, ValueError):
+        graph = None
+    return got[0], got[1], graph
 
 
 def _peer(portfolio: Portfolio, peer: str, res: Any, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
