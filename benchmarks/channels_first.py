@@ -1,13 +1,19 @@
-"""Channels-last MLPs written channels-first (graphsub.frontends.onnx_layout): how much faster onnxruntime runs
-ConvNeXt-T once its block MLPs are 1x1 convolutions, and what its optimized graph looks like before and after.
+"""An ONNX-level layout rewrite of graphsub's portfolio alone, against the original, in onnxruntime.
+
+``--pass layout`` (default): channels-last MLPs written channels-first (graphsub.frontends.onnx_layout): how much
+faster onnxruntime runs ConvNeXt-T once its block MLPs are 1x1 convolutions.  ``--pass rows``: transformer
+activations ``[batch, sequence, hidden]`` written as ``[batch * sequence, hidden]`` rows (graphsub.frontends.onnx_rows),
+on the suite's transformer exports.  Both also show what onnxruntime's optimized graph looks like before and after.
 
     .venv/bin/python benchmarks/channels_first.py            # the suite's convnext_tiny exports (graphsub bench suite)
+    .venv/bin/python benchmarks/channels_first.py --pass rows --models bert.ts.b1,whisper_encoder.ts.b1
 
 For each model (the suite's cached ``convnext_tiny.{ts,dynamo}.b1.onnx``) and thread count (1 and all cores): the
 original and the rewritten file under ORT_ENABLE_ALL, in rotating order, ``--rounds`` rounds of ``--reps`` runs each
 (median per round); the speedup is the median of the per-round ratios, with the share of rounds the rewrite won.
 Also the outputs' max abs difference on one random input and the kernel counts of the graph onnxruntime runs
-(``optimized_model_filepath``). Writes ``benchmarks/results/channels_first.json``. Run it alone.
+(``optimized_model_filepath``). Writes ``benchmarks/results/channels_first.json`` (``rows_layout.json`` with
+``--pass rows``). Run it alone.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from graphsub.frontends.onnx_layout import rewrite_bytes
+from graphsub.frontends import onnx_layout, onnx_rows
 
 OUT = Path(__file__).parent / "results"
 SUITE = Path.home() / ".cache" / "graphsub" / "suite"
@@ -49,17 +55,30 @@ def _kernels(data: bytes) -> dict[str, int]:
     return dict(ops.most_common())
 
 
-def measure(name: str, threads: int, rounds: int, reps: int) -> dict[str, Any]:
+PASSES = {"layout": (onnx_layout.rewrite_bytes, "channels-first", "channels_first"),
+          "rows": (onnx_rows.rewrite_bytes, "rows", "rows_layout")}
+
+
+def _feeds(sess: ort.InferenceSession) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = {}
+    for inp in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+        out[inp.name] = rng.standard_normal(shape).astype(np.float32) if inp.type == "tensor(float)" else \
+            np.ones(shape, dtype=np.int64)  # token ids / masks
+    return out
+
+
+def measure(name: str, threads: int, rounds: int, reps: int, which: str = "layout") -> dict[str, Any]:
+    rewrite, label, _ = PASSES[which]
     original = (SUITE / f"{name}.onnx").read_bytes()
-    got = rewrite_bytes(original)
+    got = rewrite(original)
     if got is None:
-        raise SystemExit(f"{name}: no channels-last MLP found")
+        raise SystemExit(f"{name}: nothing for --pass {which} to rewrite")
     rewritten, regions = got
-    variants = {"original": original, "channels-first": rewritten}
+    variants = {"original": original, label: rewritten}
     sessions = {k: _session(v, threads) for k, v in variants.items()}
-    inp = sessions["original"].get_inputs()[0]
-    feeds = {inp.name: np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1
-                                                                 for d in inp.shape]).astype(np.float32)}
+    feeds = _feeds(sessions["original"])
     outs = {k: s.run(None, feeds)[0] for k, s in sessions.items()}
     per: dict[str, list[float]] = {k: [] for k in sessions}
     names = list(sessions)
@@ -74,9 +93,9 @@ def measure(name: str, threads: int, rounds: int, reps: int) -> dict[str, Any]:
                 s.run(None, feeds)
                 t.append(time.perf_counter() - t0)
             per[k].append(1000 * statistics.median(t))
-    ratios = [a / b for a, b in zip(per["original"], per["channels-first"], strict=True)]
-    return {"model": name, "threads": threads, "regions": regions,
-            "max_abs_diff": float(np.max(np.abs(outs["original"] - outs["channels-first"]))),
+    ratios = [a / b for a, b in zip(per["original"], per[label], strict=True)]
+    return {"model": name, "threads": threads, "pass": which, "regions": regions,
+            "max_abs_diff": float(np.max(np.abs(outs["original"] - outs[label]))),
             "ms": {k: statistics.median(v) for k, v in per.items()}, "rounds_ms": per,
             "speedup": statistics.median(ratios), "won_rounds": sum(x > 1 for x in ratios) / len(ratios),
             "ort_kernels": {k: _kernels(v) for k, v in variants.items()}}
@@ -88,15 +107,19 @@ def main() -> None:
     ap.add_argument("--threads", default=f"1,{os.cpu_count() or 1}")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--pass", dest="which", choices=sorted(PASSES), default="layout")
     args = ap.parse_args()
     load_before = os.getloadavg()[:2]
-    rows = [measure(m, int(t), args.rounds, args.reps) for t in args.threads.split(",") for m in args.models.split(",")]
-    res = {"command": "benchmarks/channels_first.py " + " ".join(f"--{k} {v}" for k, v in vars(args).items()),
+    rows = [measure(m, int(t), args.rounds, args.reps, args.which) for t in args.threads.split(",")
+            for m in args.models.split(",")]
+    res = {"command": "benchmarks/channels_first.py " + " ".join(f"--{'pass' if k == 'which' else k} {v}"
+                                                                 for k, v in vars(args).items()),
            "onnxruntime": ort.__version__, "load_before_after": [load_before, os.getloadavg()[:2]], "rows": rows}
     OUT.mkdir(exist_ok=True)
-    (OUT / "channels_first.json").write_text(json.dumps(res, indent=1))
+    _, label, stem = PASSES[args.which]
+    (OUT / f"{stem}.json").write_text(json.dumps(res, indent=1))
     for r in rows:
-        print(f"{r['model']:28s} {r['threads']} thr  {r['ms']['original']:.1f} -> {r['ms']['channels-first']:.1f} ms"
+        print(f"{r['model']:28s} {r['threads']} thr  {r['ms']['original']:.1f} -> {r['ms'][label]:.1f} ms"
               f"  {r['speedup']:.3f}x (won {r['won_rounds']:.0%})  diff {r['max_abs_diff']:.1e}")
 
 

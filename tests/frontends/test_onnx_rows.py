@@ -162,11 +162,13 @@ def test_rows_shape_refuses_what_would_broadcast_differently() -> None:
     assert rows_shape((2, 1, 8), 2, 5) is None
 
 
-@pytest.mark.parametrize("why", ["no projection with a bias", "LayerNormalization's mean is read", "opset 12"])
+@pytest.mark.parametrize("why", ["no projection with a bias", "LayerNormalization's mean is read", "opset 12",
+                                 "an empty sequence"])
 def test_models_without_the_pattern_are_left_alone(why: str) -> None:
     model = {"no projection with a bias": _block(bias=False),
              "LayerNormalization's mean is read": _block(leak="ln_mean", bias=False),
-             "opset 12": _block(opset=12, norm=False)}[why]
+             "opset 12": _block(opset=12, norm=False),
+             "an empty sequence": _block(seq=0)}[why]
     onnx.checker.check_model(model)
     before = model.SerializeToString()
     assert plan(model).taken == {}, why

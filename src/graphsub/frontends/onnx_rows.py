@@ -55,7 +55,7 @@ class _Plan:
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, Shape]:
-    """Every tensor of the main graph whose shape onnx's inference knows in full."""
+    """Every tensor of the main graph whose shape onnx's inference knows in full (and has no empty dimension)."""
     inferred = shape_inference.infer_shapes(model, data_prop=True)
     out: dict[str, Shape] = {}
     g = inferred.graph
@@ -64,7 +64,7 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, Shape]:
         if not t.HasField("shape"):
             continue
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-        if all(d >= 0 for d in dims):
+        if all(d > 0 for d in dims):  # no symbolic dimension, and no empty one (a 0 in a Reshape target copies)
             out[vi.name] = tuple(dims)
     return out
 

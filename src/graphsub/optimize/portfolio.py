@@ -380,7 +380,7 @@ def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources)
         return None
     data = export_bytes(spelled)
     out: Graph | None = spelled
-    if sources.rows and not sources.deadline.expired():
+    if sources.rows and not sources.deadline.expired() and _has_rows(spelled):
         rows = _rows(data)
         if rows is not None:
             data, parts, out = rows
@@ -392,6 +392,20 @@ def _spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources)
 
 
 ROWS_RULE = "layout_rows_2d"
+
+
+def _has_rows(graph: Graph) -> bool:
+    """Whether ``graph`` has what the rows layout works on -- a projection of a rank-3 activation by a matrix, or a
+    rank-3 reshape of a 2-D product -- read from graphsub's own types, so that a model without any (a CNN) does not
+    pay for onnx's shape inference on every candidate."""
+    for node in graph.nodes.values():
+        sig = node.sig
+        if sig.op == "matmul" and len(sig.in_types) == 2 and len(sig.in_types[0].shape) == 3 and \
+                len(sig.in_types[1].shape) == 2:
+            return True
+        if sig.op == "reshape" and len(sig.in_types[0].shape) == 2 and len(sig.out_types[0].shape) == 3:
+            return True
+    return False
 
 
 def _rows(data: bytes) -> tuple[bytes, int, Graph | None] | None:
