@@ -78,14 +78,6 @@ def load(
     return from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name or Path(path).stem)
 
 
-def loads(data: bytes, *, input_shapes: Mapping[str, Sequence[int]] | None = None, name: str = "model") -> Graph:
-    """:func:`load` from a serialized model that graphsub made (no external data)."""
-    model = onnx.load_from_string(data)
-    raw: str | bytes = model.graph.name
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return from_onnx(model, input_shapes=input_shapes, name=text or name)
-
-
 def to_onnx(
     graph: Graph,
     *,

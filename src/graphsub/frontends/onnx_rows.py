@@ -34,6 +34,7 @@ from graphsub.frontends.onnx_layout import ModelIndex, drop_unused
 
 SUFFIX = "__rows"  # the rows twin of a tensor (and the names of the new nodes)
 TAG = "graphsub_rows"  # the new constants' names start with it
+LIGHT_BYTES = 4096  # initializers up to this size keep their data for shape inference (shape targets, axes)
 MIN_OPSET = 13  # Softmax / LogSoftmax over one axis (opset 13 semantics), Reshape with a shape input
 
 UNARY = frozenset({"Erf", "Gelu", "Tanh", "Sigmoid", "Relu", "Sqrt", "Neg", "Abs", "Exp", "Log", "Reciprocal",
@@ -55,8 +56,20 @@ class _Plan:
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, Shape]:
-    """Every tensor of the main graph whose shape onnx's inference knows in full (and has no empty dimension)."""
-    inferred = shape_inference.infer_shapes(model, data_prop=True)
+    """Every tensor of the main graph whose shape onnx's inference knows in full (and has no empty dimension).
+
+    Inference runs on a copy whose large initializers are declared as inputs of their type and shape instead of
+    carrying their data: only small ones (shape targets, axes) are read by it, and copying a model's weights into
+    onnx's checker and back is most of the time otherwise (0.7 s on a 65 MB GPT-2, against 0.1 s)."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    g0 = light.graph
+    big = [t for t in g0.initializer if t.ByteSize() > LIGHT_BYTES]
+    keep = [t for t in g0.initializer if t.ByteSize() <= LIGHT_BYTES]
+    del g0.initializer[:]
+    g0.initializer.extend(keep)
+    g0.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in big)
+    inferred = shape_inference.infer_shapes(light, data_prop=True)
     out: dict[str, Shape] = {}
     g = inferred.graph
     for vi in (*g.value_info, *g.input, *g.output):
