@@ -29,7 +29,7 @@ shape -- leaves that region as it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -352,15 +352,21 @@ def _subgraph_inputs(nodes: Sequence[onnx.NodeProto], used: set[str]) -> None:
                 _subgraph_inputs(sub.node, used)
 
 
-def rewrite_bytes(data: bytes) -> tuple[bytes, int] | None:
-    """:func:`rewrite` on a serialized model; None when nothing is rewritten."""
+def rewrite_serialized(data: bytes, rewrite_fn: Callable[[onnx.ModelProto], int]) -> tuple[bytes, int] | None:
+    """An in-place ``rewrite_fn`` (returning how many places it rewrote) on a serialized model: the new bytes and
+    that count; None when nothing is rewritten, or when the weights live in side files this blob cannot carry."""
     model = onnx.load_from_string(data)
     if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
-        return None  # the weights live in side files this blob cannot carry
-    n = rewrite(model)
+        return None
+    n = rewrite_fn(model)
     if not n:
         return None
     return model.SerializeToString(), n
 
 
-__all__ = ["Region", "find_regions", "rewrite", "rewrite_bytes"]
+def rewrite_bytes(data: bytes) -> tuple[bytes, int] | None:
+    """:func:`rewrite` on a serialized model; None when nothing is rewritten."""
+    return rewrite_serialized(data, rewrite)
+
+
+__all__ = ["ModelIndex", "Region", "drop_unused", "find_regions", "rewrite", "rewrite_bytes", "rewrite_serialized"]

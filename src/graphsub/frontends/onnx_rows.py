@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from graphsub.frontends.onnx_layout import ModelIndex, drop_unused
+from graphsub.frontends.onnx_layout import ModelIndex, drop_unused, rewrite_serialized
 
 SUFFIX = "__rows"  # the rows twin of a tensor (and the names of the new nodes)
 TAG = "graphsub_rows"  # the new constants' names start with it
@@ -424,13 +424,7 @@ def _last_axis(node: onnx.NodeProto, w: _Writer, m: ModelIndex) -> None:
 
 def rewrite_bytes(data: bytes) -> tuple[bytes, int] | None:
     """:func:`rewrite` on a serialized model; None when nothing is rewritten."""
-    model = onnx.load_from_string(data)
-    if any(init.data_location == onnx.TensorProto.EXTERNAL for init in model.graph.initializer):
-        return None  # the weights live in side files this blob cannot carry
-    n = rewrite(model)
-    if not n:
-        return None
-    return model.SerializeToString(), n
+    return rewrite_serialized(data, rewrite)
 
 
 __all__ = ["plan", "rewrite", "rewrite_bytes", "rows_shape"]
