@@ -117,6 +117,42 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert load_records(tmp_path / "suite.jsonl") == []
 
 
+def test_provider_cuda_without_a_gpu_is_a_usage_error(tmp_path: Path) -> None:
+    """``--provider cuda`` where onnxruntime has no CUDA provider: exit 2 naming what is missing, before any model
+    is built, run or recorded; an unknown provider likewise. Where onnxruntime-gpu sees a GPU, the suite runs on it
+    and every record says so."""
+    from graphsub.errors import ExecutionError
+    from graphsub.frontends.ort import require_provider
+
+    model = _model(tmp_path / "m.onnx")
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp_path),
+                            "--provider", "tpu"])
+    assert r.exit_code == 2 and "unknown provider" in " ".join(r.output.split()), r.output
+    try:
+        require_provider("cuda")
+    except ExecutionError:
+        r = runner.invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp_path),
+                                "--provider", "cuda", "--json"])
+        assert r.exit_code == 2 and "CUDAExecutionProvider" in json.loads(r.stdout)["error"]
+        assert load_records(tmp_path / "suite.jsonl") == []
+        return
+    r = runner.invoke(app, ["bench", "suite", "--models", str(model), *ARGS, "--out", str(tmp_path),
+                            "--provider", "cuda", "--json"])
+    assert r.exit_code == 0, r.output
+    (rec,) = load_records(tmp_path / "suite.jsonl")
+    assert rec["provider"] == "cuda" and rec["tools"]["graphsub"]["verified"]
+
+
+def test_a_record_is_done_only_for_its_provider() -> None:
+    """Resuming with another provider runs the model again: a CPU record says nothing of CUDA."""
+    from graphsub.bench.suite.runner import _done
+
+    rec = {"tools": {"ort": {}, "graphsub": {}}, "threads": [1]}
+    assert _done(rec, ["ort", "graphsub"], [1]) and not _done(rec, ["ort", "graphsub"], [1], "cuda")
+    assert _done({**rec, "provider": "cuda"}, ["ort"], [1], "cuda")
+
+
 def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict[str, object]], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """``graphsub@1`` (``graphsub optimize --threads 1``) is timed at 1 thread only and becomes graphsub's result

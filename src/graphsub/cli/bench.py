@@ -98,6 +98,10 @@ def bench_cmd(
     budget: Annotated[float, typer.Option("--budget", help="suite: graphsub's main search budget per run "
                                                           "(s).")] = 12.0,
     rounds: Annotated[int, typer.Option("--rounds", help="suite: alternating timing rounds.")] = 7,
+    provider: Annotated[str, typer.Option("--provider", help="suite: the onnxruntime execution provider every "
+                                                             "variant is timed on and graphsub decides on: cpu, or "
+                                                             "cuda (needs onnxruntime-gpu and an NVIDIA GPU).")
+                        ] = "cpu",
     out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default benchmarks/results; "
                                                                "for a .jsonl: its directory).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Results file stem (default: the preset's name).")] = None,
@@ -133,7 +137,7 @@ def bench_cmd(
 
         suite(models=models, peers=peers, compose=compose, threads=threads, build=build, budget=budget, rounds=rounds,
               seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json,
-              executor=executor, ray_address=ray_address)
+              executor=executor, ray_address=ray_address, provider=provider)
         return
     if list_presets:
         _list_presets(as_json)

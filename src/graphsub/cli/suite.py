@@ -50,7 +50,8 @@ def _tools(peers: str | None, as_json: bool, compose: bool = True) -> list[str]:
 
 def suite(*, models: str | None, peers: str | None, compose: bool = True, threads: str | None, build: bool,
           budget: float, rounds: int, seed: int, out_dir: Path | None, name: str | None, resume: bool, plots: bool,
-          dry_run: bool, as_json: bool, executor: str = "serial", ray_address: str | None = None) -> None:
+          dry_run: bool, as_json: bool, executor: str = "serial", ray_address: str | None = None,
+          provider: str = "cpu") -> None:
     """Run the suite and print (or ``--json``) its table; writes ``OUT/NAME.jsonl``, ``.md`` and ``.png``."""
     from graphsub.bench.suite.measure import parse_threads
     from graphsub.bench.suite.runner import run_suite
@@ -62,6 +63,11 @@ def suite(*, models: str | None, peers: str | None, compose: bool = True, thread
         fail(Exit.USAGE, f"--threads: {e}", as_json)
     if budget <= 0 or rounds < 1:
         fail(Exit.USAGE, "--budget must be positive and --rounds at least 1", as_json)
+    if provider != "cpu":
+        from graphsub.frontends.ort import require_provider
+
+        with exits(as_json, default=Exit.USAGE):
+            require_provider(provider)
     tools = _tools(peers, as_json, compose)
     chosen = _models(models, build, as_json)
     name = name or "suite"
@@ -85,14 +91,15 @@ def suite(*, models: str | None, peers: str | None, compose: bool = True, thread
 
         records = run_suite(chosen, tools, counts, out_path, name=name, resume=resume, on_model=advance,
                             graphsub_budget_s=budget, rounds=rounds, seed=seed, executor=executor,
-                            ray_address=ray_address)
+                            ray_address=ray_address, provider=provider)
         files = write_tables(records, out_path, name, plots=plots)
     if as_json:
         print(json.dumps({"results": str(out_path / f"{name}.jsonl"), "files": files, "threads": counts,
                           "rows": json_rows(records)}, indent=2, default=str))
         return
     for n in counts:
-        out.print(f"[bold]speedup over ORT_ENABLE_ALL, {n} thread(s)[/]")
+        on = "" if provider == "cpu" else f", {provider} provider"
+        out.print(f"[bold]speedup over ORT_ENABLE_ALL, {n} thread(s){on}[/]")
         out.print(speedup_table(records, n), highlight=False, markup=False, soft_wrap=True)
     out.print(f"results: {out_path / name}.jsonl; table: {files['markdown']}", soft_wrap=True)
 

@@ -84,10 +84,12 @@ class PeerFailed(Exception):
 class PeerInput:
     """What a peer may need besides the file: ``transformer`` = ``{"model_type", "num_heads", "hidden_size"}`` for
     transformer models (the ORT transformers optimizer's arguments), else None; ``input_shapes`` = static input
-    shapes by input name (given to a peer only if its users pass them)."""
+    shapes by input name (given to a peer only if its users pass them); ``provider``: where the model will run
+    (``cuda``: the ORT transformers optimizer is told ``use_gpu``, as its GPU users do)."""
 
     transformer: dict[str, Any] | None = None
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    provider: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def _ort_transformers(src: Path, dst: Path, meta: PeerInput, opt_level: int) -> 
     optimizer = require_library("onnxruntime.transformers.optimizer")
     t = meta.transformer
     model = optimizer.optimize_model(str(src), model_type=t["model_type"], num_heads=int(t["num_heads"]),
-                                     hidden_size=int(t["hidden_size"]), opt_level=opt_level)
+                                     hidden_size=int(t["hidden_size"]), opt_level=opt_level,
+                                     use_gpu=meta.provider == "cuda")
     model.save_model_to_file(str(dst), use_external_data_format=_weight_bytes(model.model) > EXTERNAL_DATA_BYTES)
 
 

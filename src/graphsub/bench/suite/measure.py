@@ -123,15 +123,17 @@ def summarize(rounds: Mapping[str, Sequence[float]], baseline: str) -> dict[str,
 
 
 def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
-                  budget_ms: float = 300.0) -> TimingRun:
+                  budget_ms: float = 300.0, provider: str = "cpu") -> TimingRun:
     """Time every model of ``paths`` (variant name -> ONNX file or serialized model) on ``feeds`` under
-    ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads, in ``rounds`` alternating rounds (see the module
-    docstring).  Raises ExecutionError when a model cannot be loaded or run (check loading first)."""
+    ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads on ``provider`` (numpy feeds in, numpy outputs out, as
+    users call a session), in ``rounds`` alternating rounds (see the module docstring).  Raises ExecutionError when
+    a model cannot be loaded or run (check loading first)."""
     from graphsub.optimize.timing import time_candidates
 
     before = load_avg()
     per_round = time_candidates({name: p if isinstance(p, bytes) else str(p) for name, p in paths.items()},
-                                dict(feeds), threads=threads, budget_ms=budget_ms, rounds=rounds)
+                                dict(feeds), threads=threads, budget_ms=budget_ms, rounds=rounds,
+                                provider=provider)
     return TimingRun(threads, per_round, before, load_avg())
 
 

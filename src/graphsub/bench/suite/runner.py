@@ -69,7 +69,7 @@ def at_threads(n: int) -> str:
 
 
 def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float,
-            seed: int, threads: Sequence[int] = ()) -> dict[str, dict[str, Any]]:
+            seed: int, threads: Sequence[int] = (), provider: str = "cpu") -> dict[str, dict[str, Any]]:
     """Run every tool on ``model``, each in a fresh process (a crash or hang is a result); per tool: ``status``,
     ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok). With ``graphsub``
     among the tools, it also runs as ``graphsub@N`` for each of ``threads`` but all cores (run last)."""
@@ -78,12 +78,14 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
 
     work.mkdir(parents=True, exist_ok=True)
     meta = PeerInput(transformer=model.transformer,
-                     input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs})
+                     input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs}, provider=provider)
     registry: dict[str, PeerFn] = {**PEERS,
-                                   GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed)}
+                                   GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed,
+                                                               provider=provider)}
     extra = [n for n in threads if n != all_cores()] if GRAPHSUB in tools else []
     for n in extra:
-        registry[at_threads(n)] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, threads=n)
+        registry[at_threads(n)] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, threads=n,
+                                                    provider=provider)
     out: dict[str, dict[str, Any]] = {}
     for tool in [*tools, *map(at_threads, extra)]:
         src = str(model.path)
@@ -103,14 +105,15 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
 
 
 def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int,
-                  threads: int | None = None) -> dict[str, Any]:
-    """``graphsub optimize SRC -o DST [--threads N]`` as users run it (its defaults, but the search budget); what
-    it decided."""
+                  threads: int | None = None, provider: str = "cpu") -> dict[str, Any]:
+    """``graphsub optimize SRC -o DST [--threads N] [--provider P]`` as users run it (its defaults, but the search
+    budget); what it decided."""
     from graphsub.optimize import optimize
     from graphsub.search import Budget
 
     # the search budget as before the total --budget (time_s=None: the portfolio and timing take their own times)
-    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), time_s=None, seed=seed, threads=threads)
+    res = optimize(src, output=dst, budget=Budget(time_s=budget_s), time_s=None, seed=seed, threads=threads,
+                   provider=provider)
     if not res.verified:
         raise RuntimeError(res.decision)
     chosen = res.chosen_candidate
@@ -154,13 +157,14 @@ def _digest(path: Path) -> str:
 
 
 def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Sequence[int], *, rounds: int,
-             budget_ms: float, seed: int) -> dict[str, Any]:
+             budget_ms: float, seed: int, provider: str = "cpu") -> dict[str, Any]:
     """Time the verified variants side by side at each thread count (in place); returns the load averages.
 
     Byte-identical outputs (graphsub keeping the peer's model it was given, a peer that changed nothing) are one model:
     timed once, and the others say ``same_as``; so differences in the table are never noise between equal files.  So
     are outputs that ONNX Runtime runs exactly alike (the same fingerprint of its optimized graph, ``ort_signature``:
-    the same kernels on the same shapes); those also say ``same_after_ort``."""
+    the same kernels on the same shapes); those also say ``same_after_ort``.  That fingerprint is the CPU provider's,
+    so on another ``provider`` only byte-identical files count as one."""
     first: dict[str, str] = {}
     paths: dict[str, Path] = {}
     for tool, o in outcomes.items():  # graphsub@N come last: they are the ones that say same_as
@@ -168,7 +172,7 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
             d, sig = _digest(Path(o["path"])), o.get("ort_signature")
             if d in first:
                 o["same_as"] = first[d]
-            elif sig and sig in first:
+            elif sig and sig in first and provider == "cpu":
                 o["same_as"], o["same_after_ort"] = first[sig], True
             else:
                 first[d], paths[tool] = tool, Path(o["path"])
@@ -180,7 +184,7 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
     loads: dict[str, Any] = {}
     for n in threads:  # graphsub@N is timed at N threads only
         mine = {t: p for t, p in paths.items() if not t.startswith(f"{GRAPHSUB}@") or t == at_threads(n)}
-        run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms)
+        run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms, provider=provider)
         for tool, s in run.summary(BASELINE).items():
             outcomes[tool].setdefault("timing", {})[str(n)] = s
         loads[str(n)] = [run.load_avg_before, run.load_avg_after]
@@ -212,17 +216,19 @@ def fold_threads(outcomes: dict[str, dict[str, Any]]) -> None:
 
 
 def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], work: Path, *,
-              graphsub_budget_s: float = 30.0, rounds: int = 7, budget_ms: float = 300.0, seed: int = 0
-              ) -> dict[str, Any]:
+              graphsub_budget_s: float = 30.0, rounds: int = 7, budget_ms: float = 300.0, seed: int = 0,
+              provider: str = "cpu") -> dict[str, Any]:
     """One model's record (see the module docstring)."""
     t0 = time.perf_counter()
     rec: dict[str, Any] = {"id": model.id, "model": model.id, "path": str(model.path), "family": model.family,
                            "transformer": model.transformer, "meta": model.meta, "tools_requested": list(tools),
-                           "threads": list(threads), "started_at": timestamp(), "load_avg_1m": load_avg()}
+                           "threads": list(threads), "provider": provider, "started_at": timestamp(),
+                           "load_avg_1m": load_avg()}
     outcomes = produce(model, tools, work / model.id, graphsub_budget_s=graphsub_budget_s, seed=seed,
-                       threads=threads)
+                       threads=threads, provider=provider)
     inspect(model, outcomes, seed)
-    rec["timing_load_avg"] = time_all(model, outcomes, threads, rounds=rounds, budget_ms=budget_ms, seed=seed)
+    rec["timing_load_avg"] = time_all(model, outcomes, threads, rounds=rounds, budget_ms=budget_ms, seed=seed,
+                                      provider=provider)
     rec["tools"] = outcomes
     rec["wall_time_s"] = time.perf_counter() - t0
     rec["finished_at"] = timestamp()
@@ -230,8 +236,9 @@ def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], w
     return rec
 
 
-def _done(rec: Mapping[str, Any], tools: Sequence[str], threads: Sequence[int]) -> bool:
-    return set(tools) <= set(rec.get("tools", {})) and set(threads) <= set(rec.get("threads", []))
+def _done(rec: Mapping[str, Any], tools: Sequence[str], threads: Sequence[int], provider: str = "cpu") -> bool:
+    return (set(tools) <= set(rec.get("tools", {})) and set(threads) <= set(rec.get("threads", []))
+            and rec.get("provider", "cpu") == provider)
 
 
 def suite_task(context: dict[str, Any], model: SuiteInput) -> dict[str, Any]:
@@ -265,7 +272,8 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
         jsonl.unlink()
     recorded = {r["id"]: r for r in load_records(jsonl)}
     work = Path(os.environ.get("GRAPHSUB_SUITE_WORK") or Path.home() / ".cache" / "graphsub" / "suite_work") / name
-    todo = [m for m in models if recorded.get(m.id) is None or not _done(recorded[m.id], tools, threads)]
+    provider = str(opts.get("provider", "cpu"))
+    todo = [m for m in models if recorded.get(m.id) is None or not _done(recorded[m.id], tools, threads, provider)]
 
     def finished(k: int, rec: dict[str, Any]) -> None:
         append_record(jsonl, rec)
