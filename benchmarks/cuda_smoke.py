@@ -31,7 +31,7 @@ def mlp(path: Path) -> dict[str, np.ndarray]:
              helper.make_node("MatMul", ["i", "V"], ["y"])]
     g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 256])], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), str(path))
     return {"x": rng.standard_normal((64, 256)).astype(np.float32)}
 
 

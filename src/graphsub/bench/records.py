@@ -98,7 +98,9 @@ def versions() -> dict[str, str | None]:
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
                                 capture_output=True, text=True, timeout=5).stdout.strip() or None
-    return {"graphsub": __version__, "onnxruntime": _version("onnxruntime"), "numpy": _version("numpy"),
+    from graphsub.frontends.ort import runtime_version
+
+    return {"graphsub": __version__, "onnxruntime": runtime_version(), "numpy": _version("numpy"),
             "networkx": _version("networkx"), "python": platform.python_version(), "git_commit": commit}
 
 

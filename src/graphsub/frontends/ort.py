@@ -78,6 +78,12 @@ class Session(ort.InferenceSession):
             raise ExecutionError(f"onnxruntime failed to run the model: {ort_message(e)}") from e
 
 
+def runtime_version() -> str:
+    """The version of the onnxruntime module this process runs (``onnxruntime-gpu``'s too, whatever the installed
+    distributions' metadata say), and its providers: ``1.31.1 (CUDAExecutionProvider, CPUExecutionProvider)``."""
+    return f"{ort.__version__} ({', '.join(ort.get_available_providers())})"
+
+
 def require_provider(provider: str) -> None:
     """Raise ExecutionError unless ``provider`` (a key of :data:`PROVIDERS`) can run here."""
     if provider not in PROVIDERS:
@@ -163,4 +169,4 @@ def run_model(
 
 
 __all__ = ["MAX_MESSAGE", "OPT_LEVELS", "PROVIDERS", "Session", "make_session", "optimized_model", "ort_message",
-           "require_provider", "run_model", "run_session"]
+           "require_provider", "run_model", "run_session", "runtime_version"]
