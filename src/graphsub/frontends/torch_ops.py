@@ -332,8 +332,10 @@ TORCH_OPS: dict[str, TorchFn] = {
 
 
 from graphsub.frontends.torch_grad_ops import GRAD_TORCH_OPS  # noqa: E402  (gradient kernels, same table)
+from graphsub.frontends.torch_rnn_ops import RNN_TORCH_OPS  # noqa: E402  (LSTM and GRU, same table)
 
 TORCH_OPS.update(GRAD_TORCH_OPS)
+TORCH_OPS.update(RNN_TORCH_OPS)
 
 
 def _unsqueezed(shape: tuple[int, ...], axes: Sequence[int]) -> list[int]:

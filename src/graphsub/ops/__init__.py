@@ -23,6 +23,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     msft,
     norm,
     pool,
+    recurrent,
     select,
     shape,
     train,

@@ -25,7 +25,7 @@ from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
 from graphsub.ops.types import FLOAT_DTYPES
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library import metaflow
+from graphsub.rules.library import metaflow, recurrent
 from graphsub.rules.library.kit import (
     broadcasts_into,
     composed_perm,
@@ -532,6 +532,7 @@ def _build() -> tuple[Rule, ...]:
         *neutral_element("mul", 1.0), *neutral_element("add", 0.0), *neutral_element("sub", 0.0),
         fold_conv_bias("mul"), fold_conv_bias("add"),
         *softmax_nan_guard(), *softmax_nan_guard_inf(),
+        *recurrent.rules(),  # a projection into an LSTM/GRU's input weights
     )
 
 
