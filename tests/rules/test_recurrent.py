@@ -102,3 +102,30 @@ def test_the_fold_is_left_when_the_projection_has_an_activation(tmp_path: Path) 
 
     g = load(_export(Relu(), (3, 1, 8), tmp_path / "relu.onnx"))
     assert rewrite_everywhere(g, rules())[1] == ()
+
+
+@pytest.mark.parametrize(("hidden", "extra", "want"), [(4, {}, "lstm"), (5, {}, "opaque"),
+                                                       (4, {"activations": ["Relu", "Tanh", "Tanh"]}, "opaque"),
+                                                       (4, {"clip": 3.0}, "opaque"), (4, {"layout": 1}, "opaque"),
+                                                       (4, {"direction": "sideways"}, "error")])
+def test_hand_written_lstm_nodes(tmp_path: Path, hidden: int, extra: dict[str, object], want: str) -> None:
+    """Modelled when graphsub models every feature it uses; an inconsistent or unmodelled one stays opaque, and an
+    invalid attribute is a GraphsubError naming the node (never a crash)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphsub.errors import GraphsubError
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("W", (1, 16, 3)), ("R", (1, 16, 4)), ("B", (1, 32)))]
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, **extra)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    import onnx
+
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "h.onnx"))
+    if want == "error":
+        with pytest.raises(GraphsubError, match="LSTM"):
+            load(tmp_path / "h.onnx")
+    else:
+        assert want in load(tmp_path / "h.onnx").op_histogram()
