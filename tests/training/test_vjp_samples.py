@@ -60,6 +60,9 @@ NO_RULE: dict[str, str] = {
     "opaque": "an ONNX node graphsub does not model: its function is unknown",
     "where": "no rule yet (it was opaque until 2026-11-27): dy would be split by the condition and summed to each "
              "branch's shape",
+    "lstm": "no rule yet (opaque until 2026-11-27): backpropagation through time over the modelled steps; training "
+            "graphs through an LSTM are refused with a clear error, as when it was opaque",
+    "gru": "no rule yet (opaque until 2026-11-27): backpropagation through time, as for lstm",
 }
 
 
