@@ -14,7 +14,8 @@ equations of the ONNX operator specification, in float64.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,49 +67,62 @@ def _infer(op: str) -> Any:
     return fn
 
 
-def _sigmoid(v: np.ndarray) -> np.ndarray:
-    return np.asarray(1.0 / (1.0 + np.exp(-v)))
+@dataclass(frozen=True)
+class Math:
+    """The array functions the recurrence needs, so that numpy (the reference) and torch
+    (:mod:`graphsub.frontends.torch_rnn_ops`) run the same steps."""
+
+    sigmoid: Callable[[Any], Any]
+    tanh: Callable[[Any], Any]
+    split: Callable[[Any, int, int], Sequence[Any]]  # (value, parts, axis)
+    zeros: Callable[[Any, tuple[int, ...]], Any]  # (like, shape)
 
 
-def _lstm_step(xw: np.ndarray, h: np.ndarray, c: np.ndarray, r: np.ndarray, rb: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    gi, go, gf, gc = np.split(xw + h @ r.T + rb, 4, axis=-1)
-    c = _sigmoid(gf) * c + _sigmoid(gi) * np.tanh(gc)
-    return _sigmoid(go) * np.tanh(c), c
+NUMPY = Math(sigmoid=lambda v: 1.0 / (1.0 + np.exp(-v)), tanh=np.tanh, split=lambda v, n, ax: np.split(v, n, axis=ax),
+             zeros=lambda like, shape: np.zeros(shape, like.dtype))
 
 
-def _gru_step(xw: np.ndarray, h: np.ndarray, r: np.ndarray, rb: np.ndarray, linear_before_reset: int
-              ) -> np.ndarray:
-    xz, xr, xh = np.split(xw, 3, axis=-1)
-    rz, rr, rh = np.split(r, 3, axis=0)
-    bz, br, bh = np.split(rb, 3)
-    z = _sigmoid(xz + h @ rz.T + bz)
-    reset = _sigmoid(xr + h @ rr.T + br)
-    cand = np.tanh(xh + reset * (h @ rh.T + bh)) if linear_before_reset else np.tanh(xh + (reset * h) @ rh.T + bh)
-    return np.asarray((1.0 - z) * cand + z * h)
+def _lstm_step(m: Math, xw: Any, h: Any, c: Any, r: Any, rb: Any) -> tuple[Any, Any]:
+    gi, go, gf, gc = m.split(xw + h @ r.T + rb, 4, -1)
+    c = m.sigmoid(gf) * c + m.sigmoid(gi) * m.tanh(gc)
+    return m.sigmoid(go) * m.tanh(c), c
+
+
+def _gru_step(m: Math, xw: Any, h: Any, r: Any, rb: Any, linear_before_reset: int) -> Any:
+    xz, xr, xh = m.split(xw, 3, -1)
+    rz, rr, rh = m.split(r, 3, 0)
+    bz, br, bh = m.split(rb, 3, 0)
+    z = m.sigmoid(xz + h @ rz.T + bz)
+    reset = m.sigmoid(xr + h @ rr.T + br)
+    cand = m.tanh(xh + reset * (h @ rh.T + bh)) if linear_before_reset else m.tanh(xh + (reset * h) @ rh.T + bh)
+    return (1.0 - z) * cand + z * h
+
+
+def run(op: str, xs: Sequence[Any], a: Mapping[str, Any], m: Math) -> Any:
+    """``Y [S, D, B, H]`` of ``op`` on inputs ``xs`` (x, w, r, b, initial states), step by step with ``m``'s
+    functions."""
+    x, w, r, b = xs[:4]
+    s, n, _ = x.shape
+    hid, g, d = a["hidden_size"], GATES[op], _dirs(a)
+    y = m.zeros(x, (s, d, n, hid))
+    for k in range(d):
+        h = xs[4][k] if len(xs) > 4 else m.zeros(x, (n, hid))
+        c = xs[5][k] if len(xs) > 5 else m.zeros(x, (n, hid))
+        wb, rb = b[k, :g * hid], b[k, g * hid:]
+        reverse = a["direction"] == "reverse" or k == 1
+        for t in (range(s - 1, -1, -1) if reverse else range(s)):
+            xw = x[t] @ w[k].T + wb
+            if op == "lstm":
+                h, c = _lstm_step(m, xw, h, c, r[k], rb)
+            else:
+                h = _gru_step(m, xw, h, r[k], rb, a["linear_before_reset"])
+            y[t, k] = h
+    return y
 
 
 def _reference(op: str) -> Any:
     def fn(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> tuple[np.ndarray]:
-        x, w, r, b = (v.astype(np.float64) for v in xs[:4])
-        s, n, _ = x.shape
-        hid, g = a["hidden_size"], GATES[op]
-        d = _dirs(a)
-        states = [v.astype(np.float64) for v in xs[4:]]
-        y = np.zeros((s, d, n, hid))
-        for k in range(d):
-            h = states[0][k] if states else np.zeros((n, hid))
-            c = states[1][k] if len(states) > 1 else np.zeros((n, hid))
-            wb, rb = b[k, :g * hid], b[k, g * hid:]
-            reverse = a["direction"] == "reverse" or k == 1
-            for t in (range(s - 1, -1, -1) if reverse else range(s)):
-                xw = x[t] @ w[k].T + wb
-                if op == "lstm":
-                    h, c = _lstm_step(xw, h, c, r[k], rb)
-                else:
-                    h = _gru_step(xw, h, r[k], rb, a["linear_before_reset"])
-                y[t, k] = h
-        return (y.astype(xs[0].dtype),)
+        return (run(op, [v.astype(np.float64) for v in xs], a, NUMPY).astype(xs[0].dtype),)
 
     return fn
 
@@ -197,4 +211,4 @@ for _op in ("lstm", "gru"):
         onnx_import={ONNX_NAME[_op]: _importer(_op)}, onnx_export=_exporter(_op), samples=_samples(_op),
     ))
 
-__all__ = ["GATES"]
+__all__ = ["GATES", "NUMPY", "Math", "run"]
