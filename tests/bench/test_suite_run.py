@@ -65,6 +65,7 @@ def test_every_tool_is_verified_inspected_and_timed(suite_run: tuple[Path, Path,
         assert row["speedup"]["1"] > 0 and row["ms"]["1"] > 0 and 0 <= row["faster_rounds"]["1"] <= 1
         assert isinstance(row["ops"], int) and row["ops"] > 0 and isinstance(row["fused_kernels"], dict)
     assert rows["ort"]["speedup"]["1"] == 1.0  # the baseline
+    assert rows["graphsub"]["head_to_head"]["1"]["peer"] == "onnxslim"  # then against the best peer, paired
     assert rows["onnxslim"]["ops"] <= rows["ort"]["ops"]  # the leftovers are gone after slimming
     assert (tmp / "suite.md").is_file() and (tmp / "suite.png").is_file()
     assert not list(tmp.glob("**/*onnxslim.onnx"))  # the tools' outputs are not written beside the results
@@ -188,6 +189,58 @@ def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict
 
     rows = choices([{"model": "m", "tools": outcomes}])[2:]
     assert [r.split(" | ")[1] for r in rows] == ["graphsub@1", "graphsub"]  # one row per thread count, 1 first
+
+
+def test_graphsub_meets_the_best_peer_head_to_head(suite_run: tuple[Path, Path, dict[str, object]],
+                                                   tmp_path: Path) -> None:
+    """After the side-by-side rounds, graphsub's output is timed again against the peer with the highest speedup, in
+    fresh rounds paired between the two alone (three sessions a side); the record and the table say the verdict."""
+    from graphsub.bench.suite.table import speedup_table, versus
+
+    _, model, _ = suite_run
+    paths = {}
+    for tool in (BASELINE, "slow-peer", "fast-peer", "graphsub"):
+        m = onnx.load(str(model))
+        m.producer_name = tool  # same computation, distinct files
+        onnx.save(m, str(tmp_path / f"{tool}.onnx"))
+        paths[tool] = str(tmp_path / f"{tool}.onnx")
+    outcomes = {t: {"status": "ok", "path": p} for t, p in paths.items()}
+    inspect(from_file(model), outcomes, seed=0)
+    for o in outcomes.values():
+        o.pop("ort_signature")  # as if ORT ran them differently (else they are timed once)
+    time_all(from_file(model), outcomes, [1], rounds=1, budget_ms=5, seed=0)
+    h = outcomes["graphsub"]["timing"]["1"]["head_to_head"]
+    best = max(("slow-peer", "fast-peer"), key=lambda t: outcomes[t]["timing"]["1"]["speedup"])
+    assert h["peer"] == best and not h["same_file"] and h["sessions"] == 3
+    assert len(h["rounds_graphsub_ms"]) == len(h["rounds_peer_ms"]) == 3  # 1 side-by-side round: 3 (a session each)
+    assert h["ratio"] > 0 and 0 <= h["faster_rounds"] <= 1
+    rec = {"model": "m", "family": "user", "tools": outcomes}
+    v = versus(rec, 1)
+    assert v is not None and v[0] in ("ahead", "tie", "behind") and v[1] == best
+    assert "head-to-head (" in speedup_table([rec], 1)
+
+
+def test_a_side_by_side_gap_the_head_to_head_does_not_confirm_is_a_tie() -> None:
+    """Side by side a peer is 1.05x ahead in every round; head-to-head they tie: the column says tie, the list of
+    gaps still shows the side-by-side numbers beside the head-to-head."""
+    from graphsub.bench.suite.table import behind, speedup_table, versus_counts
+
+    def ok(rounds: list[float], **timing: object) -> dict[str, object]:
+        return {"status": "ok", "loads": True, "verified": True, "ops": 5, "fused_kernels": {},
+                "timing": {"2": {"speedup": 2.0 / rounds[0], "rounds_ms": rounds, **timing}}}
+
+    h2h = {"peer": "onnxslim", "same_file": False, "ratio": 1.01, "faster_rounds": 5 / 9,
+           "rounds_graphsub_ms": [1.0] * 9, "rounds_peer_ms": [1.0] * 9}
+    rec = {"model": "m", "family": "transformer", "tools": {
+        BASELINE: ok([2.0] * 5), "onnxslim": ok([1.0] * 5), "graphsub": ok([1.05] * 5, head_to_head=h2h)}}
+    row = speedup_table([rec], 2).splitlines()[-1]
+    assert row.endswith("| tie with onnxslim: 1.01x head-to-head (5/9 rounds) |"), row
+    [line] = behind([rec], [2])
+    assert "side by side onnxslim 2.00x vs graphsub 1.90x; head-to-head: tie with onnxslim" in line
+    assert versus_counts([rec], 2) == ["- transformer: ahead on 0, tie on 1, behind on 0 (of 1 models with a "
+                                       "head-to-head)"]
+    h2h.update(ratio=0.95, faster_rounds=1 / 9)  # now the head-to-head confirms it
+    assert "behind onnxslim: 0.95x head-to-head (1/9 rounds)" in speedup_table([rec], 2)
 
 
 def test_variants_onnx_runtime_runs_alike_are_timed_once(suite_run: tuple[Path, Path, dict[str, object]],

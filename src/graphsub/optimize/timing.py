@@ -41,6 +41,43 @@ class SessionTimer:
                             min_repeats=5, max_repeats=100_000).median_ms
 
 
+class SessionPool:
+    """Several sessions of one model, used in turn (call ``i`` runs on session ``i mod copies``), with the interface
+    of a :class:`SessionTimer` (the first session's ``signature`` and ``kernels``).
+
+    Why: two onnxruntime sessions of the same file do not run equally fast.  Each keeps its own buffers and thread
+    pool, and where they fall makes one session of BERT-base-like encoders 2-5% faster than another, for as long as
+    they live (measured on this 2-core VM: ten sessions of bert.ts.b1 had medians 9.56-9.92 ms, ten of
+    whisper_encoder.ts.b1 8.97-9.42 ms, each over 12 alternating rounds).  One session per variant turns that
+    lottery into a "consistent" 3% gain or loss; a user, who gets a new session on every start, sees the average.
+    Rotating a few sessions per variant averages it out of the comparison."""
+
+    def __init__(self, timers: Sequence[Callable[[float], float]]) -> None:
+        if not timers:
+            raise ValueError("SessionPool needs at least one session")
+        self.timers, self.calls = list(timers), 0
+        self.signature: str = getattr(self.timers[0], "signature", "")
+        self.kernels: int = getattr(self.timers[0], "kernels", 0)
+
+    def __call__(self, budget_ms: float) -> float:
+        timer = self.timers[self.calls % len(self.timers)]
+        self.calls += 1
+        return timer(budget_ms)
+
+
+#: a model over this size (bytes) gets one session, whatever the number of copies asked (their memory)
+POOL_MAX_BYTES = 256 << 20
+
+
+def pool_size(model: bytes | str, copies: int) -> int:
+    """How many sessions of ``model`` to rotate: ``copies``, or 1 for a model over :data:`POOL_MAX_BYTES`."""
+    try:
+        size = len(model) if isinstance(model, bytes) else os.path.getsize(model)
+    except OSError:
+        size = 0
+    return max(1, copies) if size <= POOL_MAX_BYTES else 1
+
+
 def _scratch_dir() -> str | None:
     """Where onnxruntime saves the optimized graph of a fingerprinted session: memory-backed when the machine has it."""
     shm = "/dev/shm"
@@ -80,7 +117,7 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
                     budget_ms: float, rounds: int = 5, provider: str = "cpu",
                     sessions: dict[str, Callable[[float], float]] | None = None,
                     stop: Callable[[float], bool] | None = None,
-                    twins: dict[str, str] | None = None) -> dict[str, list[float]]:
+                    twins: dict[str, str] | None = None, copies: int = 1) -> dict[str, list[float]]:
     """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
     rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
     created once, before the first round (and kept in ``sessions`` by name when given, to be reused by a later
@@ -93,7 +130,10 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
 
     With ``twins`` (a dict, filled in place), every session is fingerprinted (:func:`session_timer`), and a model
     whose graph onnxruntime runs exactly as an earlier model's is not timed: ``twins[name]`` names that earlier
-    model, and the model is missing from the result (a tie by construction is not measured as noise)."""
+    model, and the model is missing from the result (a tie by construction is not measured as noise).
+
+    With ``copies`` > 1, each model gets that many sessions (:func:`pool_size`), used in turn from round to round
+    (:class:`SessionPool`): rounds a multiple of ``copies`` give each session as many rounds."""
     cache = {} if sessions is None else sessions
     names = [n for n in models if twins is None or n not in twins]
     out: dict[str, list[float]] = {n: [] for n in names}
@@ -106,13 +146,19 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
                     return out
                 break  # the models without a session are left out of the rounds (and of ``out``)
             t = time.perf_counter()
-            timer = session_timer(models[name], feeds, threads=threads, provider=provider,
-                                  **({"fingerprint": True} if twins is not None else {}))
-            made = time.perf_counter() - t
+            timer: Callable[[float], float] = session_timer(
+                models[name], feeds, threads=threads, provider=provider,
+                **({"fingerprint": True} if twins is not None else {}))
             sig = getattr(timer, "signature", "")
             if twins is not None and sig in seen:
                 twins[name] = seen[sig]  # its session is dropped: the twin's serves
+                made = time.perf_counter() - t
                 continue
+            n = pool_size(models[name], copies)
+            if n > 1:
+                timer = SessionPool([timer, *(session_timer(models[name], feeds, threads=threads, provider=provider)
+                                              for _ in range(n - 1))])
+            made = time.perf_counter() - t
             if sig:
                 seen[sig] = name
             cache[name] = timer
@@ -133,7 +179,7 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
 def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
               rounds: int = 7, provider: str = "cpu",
               extend_if: Callable[[list[float], list[float]], bool] | None = None,
-              stop: Callable[[float], bool] | None = None) -> tuple[list[float], list[float]]:
+              stop: Callable[[float], bool] | None = None, copies: int = 1) -> tuple[list[float], list[float]]:
     """Per round, the median latency (ms) of ``a`` and of ``b``, each timed for ``budget_ms`` in a block of its own
     (which one goes first alternates by round), on two sessions created now (:func:`confirm_timer`); as many
     rounds again when ``extend_if(a's rounds, b's rounds)`` says the first ones were inconclusive. No round starts
@@ -143,13 +189,20 @@ def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, t
     would otherwise favour whichever candidate was lucky (the winner's curse). Blocks, not finer interleaving:
     alternating single runs or short bursts of two sessions at several threads leaves one session's worker
     threads spinning (onnxruntime's default) while the other runs, which measured a 4% slower EfficientNet 17%
-    faster (``benchmarks/results/suite21_b1.jsonl``, 2 threads)."""
+    faster (``benchmarks/results/suite21_b1.jsonl``, 2 threads).
+
+    With ``copies`` > 1, each side gets that many sessions, used in turn (:class:`SessionPool`): the comparison is
+    then of the two models, not of two sessions' luck."""
     out: tuple[list[float], list[float]] = ([], [])
-    timers = []
+    timers: list[Callable[[float], float]] = []
+    n = min(pool_size(a, copies), pool_size(b, copies))
     for m in (a, b):
-        if stop is not None and stop(0.0):
-            return out
-        timers.append(confirm_timer(m, feeds, threads=threads, provider=provider))
+        made: list[Callable[[float], float]] = []
+        for _ in range(n):
+            if stop is not None and stop(0.0):
+                return out
+            made.append(confirm_timer(m, feeds, threads=threads, provider=provider))
+        timers.append(made[0] if n == 1 else SessionPool(made))
     need = 0.0
     for r in range(2 * rounds):
         if r == rounds and (extend_if is None or not extend_if(*out)):
@@ -189,4 +242,5 @@ def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower:
                   "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
 
 
-__all__ = ["SessionTimer", "confirm_timer", "consistent", "decide", "session_timer", "time_candidates", "time_pair"]
+__all__ = ["POOL_MAX_BYTES", "SessionPool", "SessionTimer", "confirm_timer", "consistent", "decide", "pool_size",
+           "session_timer", "time_candidates", "time_pair"]

@@ -1,7 +1,9 @@
 """Timing variants of one model the way users run them, side by side.
 
-Every variant (the original under plain ONNX Runtime, each peer's output, graphsub's) gets one ONNX Runtime session
-with ``ORT_ENABLE_ALL`` at a fixed intra-op thread count (1, or every core of the machine).  Sessions are created
+Every variant (the original under plain ONNX Runtime, each peer's output, graphsub's) gets :data:`SESSIONS` ONNX
+Runtime sessions with ``ORT_ENABLE_ALL`` at a fixed intra-op thread count (1, or every core of the machine), used in
+turn from round to round: two sessions of one file differ by a few percent for as long as they live
+(:class:`~graphsub.optimize.timing.SessionPool`), and a user gets a new one on every start.  Sessions are created
 once, outside the timing.  Then, for ``rounds`` rounds, every variant is timed in turn -- a median over repeats within
 a small time budget -- the order rotating from round to round, so that drifting machine load and cache effects hit
 all variants alike.  Per variant the result keeps each round's median; its speedup over the baseline is the median of
@@ -122,8 +124,12 @@ def summarize(rounds: Mapping[str, Sequence[float]], baseline: str) -> dict[str,
     return out
 
 
+#: sessions per variant, used in turn (module docstring)
+SESSIONS = 3
+
+
 def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
-                  budget_ms: float = 300.0, provider: str = "cpu") -> TimingRun:
+                  budget_ms: float = 300.0, provider: str = "cpu", copies: int = SESSIONS) -> TimingRun:
     """Time every model of ``paths`` (variant name -> ONNX file or serialized model) on ``feeds`` under
     ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads on ``provider`` (numpy feeds in, numpy outputs out, as
     users call a session), in ``rounds`` alternating rounds (see the module docstring).  Raises ExecutionError when
@@ -133,8 +139,9 @@ def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndar
     before = load_avg()
     per_round = time_candidates({name: p if isinstance(p, bytes) else str(p) for name, p in paths.items()},
                                 dict(feeds), threads=threads, budget_ms=budget_ms, rounds=rounds,
-                                provider=provider)
+                                provider=provider, copies=copies)
     return TimingRun(threads, per_round, before, load_avg())
 
 
-__all__ = ["TimingRun", "all_cores", "check_output", "make_feeds", "parse_threads", "summarize", "time_variants"]
+__all__ = ["SESSIONS", "TimingRun", "all_cores", "check_output", "make_feeds", "parse_threads", "summarize",
+           "time_variants"]

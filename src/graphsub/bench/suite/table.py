@@ -12,7 +12,7 @@ peer; the failures with the command that reproduces them.  Also the flat per-(mo
 >>> best_tool(rec, 1), gap(rec, 1)
 ('onnxslim', ('onnxslim', 1.25, 1.05))
 >>> behind([rec], [1])
-['- m at 1 thread(s): onnxslim 1.25x vs graphsub 1.05x -- FusedConv +2; ops after ORT 4 vs 5']
+['- m at 1 thread(s): side by side onnxslim 1.25x vs graphsub 1.05x -- FusedConv +2; ops after ORT 4 vs 5']
 """
 
 from __future__ import annotations
@@ -83,6 +83,60 @@ def gap(rec: Mapping[str, Any], threads: int) -> tuple[str, float, float] | None
     return name, best_peer, speedup(ours, threads) or 0.0
 
 
+def versus(rec: Mapping[str, Any], threads: int) -> tuple[str, str, float, float | None] | None:
+    """graphsub against the best peer at ``threads`` in their head-to-head (fresh paired rounds,
+    :func:`graphsub.bench.suite.runner.head_to_head`): ``(verdict, peer, ratio, graphsub's share of faster rounds)``,
+    ``ratio`` = peer / graphsub latency (above 1: graphsub faster); the verdict is ``ahead`` or ``behind`` when one
+    is faster beyond the noise (in :data:`MIN_FASTER_ROUNDS` of the rounds, by :data:`MIN_RATIO`), else ``tie``
+    (the same file is a tie).  None when there was no head-to-head.
+
+    >>> t = {"graphsub": {"timing": {"2": {"head_to_head": {"peer": "p", "ratio": 1.05, "faster_rounds": 8 / 9}}}}}
+    >>> versus({"tools": t}, 2)
+    ('ahead', 'p', 1.05, 0.8888888888888888)
+    """
+    h = _timing(rec["tools"].get(GRAPHSUB, {}), threads).get("head_to_head")
+    if not h:
+        return None
+    if h.get("same_file"):
+        return "tie", h["peer"], 1.0, None
+    r, f = h.get("ratio"), h.get("faster_rounds")
+    if r is None or f is None:
+        return None
+    verdict = ("ahead" if f >= MIN_FASTER_ROUNDS and r >= MIN_RATIO else
+               "behind" if 1.0 - f >= MIN_FASTER_ROUNDS and r * MIN_RATIO <= 1.0 else "tie")
+    return verdict, h["peer"], r, f
+
+
+def versus_text(v: tuple[str, str, float, float | None], rounds: int | None = None) -> str:
+    """``"ahead of onnxslim: 1.05x (8/9 rounds)"``: a :func:`versus` verdict as the tables say it."""
+    verdict, peer, r, f = v
+    if f is None:
+        return f"tie with {peer} (same file)"
+    share = f" ({round(f * rounds)}/{rounds} rounds)" if rounds else f" ({f:.0%} of rounds)"
+    word = {"ahead": "ahead of", "behind": "behind", "tie": "tie with"}[verdict]
+    return f"{word} {peer}: {r:.2f}x head-to-head{share}"
+
+
+def _h2h_rounds(rec: Mapping[str, Any], threads: int) -> int | None:
+    h = _timing(rec["tools"].get(GRAPHSUB, {}), threads).get("head_to_head") or {}
+    return len(h.get("rounds_graphsub_ms") or []) or None
+
+
+def versus_counts(records: Sequence[Mapping[str, Any]], threads: int) -> list[str]:
+    """Per model family and over all: on how many models graphsub is ahead of, tied with and behind the best peer
+    in their head-to-head at ``threads``."""
+    out = []
+    fams = sorted({r.get("family", "?") for r in records})
+    for fam, rs in [*((f, [r for r in records if r.get("family", "?") == f]) for f in fams),
+                    *([("all", list(records))] if len(fams) > 1 else [])]:
+        vs = [v[0] for r in rs if (v := versus(r, threads)) is not None]
+        if vs:
+            c = Counter(vs)
+            out.append(f"- {fam}: ahead on {c['ahead']}, tie on {c['tie']}, behind on {c['behind']} "
+                       f"(of {len(vs)} models with a head-to-head)")
+    return out
+
+
 def kernels(o: Mapping[str, Any]) -> str:
     """``"Attention 4, SkipLN 8"``: the fused kernels ONNX Runtime ran."""
     fk = o.get("fused_kernels") or {}
@@ -117,7 +171,7 @@ def tools_of(records: Sequence[Mapping[str, Any]]) -> list[str]:
 def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
     """Markdown: models x tools -> speedup over ONNX Runtime alone at ``threads``, the best tool, graphsub's gap."""
     tools = tools_of(records)
-    head = ["model", "ORT ms", "ORT spread", *tools, "best", "graphsub alone vs best peer"]
+    head = ["model", "ORT ms", "ORT spread", *tools, "best", "graphsub vs the best peer"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
         base_t = _timing(r["tools"].get(BASELINE, {}), threads)
@@ -125,7 +179,9 @@ def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
         spread = f"{max(rounds) / min(rounds) - 1:.0%}" if rounds and min(rounds) > 0 else "-"
         g = gap(r, threads)
         alone = r["tools"].get(GRAPHSUB, {})
-        behind = ("graphsub not timed" if not alone.get("verified") else "at least as fast" if g is None
+        v = versus(r, threads)
+        behind = ("graphsub not timed" if not alone.get("verified") else
+                  versus_text(v, _h2h_rounds(r, threads)) if v is not None else "at least as fast" if g is None
                   else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x")
         row = [r["model"], "-" if base is None else f"{base:.2f}", spread,
                *(cell(r["tools"].get(t), threads) for t in tools),
@@ -192,19 +248,26 @@ def kernel_diff(peer: Mapping[str, Any], ours: Mapping[str, Any], limit: int = 1
 
 
 def behind(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> list[str]:
-    """One line per (model, thread count) where a peer beats graphsub alone: by how much, and what ONNX Runtime ran
-    differently in the peer's variant (the input to the next round of rules)."""
+    """One line per (model, thread count) where a peer beats graphsub alone, side by side (:func:`gap`) or in their
+    head-to-head (:func:`versus`): by how much in each, and what ONNX Runtime ran differently in the peer's variant
+    (the input to the next round of rules)."""
     out = []
     for r in records:
         for n in threads:
-            g = gap(r, n)
-            if g is None:
+            g, v = gap(r, n), versus(r, n)
+            if g is None and (v is None or v[0] != "behind"):
                 continue
-            name, theirs, mine = g
             ours = r["tools"][GRAPHSUB]
             ours = ours.get("at_threads", {}).get(str(n), ours)  # the output of graphsub optimize --threads n
-            out.append(f"- {r['model']} at {n} thread(s): {name} {theirs:.2f}x vs graphsub {mine:.2f}x -- "
-                       f"{kernel_diff(r['tools'][name], ours)}")
+            h2h = "" if v is None else f"head-to-head: {versus_text(v, _h2h_rounds(r, n))}"
+            if g is None:
+                assert v is not None
+                out.append(f"- {r['model']} at {n} thread(s): {h2h} (side by side within noise) -- "
+                           f"{kernel_diff(r['tools'][v[1]], ours)}")
+                continue
+            name, theirs, mine = g
+            out.append(f"- {r['model']} at {n} thread(s): side by side {name} {theirs:.2f}x vs graphsub {mine:.2f}x"
+                       + (f"; {h2h}" if h2h else "") + f" -- {kernel_diff(r['tools'][name], ours)}")
     return out
 
 
@@ -228,7 +291,8 @@ def failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def json_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per model and tool: ``verified``, ``loads``, ``ms``, ``speedup``, ``faster_rounds`` (by thread count),
-    ``ops``, ``fused_kernels``, ``status``, ``error``."""
+    ``ops``, ``fused_kernels``, ``status``, ``error``; graphsub's row also its ``head_to_head`` with the best peer
+    (by thread count: the peer, ``ratio`` = peer / graphsub latency, ``faster_rounds``, the paired rounds)."""
     rows = []
     for r in records:
         for t, o in r["tools"].items():
@@ -238,7 +302,9 @@ def json_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                          "ms": {n: v.get("ms") for n, v in timing.items()},
                          "speedup": {n: v.get("speedup") for n, v in timing.items()},
                          "faster_rounds": {n: v.get("faster_rounds") for n, v in timing.items()},
-                         "ops": o.get("ops"), "fused_kernels": o.get("fused_kernels")})
+                         "ops": o.get("ops"), "fused_kernels": o.get("fused_kernels"),
+                         **({"head_to_head": {n: v["head_to_head"] for n, v in timing.items() if "head_to_head" in v}}
+                            if t == GRAPHSUB else {})})
     return rows
 
 
@@ -341,6 +407,11 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
                          if t in r["tools"] and r["tools"][t].get("verified")])
             if g is not None:
                 parts.append(f"- geometric mean, {t}: {g:.3f}x\n")
+        counts = versus_counts(records, n)
+        if counts:
+            parts += ["\ngraphsub against the best peer, head-to-head (fresh rounds paired between the two alone, "
+                      f"several sessions a side; ahead/behind = faster in {MIN_FASTER_ROUNDS:.0%} of the rounds by "
+                      f">= {MIN_RATIO}x):\n\n", "\n".join(counts), "\n"]
         parts.append("\n")
     for n in threads:
         parts += [f"## Geometric means by family, {n} thread(s) (a failed or wrong output counts as 1.0x)\n\n",
@@ -383,5 +454,8 @@ __all__ = [
     "speedup",
     "speedup_table",
     "tools_of",
+    "versus",
+    "versus_counts",
+    "versus_text",
     "write_tables",
 ]
