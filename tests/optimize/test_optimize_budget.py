@@ -236,17 +236,22 @@ def test_a_session_that_cannot_save_its_graph_is_timed_without_a_fingerprint(mon
 
 def test_the_leanest_candidate_the_screening_drops_still_runs_side_by_side() -> None:
     """A candidate whose onnxruntime graph has clearly fewer kernels than the original's gets a finalist's place
-    even when one noisy screening round ranked it low (the leanest one only, and only below LEAN_SHARE)."""
+    even when one noisy screening round ranked it low (the LEAN_PICKS leanest ones, and only below LEAN_SHARE)."""
     from types import SimpleNamespace as NS
 
-    from graphsub.optimize.pipeline import LEAN_SHARE, _lean
+    from graphsub.optimize.pipeline import LEAN_PICKS, LEAN_SHARE, _lean
 
-    out = [NS(name="a"), NS(name="b"), NS(name="c")]
-    sessions = {"original": NS(kernels=100), "a": NS(kernels=95), "b": NS(kernels=60), "c": NS(kernels=80)}
+    assert LEAN_PICKS == 2
+    out = [NS(name="a"), NS(name="b"), NS(name="c"), NS(name="d")]
+    sessions = {"original": NS(kernels=100), "a": NS(kernels=95), "b": NS(kernels=60), "c": NS(kernels=80),
+                "d": NS(kernels=85)}
+    assert [c.name for c in _lean(out, sessions)] == ["b", "c"]
+    sessions["c"].kernels = sessions["d"].kernels = int(LEAN_SHARE * 100) + 1
     assert [c.name for c in _lean(out, sessions)] == ["b"]
-    sessions["b"].kernels = sessions["c"].kernels = int(LEAN_SHARE * 100) + 1
+    sessions["b"].kernels = int(LEAN_SHARE * 100) + 1
     assert _lean(out, sessions) == []
-    sessions = {"original": NS(kernels=0), "a": NS(kernels=5), "b": NS(kernels=5), "c": NS(kernels=5)}
+    sessions = {"original": NS(kernels=0), "a": NS(kernels=5), "b": NS(kernels=5), "c": NS(kernels=5),
+                "d": NS(kernels=5)}
     assert _lean(out, sessions) == []  # no fingerprint of the original: nothing to compare with
     assert _lean(out, {"original": NS(kernels=100)}) == []  # sessions already dropped: no count, no place
 
