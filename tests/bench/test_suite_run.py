@@ -212,7 +212,8 @@ def test_graphsub_meets_the_best_peer_head_to_head(suite_run: tuple[Path, Path, 
     h = outcomes["graphsub"]["timing"]["1"]["head_to_head"]
     best = max(("slow-peer", "fast-peer"), key=lambda t: outcomes[t]["timing"]["1"]["speedup"])
     assert h["peer"] == best and not h["same_file"] and h["sessions"] == 3
-    assert len(h["rounds_graphsub_ms"]) == len(h["rounds_peer_ms"]) == 3  # 1 side-by-side round: 3 (a session each)
+    # 1 side-by-side round: 3 paired rounds (a session each), as many again when inconclusive
+    assert len(h["rounds_graphsub_ms"]) == len(h["rounds_peer_ms"]) in (3, 6)
     assert h["ratio"] > 0 and 0 <= h["faster_rounds"] <= 1
     rec = {"model": "m", "family": "user", "tools": outcomes}
     v = versus(rec, 1)
