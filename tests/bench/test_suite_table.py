@@ -56,7 +56,7 @@ def test_gaps_are_explained_by_the_ops_after_ort(tmp_path: Path) -> None:
     assert line.startswith("Attention +4, Reshape -64, MatMul -48") and line.endswith("ops after ORT 38 vs 150")
     rec = record(graphsub=variant(BASE, BASE, **ours), onnxscript=variant([8.0] * 5, BASE, **peer))
     md = Path(write_tables([rec], tmp_path, "t", plots=False)["markdown"]).read_text()
-    assert "m at 1 thread(s): onnxscript 1.25x vs graphsub 1.00x -- Attention +4" in md
+    assert "m at 1 thread(s): side by side onnxscript 1.25x vs graphsub 1.00x -- Attention +4" in md
     assert "| onnxscript | behind onnxscript: 1.00x vs 1.25x |" in md
 
 

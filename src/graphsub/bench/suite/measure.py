@@ -124,6 +124,11 @@ def summarize(rounds: Mapping[str, Sequence[float]], baseline: str) -> dict[str,
     return out
 
 
+#: a variant beats another only when it is faster in this share of the paired rounds ...
+MIN_FASTER_ROUNDS = 0.8
+#: ... and by at least this median ratio (the criterion ``graphsub optimize`` applies before it replaces a model)
+MIN_RATIO = 1.03
+
 #: sessions per variant, used in turn (module docstring)
 SESSIONS = 3
 
@@ -143,5 +148,5 @@ def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndar
     return TimingRun(threads, per_round, before, load_avg())
 
 
-__all__ = ["SESSIONS", "TimingRun", "all_cores", "check_output", "make_feeds", "parse_threads", "summarize",
-           "time_variants"]
+__all__ = ["MIN_FASTER_ROUNDS", "MIN_RATIO", "SESSIONS", "TimingRun", "all_cores", "check_output", "make_feeds",
+           "parse_threads", "summarize", "time_variants"]

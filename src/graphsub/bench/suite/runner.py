@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from graphsub.bench.records import append_record, load_avg, load_records, machine_info, timestamp, versions
-from graphsub.bench.suite.measure import make_feeds, time_variants
+from graphsub.bench.suite.measure import MIN_FASTER_ROUNDS, MIN_RATIO, make_feeds, time_variants
 
 GRAPHSUB = "graphsub"
 BASELINE = "ort"
@@ -214,8 +214,6 @@ def _inconclusive(ours: list[float], theirs: list[float]) -> bool:
     >>> _inconclusive([1.0] * 9, [1.01] * 9)
     False
     """
-    from graphsub.bench.suite.table import MIN_FASTER_ROUNDS, MIN_RATIO
-
     if not ours:
         return False
     ratio = statistics.median(y / x for x, y in zip(ours, theirs, strict=True))

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graphsub.bench.suite.measure import MIN_FASTER_ROUNDS, MIN_RATIO
 from graphsub.bench.suite.runner import BASELINE, GRAPHSUB
 
 #: short names of the fused kernels in tables
@@ -50,11 +51,6 @@ def best_tool(rec: Mapping[str, Any], threads: int) -> str | None:
               if t != BASELINE and o.get("verified") and speedup(o, threads) is not None and beats(o, base, threads)]
     return max(scored, key=lambda x: (x[0], "+" not in x[1], x[1]))[1] if scored else BASELINE  # ties: one tool
 
-
-#: a variant beats another only when it is faster in this share of the paired rounds ...
-MIN_FASTER_ROUNDS = 0.8
-#: ... and by at least this median ratio (the criterion ``graphsub optimize`` applies before it replaces a model)
-MIN_RATIO = 1.03
 
 
 def beats(a: Mapping[str, Any], b: Mapping[str, Any], threads: int) -> float | None:
@@ -436,6 +432,8 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
 
 
 __all__ = [
+    "MIN_FASTER_ROUNDS",
+    "MIN_RATIO",
     "behind",
     "best_tool",
     "cell",
