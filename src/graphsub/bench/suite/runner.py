@@ -204,6 +204,12 @@ H2H_SESSIONS = 3
 H2H_ROUNDS = 9
 
 
+def _paired(ours: list[float], theirs: list[float]) -> tuple[float, float]:
+    """``(median of theirs / ours per round, share of rounds ours was faster)`` of paired rounds (not empty)."""
+    pairs = list(zip(ours, theirs, strict=True))
+    return statistics.median(y / x for x, y in pairs), sum(x < y for x, y in pairs) / len(pairs)
+
+
 def _inconclusive(ours: list[float], theirs: list[float]) -> bool:
     """Whether the median says one side is faster by the table's margin but too few rounds agree: then the
     head-to-head runs as many rounds again (measured in suite30_tf: ~10% gains came out faster in only 7 of 9 rounds
@@ -216,8 +222,7 @@ def _inconclusive(ours: list[float], theirs: list[float]) -> bool:
     """
     if not ours:
         return False
-    ratio = statistics.median(y / x for x, y in zip(ours, theirs, strict=True))
-    faster = sum(x < y for x, y in zip(ours, theirs, strict=True)) / len(ours)
+    ratio, faster = _paired(ours, theirs)
     return ((ratio >= MIN_RATIO and faster < MIN_FASTER_ROUNDS)
             or (ratio * MIN_RATIO <= 1.0 and 1.0 - faster < MIN_FASTER_ROUNDS))
 
@@ -256,9 +261,8 @@ def head_to_head(outcomes: dict[str, dict[str, Any]], paths: Mapping[str, Path],
     else:
         g, p = time_pair(str(a), str(b), feeds, threads=n, budget_ms=budget_ms, rounds=rounds, provider=provider,
                          copies=H2H_SESSIONS, extend_if=_inconclusive)
-        rec.update(same_file=False, rounds_graphsub_ms=g, rounds_peer_ms=p,
-                   ratio=statistics.median(y / x for x, y in zip(g, p, strict=True)) if g else None,
-                   faster_rounds=sum(x < y for x, y in zip(g, p, strict=True)) / len(g) if g else None)
+        ratio, faster = _paired(g, p) if g else (None, None)
+        rec.update(same_file=False, rounds_graphsub_ms=g, rounds_peer_ms=p, ratio=ratio, faster_rounds=faster)
     ours["timing"][key] = {**ours["timing"][key], "head_to_head": rec}
 
 
