@@ -81,7 +81,13 @@ def test_cli_prove_json() -> None:
 
 
 def test_spelling_rules_are_proven() -> None:
-    """``add == sum`` and SkipLayerNormalization's definition: every ort-spelling rule is proven (layer
-    normalisation itself stays uninterpreted: equal arguments give equal results)."""
+    """``add == sum`` and SkipLayerNormalization's definition: every ort-spelling rule but the attention packings is
+    proven (layer normalisation itself stays uninterpreted: equal arguments give equal results). The packings
+    (MultiHeadAttention -> Attention) hold through batched matmuls and softmax, outside the 2-D axioms: they are
+    "unknown" with that reason, and checked numerically on their examples like every rule."""
     results = {r.name: prove_rule(r, timeout_ms=5000) for r in get_set("ort-spelling")}
-    assert {n: r.status for n, r in results.items()} == dict.fromkeys(results, "proven"), results
+    packings = {n for n in results if n.startswith("ortsp_attention_")}
+    assert len(packings) == 7
+    assert {n: r.status for n, r in results.items() if n not in packings} == \
+        dict.fromkeys(set(results) - packings, "proven"), results
+    assert all(results[n].status == "unknown" and "2-D" in results[n].reason for n in packings)

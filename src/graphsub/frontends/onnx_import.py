@@ -237,30 +237,31 @@ class _Importer:
         except ShapeError as e:
             log.debug("import of %s as %s failed: %s", node.name, imp.op, e)
             return False
-        n_out = len(sig.out_types)
+        slots = [k for k in (imp.outputs or range(len(sig.out_types))) if k < len(node.output)]
         for k, out in enumerate(node.output):
-            if k >= n_out and out and out in self.used:
+            if k not in slots and out and out in self.used:
                 return False  # an output the IR op does not produce is used
-        for k in range(min(n_out, len(node.output))):
+        for j, k in enumerate(slots):
             t = self.inferred.get(node.output[k])
-            if t is not None and t != sig.out_types[k] and node.output[k] in self.declared_only:
-                if t.dtype != sig.out_types[k].dtype:
+            mine = sig.out_types[j]
+            if t is not None and t != mine and node.output[k] in self.declared_only:
+                if t.dtype != mine.dtype:
                     raise ImportError_(f"graph output {node.output[k]!r} is declared {t.dtype} but {node.op_type} "
-                                       f"node {node.name!r} computes {sig.out_types[k].dtype}: malformed model")
+                                       f"node {node.name!r} computes {mine.dtype}: malformed model")
                 log.warning("graph output %r is declared %s but %s node %r computes %s; using %s", node.output[k], t,
-                            node.op_type, node.name, sig.out_types[k], sig.out_types[k])
-            elif t is not None and t != sig.out_types[k]:
+                            node.op_type, node.name, mine, mine)
+            elif t is not None and t != mine:
                 log.warning(
                     "%s node %r: graphsub infers %s for %r but ONNX inferred %s; keeping it opaque",
-                    node.op_type, node.name, sig.out_types[k], node.output[k], t,
+                    node.op_type, node.name, mine, node.output[k], t,
                 )
                 return False
         nid = self._next
         self._next += 1
         self.nodes[nid] = Node(sig, tuple(refs))
-        for k in range(min(n_out, len(node.output))):
+        for j, k in enumerate(slots):
             if node.output[k]:
-                self.env[node.output[k]] = Ref(nid, k)
+                self.env[node.output[k]] = Ref(nid, j)
         return True
 
     def _add_opaque(self, node: onnx.NodeProto, reason: str) -> None:

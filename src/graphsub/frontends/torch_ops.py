@@ -102,6 +102,13 @@ def _mha(xs: Sequence[T], a: A) -> T:
     return o.transpose(1, 2).reshape(q.shape[0], q.shape[1], v.shape[2])
 
 
+def _attention(xs: Sequence[T], a: A) -> T:
+    x, w, b = xs
+    dq, dk, _ = a["qkv_hidden_sizes"]
+    p = torch.matmul(x, w) + b
+    return _mha((p[..., :dq], p[..., dq:dq + dk], p[..., dq + dk:]), a)
+
+
 def _gelu_tanh(x: T) -> T:
     return F.gelu(x, approximate="tanh")
 
@@ -115,8 +122,12 @@ def _binary(fn: Callable[[T, T], T]) -> TorchFn:
 
 
 def _sln(xs: Sequence[T], a: A) -> tuple[T]:
+    return (_slns(xs, a)[0],)
+
+
+def _slns(xs: Sequence[T], a: A) -> tuple[T, T]:
     h = xs[0] + xs[1] + (xs[4] if len(xs) > 4 else 0)
-    return (F.layer_norm(h, (h.shape[-1],), xs[2], xs[3] if len(xs) > 3 else None, a["epsilon"]),)
+    return F.layer_norm(h, (h.shape[-1],), xs[2], xs[3] if len(xs) > 3 else None, a["epsilon"]), h
 
 
 def _fmm(xs: Sequence[T], a: A) -> tuple[T]:
@@ -312,7 +323,9 @@ TORCH_OPS: dict[str, TorchFn] = {
     "gemm": _gemm,
     "ms_fused_matmul": _fmm,
     "ms_skip_layernorm": _sln,
+    "ms_skip_layernorm_sum": _slns,
     "ms_mha": lambda xs, a: (_mha(xs, a),),
+    "ms_attention": lambda xs, a: (_attention(xs, a),),
     "batchnorm": lambda xs, a: (F.batch_norm(xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, a["epsilon"]),),
     "batchnorm_train": lambda xs, a: (F.batch_norm(xs[0], None, None, xs[1], xs[2], True, 0.0, a["epsilon"]),),
     "layernorm": lambda xs, a: (_layernorm(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a["axis"], a["epsilon"]),),

@@ -21,6 +21,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     leaf,
     linalg,
     msft,
+    msft_attention,
     norm,
     pool,
     recurrent,

@@ -12,8 +12,9 @@ onnxruntime's own graph optimizer produces, as first-class IR ops (names prefixe
   bias 1-D over the last axis), ``ms_fast_gelu(x [, bias])`` (``FastGelu``: tanh approximation
   of gelu(x + bias)).
 * ``ms_skip_layernorm(x, skip, gamma [, beta [, bias]])`` -- ``SkipLayerNormalization``:
-  layer normalisation of ``x + skip (+ bias)`` over the last axis; only output 0 is modelled
-  (the importer refuses nodes whose mean / inv-std / sum outputs are used).
+  layer normalisation of ``x + skip (+ bias)`` over the last axis (output 0);
+  ``ms_skip_layernorm_sum`` is the same node with its sum output (ONNX output 3) as a second
+  output, as pre-LN transformers use it; nodes whose mean / inv-std outputs are used stay opaque.
 * ``ms_mha(q[B,S,D], k[B,L,D], v[B,L,Dv])`` -- ``MultiHeadAttention`` without mask, bias or
   past state: per head ``softmax(Q K^T * scale) V`` with ``D`` (``Dv``) split into
   ``num_heads`` heads, head-major; ``scale`` is stored explicitly (0 on import = 1/sqrt(D/H)).
@@ -411,6 +412,53 @@ register(OpDef(
     flops=lambda ins, outs, a: (7 + len(ins) - 3) * ins[0].numel,
     onnx_import={f"{MS}::SkipLayerNormalization": _sln_import},
     onnx_export=_sln_export,
+    samples=(
+        Sample((f32(2, 5, 8), f32(2, 5, 8), f32(8), f32(8)), {"epsilon": 1e-5}),
+        Sample((f32(2, 5, 8), f32(5, 8), f32(8)), {"epsilon": 1e-3}, note="no beta, (S, D) skip"),
+        Sample((f32(3, 16), f32(3, 16), f32(16), f32(16), f32(16)), note="rank 2, bias"),
+    ),
+))
+
+
+
+def _slns_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
+    (y,) = _sln_infer(ins, a)
+    return (y, y)
+
+
+def _slns_ref(xs: Sequence[np.ndarray], a: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    h = xs[0] + xs[1]
+    if len(xs) > 4:
+        h = h + xs[4]
+    return _sln_ref(xs, a)[0], h.astype(xs[0].dtype)
+
+
+def _slns_import(ctx: OnnxImportCtx) -> Imported:
+    if not (ctx.num_outputs > 3 and ctx.output_used(3)):
+        raise Unsupported("SkipLayerNormalization's sum output is not used (ms_skip_layernorm covers it)")
+    if ctx.output_used(1) or ctx.output_used(2):
+        raise Unsupported("SkipLayerNormalization's mean or inv-std output is used (not modelled)")
+    eps = float(ctx.attr("epsilon", 1e-12))
+    return Imported("ms_skip_layernorm_sum", {"epsilon": eps}, _present_prefix(ctx, 3, 4), outputs=(0, 3))
+
+
+def _slns_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
+    y, h = node.outputs
+    ctx.emit("SkipLayerNormalization", node.inputs, {"epsilon": node.attrs["epsilon"]},
+             outputs=[y, "", "", h], domain=MS)
+
+
+register(OpDef(
+    name="ms_skip_layernorm_sum", family=FAMILY,
+    doc="onnxruntime SkipLayerNormalization with its sum output (outputs 0 and 3): "
+        "(layernorm(h, gamma (, beta)) over the last axis, h) for h = x + skip (+ bias); pre-LN "
+        "transformers use h as the next residual.",
+    inputs=("x", "skip", "gamma", "beta", "bias"), min_inputs=3,
+    attrs=(AttrSpec("epsilon", "float", 1e-12, "onnxruntime's default is 1e-12"),),
+    infer=_slns_infer, reference=_slns_ref,
+    flops=lambda ins, outs, a: (7 + len(ins) - 3) * ins[0].numel,
+    onnx_import={f"{MS}::SkipLayerNormalization": _slns_import},
+    onnx_export=_slns_export,
     samples=(
         Sample((f32(2, 5, 8), f32(2, 5, 8), f32(8), f32(8)), {"epsilon": 1e-5}),
         Sample((f32(2, 5, 8), f32(5, 8), f32(8)), {"epsilon": 1e-3}, note="no beta, (S, D) skip"),

@@ -126,12 +126,15 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class Imported:
-    """Result of an ONNX importer: IR op name, its attributes, and which ONNX input positions
-    become graph inputs of the IR node (the others were folded into attributes)."""
+    """Result of an ONNX importer: IR op name, its attributes, which ONNX input positions
+    become graph inputs of the IR node (the others were folded into attributes), and, where the
+    IR op models only some of the node's outputs, the ONNX output position of each IR output
+    (``None``: IR output ``k`` is ONNX output ``k``)."""
 
     op: str
     attrs: Mapping[str, Any]
     inputs: tuple[int, ...]
+    outputs: tuple[int, ...] | None = None
 
 
 class OnnxImportCtx(Protocol):

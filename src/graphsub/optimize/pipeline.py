@@ -327,7 +327,6 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     (None: the original)."""
     from graphsub.data import random_inputs
     from graphsub.optimize import portfolio as pf
-    from graphsub.rules.library import get_set
 
     ref = res.original
     port = pf.Portfolio()
@@ -339,7 +338,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         port.add(pf.Candidate(name, pf.export_bytes(fin), fin, pf.ORIGINAL, steps))
     tail_s = st.plan.tail_s if st.plan is not None else 0.0
     port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
-    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=get_set("ort-spelling") if st.spelling
+    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=_spelling_rules() if st.spelling
                          else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s, deadline=run.deadline,
                          tail_s=tail_s, layout=st.spelling, rows=st.spelling)
     with run.step("portfolio", "portfolio_s"):
@@ -513,6 +512,14 @@ def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
     return (f"no candidate is faster under ORT_ENABLE_ALL at {st.threads} thread(s) (best: {shown.name}, "
             f"{how}; needed > {st.min_speedup:g}x and faster in 80% of the rounds); kept the "
             "original (--keep-slower writes the fastest candidate anyway)")
+
+
+def _spelling_rules() -> list[Rule]:
+    """The spelling pass: the ``ort-spelling`` rules, and ``cpu_reshape_reshape`` so that a peer's reshape round
+    trips (head split and back, onnxscript's MultiHeadAttention inputs) do not hide the projections from them."""
+    from graphsub.rules.library import get_set
+
+    return [*get_set("ort-spelling"), *(r for r in get_set("cpu") if r.name == "cpu_reshape_reshape")]
 
 
 def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings) -> Any:

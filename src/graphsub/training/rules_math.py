@@ -352,21 +352,39 @@ def _ms_bias_gelu(ctx: VjpCtx, ins: Ins, outs: Outs, gouts: GOuts, a: Attrs) -> 
     return [d, *(ctx.unbroadcast(d, b.shape) for b in ins[1:])]
 
 
-@register_vjp("ms_skip_layernorm")
-def _ms_skip_layernorm(ctx: VjpCtx, ins: Ins, outs: Outs, gouts: GOuts, a: Attrs) -> list[Grad]:
-    """Layer norm over the last axis of ``x + skip (+ bias)``: the sum's gradient goes to all three."""
+def _sln_grads(ctx: VjpCtx, ins: Ins, h: Value, gy: Grad, gh_extra: Grad, eps: float) -> list[Grad]:
+    """Gradients of SkipLayerNormalization's inputs given the gradients of its normalised output ``gy`` and of
+    its sum ``h = x + skip (+ bias)`` (``gh_extra``, from the sum output); the sum's gradient goes to all three."""
     x, skip, gamma = ins[0], ins[1], ins[2]
     beta = ins[3] if len(ins) > 3 else None
-    h = ctx.op("add", x, skip)
-    if len(ins) > 4:
-        h = ctx.op("add", h, ins[4])
-    gh, ggamma, gbeta = layernorm_grads(ctx, h, _g(gouts), gamma, beta, len(x.shape) - 1, float(a["epsilon"]))
+    gh: Grad = gh_extra
+    ggamma: Grad = None
+    gbeta: Grad = None
+    if gy is not None:
+        dh, ggamma, gbeta = layernorm_grads(ctx, h, gy, gamma, beta, len(x.shape) - 1, eps)
+        gh = dh if gh_extra is None else ctx.op("add", dh, gh_extra)
+    assert gh is not None, "the sweep calls a rule only with a gradient for one of its outputs"
     out: list[Grad] = [gh, ctx.unbroadcast(gh, skip.shape), ggamma]
     if beta is not None:
         out.append(gbeta)
     if len(ins) > 4:
         out.append(ctx.unbroadcast(gh, ins[4].shape))
     return out
+
+
+@register_vjp("ms_skip_layernorm")
+def _ms_skip_layernorm(ctx: VjpCtx, ins: Ins, outs: Outs, gouts: GOuts, a: Attrs) -> list[Grad]:
+    """Layer norm over the last axis of ``x + skip (+ bias)``."""
+    h = ctx.op("add", ins[0], ins[1])
+    if len(ins) > 4:
+        h = ctx.op("add", h, ins[4])
+    return _sln_grads(ctx, ins, h, _g(gouts), None, float(a["epsilon"]))
+
+
+@register_vjp("ms_skip_layernorm_sum")
+def _ms_skip_layernorm_sum(ctx: VjpCtx, ins: Ins, outs: Outs, gouts: GOuts, a: Attrs) -> list[Grad]:
+    """The same with the sum as output 1: its gradient joins the one through the normalisation."""
+    return _sln_grads(ctx, ins, outs[1], gouts[0], gouts[1], float(a["epsilon"]))
 
 
 __all__ = ["const_value", "gelu_grad", "layernorm_grads"]

@@ -150,12 +150,15 @@ def graph_terms(g: Graph, A: Z3Algebra, facts: list[Any], prefix: str = "") -> d
         elif op == "layernorm":  # no axioms: equal arguments and attributes give equal results
             axis = a["axis"] % len(shapes[0])
             outs = [A.opaque(f"layernorm_{axis}_{a['epsilon']!r}", len(ins))(*ins)]
-        elif op == "ms_skip_layernorm":  # by definition: layernorm over the last axis of x + skip (+ bias)
+        elif op in ("ms_skip_layernorm", "ms_skip_layernorm_sum"):
+            # by definition: layernorm over the last axis of h = x + skip (+ bias) (and h itself)
             h = A.add(ins[0], ins[1], shapes[0] == shapes[1])
             if len(ins) > 4:
                 h = A.add(h, ins[4], shapes[4] == shapes[0])
             ln_ins = [h, *ins[2:4]]
             outs = [A.opaque(f"layernorm_{len(shapes[0]) - 1}_{a['epsilon']!r}", len(ln_ins))(*ln_ins)]
+            if op == "ms_skip_layernorm_sum":
+                outs.append(h)
         elif op == "relu":
             outs = [A.f["relu"](*ins)]
         elif op == "matmul":
