@@ -87,7 +87,7 @@ def test_spelling_rules_are_proven() -> None:
     "unknown" with that reason, and checked numerically on their examples like every rule."""
     results = {r.name: prove_rule(r, timeout_ms=5000) for r in get_set("ort-spelling")}
     packings = {n for n in results if n.startswith("ortsp_attention_")}
-    assert len(packings) == 7
+    assert len(packings) == 14
     assert {n: r.status for n, r in results.items() if n not in packings} == \
         dict.fromkeys(set(results) - packings, "proven"), results
     assert all(results[n].status == "unknown" and "2-D" in results[n].reason for n in packings)

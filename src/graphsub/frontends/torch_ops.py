@@ -92,21 +92,22 @@ def _layernorm(x: T, scale: T, bias: T | None, axis: int, eps: float) -> T:
 
 
 def _mha(xs: Sequence[T], a: A) -> T:
-    q, k, v = xs
+    q, k, v = xs[:3]
     h = a["num_heads"]
 
     def heads(t: T) -> T:
         return t.reshape(t.shape[0], t.shape[1], h, t.shape[2] // h).transpose(1, 2)
 
-    o = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), scale=a["scale"] or None)
+    o = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=xs[3] if len(xs) > 3 else None,
+                                       scale=a["scale"] or None)
     return o.transpose(1, 2).reshape(q.shape[0], q.shape[1], v.shape[2])
 
 
 def _attention(xs: Sequence[T], a: A) -> T:
-    x, w, b = xs
+    x, w, b = xs[:3]
     dq, dk, _ = a["qkv_hidden_sizes"]
     p = torch.matmul(x, w) + b
-    return _mha((p[..., :dq], p[..., dq:dq + dk], p[..., dq + dk:]), a)
+    return _mha((p[..., :dq], p[..., dq:dq + dk], p[..., dq + dk:], *xs[3:]), a)
 
 
 def _gelu_tanh(x: T) -> T:

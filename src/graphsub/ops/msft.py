@@ -15,8 +15,9 @@ onnxruntime's own graph optimizer produces, as first-class IR ops (names prefixe
   layer normalisation of ``x + skip (+ bias)`` over the last axis (output 0);
   ``ms_skip_layernorm_sum`` is the same node with its sum output (ONNX output 3) as a second
   output, as pre-LN transformers use it; nodes whose mean / inv-std outputs are used stay opaque.
-* ``ms_mha(q[B,S,D], k[B,L,D], v[B,L,Dv])`` -- ``MultiHeadAttention`` without mask, bias or
-  past state: per head ``softmax(Q K^T * scale) V`` with ``D`` (``Dv``) split into
+* ``ms_mha(q[B,S,D], k[B,L,D], v[B,L,Dv] [, attention_bias])`` -- ``MultiHeadAttention`` without
+  mask, projection bias or past state: per head ``softmax(Q K^T * scale (+ attention_bias)) V``
+  (the bias (B or 1, H or 1, S, L), ONNX input 5, e.g. T5's position bias) with ``D`` (``Dv``) split into
   ``num_heads`` heads, head-major; ``scale`` is stored explicitly (0 on import = 1/sqrt(D/H)).
 
 Attributes that onnxruntime reads as float32 (``alpha``, ``scale``) are kept in their shortest
@@ -473,7 +474,7 @@ def _mha_dims(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[int, int
     """(B, S, L, H, hd, hdv) of a multi-head attention; ShapeError on inconsistent inputs."""
     op = "ms_mha"
     _check_float(op, ins)
-    q, k, v = ins
+    q, k, v = ins[:3]
     h = a["num_heads"]
     if q.rank != 3 or k.rank != 3 or v.rank != 3:
         raise ShapeError(f"{op}: expects q[B,S,D], k[B,L,D], v[B,L,Dv], got {q}, {k}, {v}")
@@ -482,7 +483,16 @@ def _mha_dims(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[int, int
         raise ShapeError(f"{op}: inconsistent q {q}, k {k}, v {v} (need equal B, equal L, k's D = q's D)")
     if h < 1 or d % h or dv % h:
         raise ShapeError(f"{op}: num_heads {h} must divide D={d} and Dv={dv}")
+    if len(ins) > 3:
+        check_attention_bias(op, ins[3], (b, h, s, lk))
     return b, s, lk, h, d // h, dv // h
+
+
+def check_attention_bias(op: str, bias: TensorType, full: tuple[int, int, int, int]) -> None:
+    """An additive attention bias must be (B or 1, H or 1, S, L) for logits of shape ``full`` = (B, H, S, L)."""
+    if bias.rank != 4 or bias.shape[2:] != full[2:] or any(d not in (1, f) for d, f in zip(bias.shape[:2], full[:2],
+                                                                                             strict=True)):
+        raise ShapeError(f"{op}: attention bias {bias} must be (B or 1, H or 1, S, L) for logits {full}")
 
 
 def _mha_canon(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
@@ -499,8 +509,10 @@ def _mha_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorT
     return (TensorType((b, s, h * hdv), ins[0].dtype),)
 
 
-def mha_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, num_heads: int, scale: float) -> np.ndarray:
-    """Multi-head attention on (B,S,D) / (B,L,D) / (B,L,Dv) arrays (float64 inside)."""
+def mha_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, num_heads: int, scale: float,
+            bias: np.ndarray | None = None) -> np.ndarray:
+    """Multi-head attention on (B,S,D) / (B,L,D) / (B,L,Dv) arrays (float64 inside), with an optional additive
+    bias of the logits (B or 1, H or 1, S, L)."""
     b, s, d = q.shape
     L, dv = k.shape[1], v.shape[2]
     h = num_heads
@@ -508,6 +520,8 @@ def mha_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, num_heads: int, scale: 
     kh = k.astype(np.float64).reshape(b, L, h, d // h).transpose(0, 2, 3, 1)
     vh = v.astype(np.float64).reshape(b, L, h, dv // h).transpose(0, 2, 1, 3)
     logits = (qh @ kh) * scale
+    if bias is not None:
+        logits = logits + bias.astype(np.float64)
     e = np.exp(logits - logits.max(axis=-1, keepdims=True))
     out = (e / e.sum(axis=-1, keepdims=True)) @ vh  # B, H, S, hdv
     return out.transpose(0, 2, 1, 3).reshape(b, s, dv).astype(q.dtype)
@@ -515,7 +529,7 @@ def mha_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, num_heads: int, scale: 
 
 def _mha_flops(ins: Sequence[TensorType], outs: Sequence[TensorType], a: Mapping[str, Any]) -> int:
     b, s, L, h, hd, hdv = _mha_dims(ins, a)
-    return 2 * b * h * s * L * (hd + hdv) + 6 * b * h * s * L
+    return 2 * b * h * s * L * (hd + hdv) + (6 + (len(ins) > 3)) * b * h * s * L
 
 
 def _mha_import(ctx: OnnxImportCtx) -> Imported:
@@ -526,32 +540,46 @@ def _mha_import(ctx: OnnxImportCtx) -> Imported:
         raise Unsupported("MultiHeadAttention with packed query/key/value")
     if ctx.input_type(1).rank != 3 or ctx.input_type(2).rank != 3:
         raise Unsupported("MultiHeadAttention with BNSH or packed key/value")
-    _present_prefix(ctx, 3, 2)  # no bias, mask, attention bias or past state
+    if ctx.has_input(3) or ctx.has_input(4) or any(ctx.has_input(i) for i in range(6, ctx.num_inputs)):
+        raise Unsupported("MultiHeadAttention with a bias, key padding mask or past state")
     attrs = {"num_heads": int(ctx.attr("num_heads")), "scale": float(ctx.attr("scale", 0.0))}
-    return Imported("ms_mha", attrs, (0, 1, 2))
+    return Imported("ms_mha", attrs, (0, 1, 2, 5) if ctx.has_input(5) else (0, 1, 2))
+
+
+def attention_inputs(inputs: Sequence[str], n_fixed: int) -> list[str]:
+    """ONNX inputs of onnxruntime's attention ops from the IR's: the optional attention bias (IR input ``n_fixed``)
+    sits at ONNX position 5, after absent optional inputs."""
+    ins = list(inputs)
+    return ins if len(ins) <= n_fixed else ins[:n_fixed] + [""] * (5 - n_fixed) + ins[n_fixed:]
 
 
 def _mha_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
     attrs = {"num_heads": node.attrs["num_heads"], "scale": node.attrs["scale"]}
-    ctx.emit("MultiHeadAttention", node.inputs, attrs, outputs=node.outputs, domain=MS)
+    ctx.emit("MultiHeadAttention", attention_inputs(node.inputs, 3), attrs, outputs=node.outputs, domain=MS)
 
 
 register(OpDef(
     name="ms_mha", family=FAMILY, canonicalize=_mha_canon,
-    doc="onnxruntime MultiHeadAttention (no mask/bias/past): per head softmax(Q K^T * scale) V "
+    doc="onnxruntime MultiHeadAttention (no mask/projection bias/past): per head softmax(Q K^T * scale "
+        "(+ attention_bias (B or 1, H or 1, S, L))) V "
         "with q[B,S,D], k[B,L,D], v[B,L,Dv] split head-major into num_heads heads; out [B,S,Dv]. "
         "scale 0 means 1/sqrt(D/num_heads) and is stored as that value.",
-    inputs=("q", "k", "v"),
+    inputs=("q", "k", "v", "attention_bias"), min_inputs=3,
     attrs=(AttrSpec("num_heads", "int"), AttrSpec("scale", "float", 0.0)),
     infer=_mha_infer,
-    reference=lambda xs, a: (mha_ref(xs[0], xs[1], xs[2], a["num_heads"], a["scale"]),),
+    reference=lambda xs, a: (mha_ref(xs[0], xs[1], xs[2], a["num_heads"], a["scale"],
+                                     xs[3] if len(xs) > 3 else None),),
     flops=_mha_flops,
     onnx_import={f"{MS}::MultiHeadAttention": _mha_import}, onnx_export=_mha_export,
     samples=(
         Sample((f32(2, 5, 8), f32(2, 6, 8), f32(2, 6, 12)), {"num_heads": 2}, note="default scale"),
         Sample((f32(1, 7, 16), f32(1, 7, 16), f32(1, 7, 16)), {"num_heads": 4, "scale": 0.3}),
         Sample((f32(3, 4, 6), f32(3, 9, 6), f32(3, 9, 6)), {"num_heads": 1, "scale": 1.0}),
+        Sample((f32(1, 5, 8), f32(1, 5, 8), f32(1, 5, 8), f32(1, 2, 5, 5)), {"num_heads": 2},
+               note="attention bias per head (T5's position bias)"),
+        Sample((f32(2, 3, 8), f32(2, 4, 8), f32(2, 4, 8), f32(2, 1, 3, 4)), {"num_heads": 4, "scale": 1.0},
+               note="attention bias per batch, broadcast over heads"),
     ),
 ))
 
-__all__ = ["FUSED_ACTS", "MS", "f32_attr", "fused_act", "mha_ref"]
+__all__ = ["FUSED_ACTS", "MS", "attention_inputs", "check_attention_bias", "f32_attr", "fused_act", "mha_ref"]

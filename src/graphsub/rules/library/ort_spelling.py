@@ -105,12 +105,13 @@ def _projection(p: PatternBuilder, x: PValue, n: str, kind: str) -> PValue:
     return p.mul(y, p.weight("s"), name="mul_q") if kind == "s" else y
 
 
-def _attention(kinds: str) -> list[Rule]:
+def _attention(kinds: str, bias: bool = False) -> list[Rule]:
     qkv = "qkv"
 
     def src(p: PatternBuilder) -> dict[str, PValue]:
         x = p.var("x")
-        return {"y": p.ms_mha(*(_projection(p, x, n, k) for n, k in zip(qkv, kinds, strict=True)), name="mha")}
+        ab = [p.var("ab")] if bias else []
+        return {"y": p.ms_mha(*(_projection(p, x, n, k) for n, k in zip(qkv, kinds, strict=True)), *ab, name="mha")}
 
     def shapes_ok(m: MatchView) -> bool | str:
         x, ws = m.shape("x"), [m.shape(f"w{n}") for n in qkv]
@@ -128,13 +129,15 @@ def _attention(kinds: str) -> list[Rule]:
               for n, k, d in zip(qkv, kinds, widths, strict=True)]
         factor = scalar_value(m, "s") if kinds[0] == "s" else None
         scale = m.attr("mha", "scale") * (1.0 if factor is None else factor)
-        y = t.ms_attention(m.x, t.concat(*ws, axis=1), t.concat(*bs, axis=0), num_heads=m.attr("mha", "num_heads"),
-                           scale=f32_attr(scale), qkv_hidden_sizes=widths)
+        y = t.ms_attention(m.x, t.concat(*ws, axis=1), t.concat(*bs, axis=0), *([m.ab] if bias else []),
+                           num_heads=m.attr("mha", "num_heads"), scale=f32_attr(scale), qkv_hidden_sizes=widths)
         return {"y": y}
 
     def example(x: tuple[int, ...], d: tuple[int, int, int], heads: int, scale: float) -> Example:
         types: dict[str, Any] = {"x": x} | {f"w{n}": (x[2], w) for n, w in zip(qkv, d, strict=True)}
         types |= {f"b{n}": (w,) for n, k, w in zip(qkv, kinds, d, strict=True) if k != "n"}
+        if bias:
+            types["ab"] = (x[0] if heads > 1 else 1, heads, x[1], x[1])
         data = {}
         if kinds[0] == "s":
             types["s"] = ()
@@ -148,12 +151,13 @@ def _attention(kinds: str) -> list[Rule]:
     adds = tuple(f"add_{n}" for n, k in zip(qkv, kinds, strict=True) if k != "n")
     text = ", ".join(f"{n} = {_PROJ[k].replace('W', 'W' + n).replace('b', 'b' + n)}" for n, k in zip(qkv, kinds,
                                                                                                        strict=True))
-    doc = (f"MultiHeadAttention of one input's projections ({text}) is onnxruntime's Attention on the packed weight "
-           "[Wq|Wk|Wv] and bias [bq|bk|bv]" + (" (a missing bias is zeros)" if "n" in kinds else "")
+    doc = (f"MultiHeadAttention of one input's projections ({text})" + (" with an attention bias" if bias else "")
+           + " is onnxruntime's Attention on the packed weight [Wq|Wk|Wv] and bias [bq|bk|bv]"
+           + (" (a missing bias is zeros)" if "n" in kinds else "")
            + ("; the query's factor s joins the attention scale" if kinds[0] == "s" else "") + ".")
     examples = [example((2, 5, 8), (8, 8, 8), 2, 0.5), example((1, 7, 6), (8, 8, 12), 4, 1.0),
                 example((1, 4, 16), (16, 16, 16), 1, 0.25)]
-    name = f"ortsp_attention_{kinds}"
+    name = f"ortsp_attention_{kinds}" + ("_ab" if bias else "")
     if not adds:
         return [rule(name, doc, src, tgt, examples, where)]
     return list(rule(name, doc, src, tgt, examples, where, commute=adds, mirror="_lhs",
@@ -163,7 +167,7 @@ def _attention(kinds: str) -> list[Rule]:
 def rules() -> list[Rule]:
     """The ``ort-spelling`` rule set (see the module docstring)."""
     return [_ln_sum(True), _ln_sum(False), *(_unfuse_sln(n, with_sum) for with_sum in (False, True) for n in (3, 4, 5)),
-            *(r for kinds in ("bbb", "snb", "sbb", "nnn") for r in _attention(kinds))]
+            *(r for bias in (False, True) for kinds in ("bbb", "snb", "sbb", "nnn") for r in _attention(kinds, bias))]
 
 
 __all__ = ["rules"]
