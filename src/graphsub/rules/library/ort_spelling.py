@@ -19,7 +19,19 @@ rule                                rewrite
                                     bias]), g[, b]) over the last axis (undoes a peer's fusion); the
                                     ``_sum`` rules do the same for ms_skip_layernorm_sum, whose second
                                     output (the residual of pre-LN transformers) becomes the sum
+``ortsp_attention_*[_ab][_lhs]``    ms_mha(q, k, v[, attention_bias]) of one input's projections =>
+                                    ms_attention (onnxruntime's Attention) on the packed weight [Wq|Wk|Wv]
+                                    and bias; the infix spells q, k, v: ``b`` x@W + b, ``n`` x@W (zero
+                                    bias), ``s`` (x@W + b) * s for q (s joins the attention scale);
+                                    ``_lhs``: biases added first
 ==================================  ==========================================================================
+
+The attention packings fire only where a graph already has MultiHeadAttention (a peer's fusion, e.g. onnxscript's
+``optimize_for_ort``), so they add no new contrib-op dependency. onnxruntime's CPU Attention kernel pre-packs the
+weight and runs the three projections as one GEMM: on ViT's, Whisper's and T5's encoders it was 4-6% faster than
+MultiHeadAttention on separate projections (``benchmarks/results/suite32_tf.md``). They hold through batched matmuls
+and softmax, outside the 2-D axioms of :mod:`graphsub.rules.soundness.smt`: proof "unknown", checked numerically on
+their examples like every rule.
 
 Whether a spelling pays depends on the model, the machine and the thread count, so these rules are not part of
 ``default`` and no cost model decides them: :mod:`graphsub.optimize.portfolio` applies them everywhere to make extra
