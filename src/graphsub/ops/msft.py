@@ -403,21 +403,30 @@ def _sln_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
              outputs=node.outputs, domain=MS)
 
 
+#: what SkipLayerNormalization's two IR ops (with and without the sum output) share
+_SLN_INPUTS = ("x", "skip", "gamma", "beta", "bias")
+_SLN_ATTRS = (AttrSpec("epsilon", "float", 1e-12, "onnxruntime's default is 1e-12"),)
+_SLN_SAMPLES = (
+    Sample((f32(2, 5, 8), f32(2, 5, 8), f32(8), f32(8)), {"epsilon": 1e-5}),
+    Sample((f32(2, 5, 8), f32(5, 8), f32(8)), {"epsilon": 1e-3}, note="no beta, (S, D) skip"),
+    Sample((f32(3, 16), f32(3, 16), f32(16), f32(16), f32(16)), note="rank 2, bias"),
+)
+
+
+def _sln_flops(ins: Sequence[TensorType], outs: Sequence[TensorType], a: Mapping[str, Any]) -> int:
+    return (7 + len(ins) - 3) * ins[0].numel
+
+
 register(OpDef(
     name="ms_skip_layernorm", family=FAMILY,
     doc="onnxruntime SkipLayerNormalization (output 0): layer normalisation over the last axis "
         "of h = x + skip (+ bias): (h - mean) / sqrt(var + epsilon) * gamma (+ beta).",
-    inputs=("x", "skip", "gamma", "beta", "bias"), min_inputs=3,
-    attrs=(AttrSpec("epsilon", "float", 1e-12, "onnxruntime's default is 1e-12"),),
+    inputs=_SLN_INPUTS, min_inputs=3, attrs=_SLN_ATTRS,
     infer=_sln_infer, reference=_sln_ref,
-    flops=lambda ins, outs, a: (7 + len(ins) - 3) * ins[0].numel,
+    flops=_sln_flops,
     onnx_import={f"{MS}::SkipLayerNormalization": _sln_import},
     onnx_export=_sln_export,
-    samples=(
-        Sample((f32(2, 5, 8), f32(2, 5, 8), f32(8), f32(8)), {"epsilon": 1e-5}),
-        Sample((f32(2, 5, 8), f32(5, 8), f32(8)), {"epsilon": 1e-3}, note="no beta, (S, D) skip"),
-        Sample((f32(3, 16), f32(3, 16), f32(16), f32(16), f32(16)), note="rank 2, bias"),
-    ),
+    samples=_SLN_SAMPLES,
 ))
 
 
@@ -454,17 +463,12 @@ register(OpDef(
     doc="onnxruntime SkipLayerNormalization with its sum output (outputs 0 and 3): "
         "(layernorm(h, gamma (, beta)) over the last axis, h) for h = x + skip (+ bias); pre-LN "
         "transformers use h as the next residual.",
-    inputs=("x", "skip", "gamma", "beta", "bias"), min_inputs=3,
-    attrs=(AttrSpec("epsilon", "float", 1e-12, "onnxruntime's default is 1e-12"),),
+    inputs=_SLN_INPUTS, min_inputs=3, attrs=_SLN_ATTRS,
     infer=_slns_infer, reference=_slns_ref,
-    flops=lambda ins, outs, a: (7 + len(ins) - 3) * ins[0].numel,
+    flops=_sln_flops,
     onnx_import={f"{MS}::SkipLayerNormalization": _slns_import},
     onnx_export=_slns_export,
-    samples=(
-        Sample((f32(2, 5, 8), f32(2, 5, 8), f32(8), f32(8)), {"epsilon": 1e-5}),
-        Sample((f32(2, 5, 8), f32(5, 8), f32(8)), {"epsilon": 1e-3}, note="no beta, (S, D) skip"),
-        Sample((f32(3, 16), f32(3, 16), f32(16), f32(16), f32(16)), note="rank 2, bias"),
-    ),
+    samples=_SLN_SAMPLES,
 ))
 
 # ----------------------------------------------------------------------------- ms_mha
