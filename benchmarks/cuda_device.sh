@@ -40,5 +40,5 @@ nvidia-smi -L
 python3 benchmarks/cuda_smoke.py 2>&1 | tee "$OUT/smoke.log" || exit 4
 [ "${1:-smoke}" = suite ] || exit 0
 export GRAPHSUB_SUITE_DIR="$DEV/suite" GRAPHSUB_SUITE_WORK=/tmp/work
-python3 -m graphsub bench suite --provider cuda --models "$2" --threads all --alone --budget "${BUDGET:-6}" \
+python3 -m graphsub bench suite --provider cuda --models "$2" --threads all --alone --budget "${BUDGET:-30}" \
     --name "${NAME:-suite28_cuda}" --out "$OUT" --no-plots 2>&1 | tail -60

@@ -349,8 +349,8 @@ def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per model, what graphsub's portfolio kept: the candidate (and the peer or search it was built on), the rule
     families that made it, and its own measured speedup (confirmed, paired) at the thread count it decided at: one
     row per thread count, each its own run (``graphsub optimize --threads N``)."""
-    lines = ["| model | kept | built on | rule families (substitutions) | its speedup | threads | candidates |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| model | kept | built on | rule families (substitutions) | its speedup | threads | candidates | "
+             "time to result |", "|---|---|---|---|---|---|---|---|"]
     for r in records:
         ours = r["tools"].get(GRAPHSUB, {})
         for g in sorted([ours, *ours.get("at_threads", {}).values()], key=lambda g: g.get("threads") or 0):
@@ -362,8 +362,34 @@ def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
             sp = kept.get("confirm_speedup") or kept.get("speedup")
             lines.append(f"| {r['model']} | {g['chosen']} | {g.get('chosen_base') or '-'} | "
                          + (", ".join(f"{f} ({n} rules)" for f, n in fams.items()) or "-")
-                         + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} |")
+                         + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} | "
+                         f"{g.get('seconds', 0.0):.1f} s |")
     return lines
+
+
+#: the time to result ``graphsub optimize`` must keep to on every suite model (issue 20)
+TIME_TO_RESULT_S = 90.0
+
+
+def time_to_result(records: Sequence[Mapping[str, Any]], limit_s: float = TIME_TO_RESULT_S) -> list[str]:
+    """How long each ``graphsub optimize`` run took, wall time of its process (loading, search, verification,
+    portfolio, timing and writing): the longest, and every run over ``limit_s``.
+
+    >>> recs = [{"model": "a", "tools": {"graphsub": {"status": "ok", "seconds": 61.0, "threads": 2,
+    ...          "at_threads": {"1": {"status": "ok", "seconds": 93.5, "threads": 1}}}}}]
+    >>> time_to_result(recs)
+    ['- 2 runs of graphsub optimize: longest 93.5 s (a, 1 thread(s)), median 77.2 s; over 90 s: 1 (a at 1 thread(s))']
+    """
+    runs = [(float(g["seconds"]), r["model"], g.get("threads", "?")) for r in records
+            for g in [r["tools"].get(GRAPHSUB, {}), *r["tools"].get(GRAPHSUB, {}).get("at_threads", {}).values()]
+            if g.get("status") == "ok" and "seconds" in g]
+    if not runs:
+        return []
+    top = max(runs)
+    over = [f"{m} at {n} thread(s)" for s, m, n in sorted(runs, reverse=True) if s > limit_s]
+    return [f"- {len(runs)} runs of graphsub optimize: longest {top[0]:.1f} s ({top[1]}, {top[2]} thread(s)), median "
+            f"{statistics.median(s for s, _, _ in runs):.1f} s; over {limit_s:g} s: {len(over)}"
+            + (f" ({', '.join(over)})" if over else "")]
 
 
 def family_geomeans(records: Sequence[Mapping[str, Any]], threads: int) -> list[str]:
@@ -415,6 +441,9 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
     chosen = choices(records)
     if len(chosen) > 2:
         parts += ["## What graphsub kept (its portfolio)\n\n", "\n".join(chosen), "\n\n"]
+    ttr = time_to_result(records)
+    if ttr:
+        parts += ["## graphsub's time to result (`graphsub optimize`, the whole command)\n\n", "\n".join(ttr), "\n\n"]
     lag = behind(records, threads)
     parts += ["## Where a peer beats graphsub\n\n", "\n".join(lag) if lag else "nowhere", "\n\n"]
     comp = composition(records, threads)
@@ -434,6 +463,7 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
 __all__ = [
     "MIN_FASTER_ROUNDS",
     "MIN_RATIO",
+    "TIME_TO_RESULT_S",
     "behind",
     "best_tool",
     "cell",
@@ -451,6 +481,7 @@ __all__ = [
     "rule_family",
     "speedup",
     "speedup_table",
+    "time_to_result",
     "tools_of",
     "versus",
     "versus_counts",
