@@ -268,3 +268,57 @@ def test_a_session_timer_counts_the_kernels_onnxruntime_runs() -> None:
     timer = session_timer(model.SerializeToString(), feeds, threads=1, fingerprint=True)
     assert timer.signature and 0 < timer.kernels <= len(model.graph.node)
     assert session_timer(model.SerializeToString(), feeds, threads=1).kernels == 0  # not asked: unknown
+
+
+class _Clock:
+    """A fake ``time`` module whose clock moves only when a fake onnxruntime run says so."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def perf_counter(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("reserve", [True, False])
+def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: pytest.MonkeyPatch,
+                                                                   reserve: bool) -> None:
+    """A slow model (a run of 100 ms, longer than the timing budget's rounds) and a tight deadline: the side-by-side
+    rounds stop early enough for the leader's paired rounds, so the 1.25x faster candidate is confirmed in all 5.
+    Without that reserve (the control), the side-by-side rounds take the time and the confirmation gets 2 rounds,
+    too few to confirm anything. A fake clock, moved by the fake runs, makes it exact."""
+    import graphsub.optimize.budget as budget
+    from graphsub.deadline import Deadline
+    from graphsub.optimize import portfolio as pf
+    from graphsub.optimize.pipeline import MIN_CONFIRM_ROUNDS, _Settings, _time
+
+    clock = _Clock()
+    monkeypatch.setattr("graphsub.deadline.time", clock)
+    monkeypatch.setattr("graphsub.optimize.timing.time", clock)
+    if not reserve:
+        monkeypatch.setattr("graphsub.optimize.pipeline.confirm_reserve_s", lambda *a: 0.0)
+    assert budget.confirm_reserve_s(b"o", b"c", 0.1, 7) > 1.75  # seven paired rounds of two 0.1 s runs, and more
+
+    def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        ms = 100.0 if model == b"original" else 80.0
+
+        def run(budget_ms: float) -> float:
+            clock.t += 0.1
+            return ms
+
+        return run
+
+    monkeypatch.setattr("graphsub.optimize.timing.session_timer", timer)
+    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", timer)
+    port = pf.Portfolio()
+    cands = [port.add(pf.Candidate(f"c{i}", bytes([i]) * 8, verified=True)) for i in range(3)]
+    st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
+                   budget_ms=300.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
+    _time(port, cands, b"original", {}, st, Deadline.after(2.4, start=0.0))
+    confirmed = [c for c in cands if c.confirm_rounds]
+    assert len(confirmed) == 1
+    if reserve:
+        assert len(confirmed[0].confirm_rounds) == 5 and confirmed[0].confirm_speedup == pytest.approx(1.25)
+        assert len(port.original_rounds) == 1  # one side-by-side round: the rest was kept for the confirmation
+    else:
+        assert len(confirmed[0].confirm_rounds) < MIN_CONFIRM_ROUNDS

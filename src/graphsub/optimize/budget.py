@@ -10,7 +10,8 @@ every phase gets the smaller of its own time and what is left:
   of the budget, at least ``TAIL_MIN_S`` and at least what verifying the model on one input draw is estimated to
   take (:func:`verify_estimate_s`: exporting it twice, two sessions and two runs cannot be interrupted): the phases
   before it end that much before the deadline; timing then uses whatever is left (its per-round time shrinks to
-  fit, and its rounds stop at the deadline);
+  fit, and its rounds stop at the deadline; the side-by-side rounds stop early enough to leave the leader its
+  paired confirmation rounds, :func:`confirm_reserve_s`);
 * the **main search** gets ``SEARCH_SHARE`` of the budget (12 s of the default 75 s), never more than the ``Budget``
   passed to ``optimize`` allows;
 * the **portfolio** keeps equality saturation (``eqsat_s``, 5 s by default), the peers (together about
@@ -43,6 +44,7 @@ leaves the search no time at all.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
@@ -80,6 +82,30 @@ def verify_estimate_s(graph: Graph) -> float:
     run_s = roofline.scalar(roofline.graph_cost(graph)) / 1e3
     return (VERIFY_BASE_S + VERIFY_S_PER_MB * weight_bytes(graph) / 1e6 + VERIFY_S_PER_OP * graph.num_ops
             + VERIFY_RUNS * (run_s if run_s < float("inf") else 0.0))
+
+
+#: creating an onnxruntime session: a constant and per MB of the model (its weights; ~15 s per GB here, as above)
+SESSION_BASE_S, SESSION_S_PER_MB = 0.1, 0.015
+
+
+def _model_mb(model: bytes | str) -> float:
+    """The size of a serialized model (bytes or a path) in MB."""
+    return (len(model) if isinstance(model, bytes) else os.path.getsize(model)) / 1e6
+
+
+def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, rounds: int) -> float:
+    """What confirming one leader will take (:func:`graphsub.optimize.timing.time_pair`): two fresh sessions and
+    ``rounds`` paired rounds of two blocks, each about ``side_s`` (one model's share of a side-by-side round, as
+    measured: its timing budget, or one run when a run is longer), a quarter again for warm-ups. The side-by-side
+    rounds stop that much before the deadline, so that the budget cannot leave the best candidate unconfirmed: on
+    ConvNeXt-T at 1 thread (about 100 ms a run, 12 candidates of 110 MB) they used the whole timing share, and
+    candidates 1.13-1.24x faster were kept out for want of their paired rounds (suite35_whole).
+
+    >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 5), 2)
+    4.8
+    """
+    sessions = 2 * SESSION_BASE_S + SESSION_S_PER_MB * (_model_mb(source) + _model_mb(leader))
+    return sessions + 1.25 * rounds * 2 * side_s
 
 
 @dataclass(frozen=True)
@@ -134,5 +160,5 @@ def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsa
 
 
 __all__ = ["DEFAULT_TIME_S", "EQSAT_MIN_S", "ON_TOP_MIN_S", "PEERS_EST_S", "PEERS_MIN_S", "SEARCH_SHARE",
-           "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Plan",
-           "plan", "verify_estimate_s"]
+           "SESSION_BASE_S", "SESSION_S_PER_MB", "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS",
+           "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Plan", "confirm_reserve_s", "plan", "verify_estimate_s"]

@@ -52,7 +52,7 @@ from graphsub.deadline import NO_DEADLINE, Deadline, check_seconds
 from graphsub.errors import GraphsubError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
-from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
+from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, confirm_reserve_s, plan, verify_estimate_s
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import consistent, decide, time_candidates, time_pair
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
@@ -424,8 +424,16 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
         timed = ranked[:3 if slow else FINALISTS] + _lean(ranked[3 if slow else FINALISTS:], sessions)
         for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
             del sessions[name]  # the memory of the sessions that are out of the race
-    rounds = time_candidates({pf.ORIGINAL: source, **{c.name: c.data for c in timed}}, feeds, threads=st.threads,
-                             budget_ms=budget_ms, provider=st.provider, sessions=sessions, stop=stop, twins=twins)
+    finalists = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
+    biggest = max((c.data for c in timed), key=len, default=b"")
+
+    def side_stop(need_s: float) -> bool:  # after the first round, keep what confirming the leader would take
+        if need_s <= 0:
+            return stop(0.0)
+        return stop(need_s + confirm_reserve_s(source, biggest, need_s / len(finalists), 5 if slow else 7))
+
+    rounds = time_candidates(finalists, feeds, threads=st.threads, budget_ms=budget_ms, provider=st.provider,
+                             sessions=sessions, stop=side_stop, twins=twins)
     sessions.clear()
     timed = _untwin(port, timed, twins)
     if rounds.get(pf.ORIGINAL) and not timed:
