@@ -102,7 +102,7 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, r
     candidates 1.13-1.24x faster were kept out for want of their paired rounds (suite35_whole).
 
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 5), 2)
-    4.8
+    5.0
     """
     sessions = 2 * SESSION_BASE_S + SESSION_S_PER_MB * (_model_mb(source) + _model_mb(leader))
     return sessions + 1.25 * rounds * 2 * side_s
