@@ -6,6 +6,8 @@ the noise (:func:`graphsub.bench.suite.table.gap`) and on how many models graphs
         suite27_tf.jsonl@all suite28_rest.jsonl@all suite27_tf_1t.jsonl@1 suite28_rest.jsonl@1
 
 ``FILE@N`` reads FILE (under benchmarks/results unless a path) at N threads (``all``: the largest count in it).
+A model that a later part has too replaces the earlier part's record of it (a rerun, say after a fix: the header
+names every part, so the replacement is on record).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from graphsub.bench.records import load_records
-from graphsub.bench.suite.table import best_tool, gap, speedup
+from graphsub.bench.suite.table import best_tool, gap, speedup, time_to_result
 
 
 def _geo(xs: list[float]) -> float:
@@ -48,14 +50,17 @@ def main() -> None:
     ap.add_argument("parts", nargs="+", help="FILE.jsonl@N (N: a thread count or 'all')")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    groups: dict[str, list[tuple[dict[str, Any], int]]] = {}
+    groups: dict[str, dict[str, tuple[dict[str, Any], int]]] = {}
     for part in args.parts:
         name, _, n = part.rpartition("@")
         path = Path(name) if "/" in name else Path("benchmarks/results") / name
         for rec in load_records(path):
             count = max(rec["threads"]) if n == "all" else int(n)
-            groups.setdefault("all cores" if n == "all" else f"{n} thread(s)", []).append((rec, count))
-    text = "\n".join(line for label, rows in groups.items() for line in summarize(label, rows))
+            groups.setdefault("all cores" if n == "all" else f"{n} thread(s)", {})[rec["id"]] = (rec, count)
+    text = "\n".join(line for label, rows in groups.items() for line in summarize(label, list(rows.values())))
+    records = {rid: rec for rows in groups.values() for rid, (rec, _) in rows.items()}
+    text += "\n## graphsub's time to result (`graphsub optimize`, the whole command)\n\n"
+    text += "\n".join(time_to_result(list(records.values())) or ["no graphsub run recorded"]) + "\n"
     head = "# The whole suite, combined from: " + ", ".join(args.parts) + "\n\n"
     print(head + text)
     if args.out:
