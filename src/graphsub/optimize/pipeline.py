@@ -406,9 +406,20 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
     twins: dict[str, str] = {}  # candidates onnxruntime runs exactly as the original or an earlier candidate
     models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
     slow = False
+    biggest = max((c.data for c in timed), key=len, default=b"")
+
+    def keeping(n_models: int) -> Callable[[float], bool]:  # rounds of n models: keep the leader's confirmation
+        def check(need_s: float) -> bool:
+            if need_s <= 0:
+                return stop(0.0)
+            side_s = max(need_s / n_models, budget_ms / 1000.0)
+            return stop(need_s + confirm_reserve_s(source, biggest, side_s, 5 if slow else 7))
+
+        return check
+
     if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
         screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
-                                 provider=st.provider, sessions=sessions, stop=stop, twins=twins)
+                                 provider=st.provider, sessions=sessions, stop=keeping(len(models)), twins=twins)
         if not screen.get(pf.ORIGINAL):
             return _cut(port, st)
         timed = _untwin(port, timed, twins)
@@ -425,15 +436,8 @@ def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any
         for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
             del sessions[name]  # the memory of the sessions that are out of the race
     finalists = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
-    biggest = max((c.data for c in timed), key=len, default=b"")
-
-    def side_stop(need_s: float) -> bool:  # after the first round, keep what confirming the leader would take
-        if need_s <= 0:
-            return stop(0.0)
-        return stop(need_s + confirm_reserve_s(source, biggest, need_s / len(finalists), 5 if slow else 7))
-
     rounds = time_candidates(finalists, feeds, threads=st.threads, budget_ms=budget_ms, provider=st.provider,
-                             sessions=sessions, stop=side_stop, twins=twins)
+                             sessions=sessions, stop=keeping(len(finalists)), twins=twins)
     sessions.clear()
     timed = _untwin(port, timed, twins)
     if rounds.get(pf.ORIGINAL) and not timed:

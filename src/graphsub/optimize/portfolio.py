@@ -15,7 +15,8 @@ sources and lets the clock decide:
 * ``layout`` and ``X+layout``: the original and each candidate above with its channels-last MLPs (ConvNeXt's
   ``Transpose -> LayerNorm -> MatMul -> GELU -> MatMul -> Transpose``) written channels-first, MatMuls as 1x1
   convolutions, so that onnxruntime keeps its NCHWc layout through them (:mod:`graphsub.frontends.onnx_layout`);
-  only when the original has such a region;
+  only when the original has such a region; made before the peers run (for the peers' candidates after them), so
+  that a budget the peers use up cannot drop the largest CNN gain;
 * ``X+spelling`` for each of the above: the ``ort-spelling`` rules (:mod:`graphsub.rules.library.ort_spelling`)
   applied everywhere, which change only which of ONNX Runtime's own fusions happen (``Add -> LayerNormalization``
   spelled with ``Sum``, so that it stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone), then
@@ -265,6 +266,10 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
             sources.skipped(portfolio, f"{base}+spelling")
             continue
         _try(portfolio, f"{base}+spelling", functools.partial(_spelled, base, graph, steps, sources))
+    laid: set[str] | None = None  # the bases the layout pass has seen (None: the original has no such region)
+    if sources.layout:  # before the peers: cheap, and on ConvNeXt the largest gain (a budget cut must not drop it)
+        note("layout")
+        laid = _layouts(portfolio, source, sources, set())
     peer_s = sources.left(sources.peer_timeout_s, reserve=sources.on_top_s * len(sources.peers)) if sources.peers \
         else 0.0
     if sources.peers and peer_s < PEERS_MIN_S:
@@ -282,9 +287,8 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
             for peer in sources.peers:
                 note(peer)
                 _peer(portfolio, peer, results[peer], Path(tmp), shapes, sources)
-    if sources.layout:
-        note("layout")
-        _layouts(portfolio, source, sources)
+    if sources.layout and laid is not None and sources.peers:
+        _layouts(portfolio, source, sources, laid)  # the peers' candidates
     return portfolio
 
 
@@ -292,15 +296,16 @@ LAYOUT_RULE = "layout_channels_first_mlp"
 LAYOUT_EST_S = 1.0  # one rewrite of a ConvNeXt-T-sized file (110 MB): parse, rewrite, serialize
 
 
-def _layouts(portfolio: Portfolio, source: bytes | str, sources: Sources) -> None:
-    """``layout`` (the original) and ``X+layout`` (each distinct candidate X so far): channels-last MLP regions
-    written channels-first (:mod:`graphsub.frontends.onnx_layout`). Nothing when the original has no such region:
-    the other candidates come from it and none of the passes makes one."""
+def _layouts(portfolio: Portfolio, source: bytes | str, sources: Sources, done: set[str]) -> set[str] | None:
+    """``layout`` (the original) and ``X+layout`` (each distinct candidate X so far, but those in ``done``):
+    channels-last MLP regions written channels-first (:mod:`graphsub.frontends.onnx_layout`); the bases seen so far,
+    or None when the original has no such region (the other candidates come from it and none of the passes makes
+    one, so a later call has nothing to do)."""
     from graphsub.frontends.onnx_layout import rewrite_bytes
 
-    bases: list[tuple[str, bytes, tuple[Step, ...]]] = [
-        (ORIGINAL, source if isinstance(source, bytes) else Path(source).read_bytes(), ())]
-    bases += [(c.name, c.data, c.steps) for c in portfolio.distinct]
+    bases: list[tuple[str, bytes | str, tuple[Step, ...]]] = [] if ORIGINAL in done else [(ORIGINAL, source, ())]
+    bases += [(c.name, c.data, c.steps) for c in portfolio.distinct if c.name not in done]
+    done = set(done)
     for base, data, steps in bases:
         name = "layout" if base == ORIGINAL else f"{base}+layout"
         if sources.left(LAYOUT_EST_S) < LAYOUT_EST_S:
@@ -308,17 +313,19 @@ def _layouts(portfolio: Portfolio, source: bytes | str, sources: Sources) -> Non
             continue
         t = time.perf_counter()
         try:
-            got = rewrite_bytes(data)
+            got = rewrite_bytes(data if isinstance(data, bytes) else Path(data).read_bytes())
         except Exception as e:  # an optional candidate never fails the call (e.g. a model over protobuf's 2 GB)
             portfolio.notes.append(f"{name}: not made ({type(e).__name__}: {e})")
-            return
+            return None
+        done.add(base)
         if got is None:
             if base == ORIGINAL:
-                return
+                return None
             continue
         blob, regions = got
         new = tuple(Step(LAYOUT_RULE, (), math.nan) for _ in range(regions))
-        portfolio.add(Candidate(name, blob, None, base, steps + new, time.perf_counter() - t))
+        done.add(portfolio.add(Candidate(name, blob, None, base, steps + new, time.perf_counter() - t)).name)
+    return done
 
 
 def _peers_est() -> float:
