@@ -61,17 +61,19 @@ def test_gaps_are_explained_by_the_ops_after_ort(tmp_path: Path) -> None:
 
 
 def test_what_graphsub_kept_and_family_means(tmp_path: Path) -> None:
-    from graphsub.bench.suite.table import choices, family_geomeans, rule_family
+    from graphsub.bench.suite.table import choices, family_geomeans, rule_family, time_to_result
 
     assert [rule_family(r) for r in ("ortsp_ln_sum", "ort_gelu", "alg_add_comm", "mf_merge_matmuls")] == [
         "ort-spelling", "ort", "algebra", "metaflow"]
     kept = {"name": "onnxscript+spelling", "speedup": 1.2, "rules": ["ortsp_ln_sum"]}
-    ours = variant([8.0] * 5, BASE, chosen="onnxscript+spelling", chosen_base="onnxscript", threads=2,
+    ours = variant([8.0] * 5, BASE, chosen="onnxscript+spelling", chosen_base="onnxscript", threads=2, seconds=61.5,
                    candidates=[kept, {"name": "search", "speedup": 1.0, "rules": []}])
     recs = [record(graphsub=ours) | {"family": "transformer"},
             record(graphsub=variant(BASE, BASE) | {"status": "failed", "verified": False}) | {"family": "cnn"}]
     lines = choices(recs)
-    assert lines[2] == ("| m | onnxscript+spelling | onnxscript | ort-spelling (1 rules) | 1.200x | 2 | 2 |")
+    assert lines[2] == ("| m | onnxscript+spelling | onnxscript | ort-spelling (1 rules) | 1.200x | 2 | 2 | 61.5 s |")
+    assert time_to_result(recs) == ["- 1 runs of graphsub optimize: longest 61.5 s (m, 2 thread(s)), median 61.5 s; "
+                                    "over 90 s: 0"]
     means = family_geomeans(recs, 1)
     assert "- transformer (1 models), graphsub: 1.250x" in means
     assert "- cnn (1 models), graphsub: 1.000x" in means  # a failed run counts as keeping the original

@@ -363,7 +363,7 @@ def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
             lines.append(f"| {r['model']} | {g['chosen']} | {g.get('chosen_base') or '-'} | "
                          + (", ".join(f"{f} ({n} rules)" for f, n in fams.items()) or "-")
                          + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} | "
-                         f"{g.get('seconds', 0.0):.1f} s |")
+                         + ("-" if g.get("seconds") is None else f"{g['seconds']:.1f} s") + " |")
     return lines
 
 
