@@ -325,44 +325,53 @@ def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[An
 
 def _known(fn: Any, args: tuple[Any, ...]) -> Any:
     """The node(s) of a call whose key is already captured (:data:`_FAST`), built without the general recorder;
-    ``None``: not known (or not the usual arguments).  This is the tracer's hot path (one call per recorded cell),
-    so :func:`_short_key` and :func:`~graphsub.dynamic.record.new_node` are inlined here (calling them instead measured
-    the Tree-LSTM's recording 7% slower, in one process against this version).  The key must stay ``_short_key``'s,
+    ``None``: not known (or not the usual arguments).  This is the tracer's hot path (one call per recorded cell):
+    the argument forms of cells -- one lazy value, two, a lazy value and a state pair, two state pairs -- are read
+    without a loop, and anything else goes through :func:`_known_loop`.  The key must stay :func:`_short_key`'s,
     which :func:`_remember` enters: ``test_known_cell_calls_take_the_fast_path`` fails otherwise."""
-    key: list[Any] = [id(fn)]
-    inputs: list[Any] = []
-    lvl = 0
-    trace = None
-    for a in args:
-        t = type(a)
-        if t is LazyTensor:
-            inputs.append(a)
-            key.append(a.tok)
-            if a.level > lvl:
-                lvl = a.level
-            trace = a.trace
-        elif t is tuple:
-            key.append(-len(a))
-            for b in a:
-                if type(b) is not LazyTensor:
+    na = len(args)
+    if na == 1:
+        a = args[0]
+        if type(a) is LazyTensor:
+            info = _FAST.get((id(fn), a.tok))
+            return None if info is None else _emit(fn, info, args, a.level, a.trace)
+    elif na == 2:
+        a, b = args
+        ta, tb = type(a), type(b)
+        if ta is tuple and tb is tuple and len(a) == 2 and len(b) == 2:  # two (c, h) states: a tree cell
+            a0, a1 = a
+            b0, b1 = b
+            if type(a0) is LazyTensor and type(a1) is LazyTensor and type(b0) is LazyTensor \
+                    and type(b1) is LazyTensor:
+                info = _FAST.get((id(fn), -2, a0.tok, a1.tok, -2, b0.tok, b1.tok))
+                if info is None:
                     return None
-                inputs.append(b)
-                key.append(b.tok)
-                if b.level > lvl:
-                    lvl = b.level
-                trace = b.trace
-        elif isinstance(a, torch.Tensor):
-            with _NO_TORCH_FUNCTION():  # the lazy mode would intercept each attribute read (~4 us)
-                if a.requires_grad:
+                return _emit(fn, info, (a0, a1, b0, b1), max(a0.level, a1.level, b0.level, b1.level), b1.trace)
+        elif ta is LazyTensor:
+            if tb is LazyTensor:
+                info = _FAST.get((id(fn), a.tok, b.tok))
+                if info is None:
                     return None
-                key.append(a.shape)
-                key.append(a.dtype)
-            inputs.append(a)
-        else:
-            return None
-    info = _FAST.get(tuple(key))
+                return _emit(fn, info, args, max(a.level, b.level), b.trace)
+            if tb is tuple and len(b) == 2:  # an input and a (c, h) state: a sequence cell
+                b0, b1 = b
+                if type(b0) is LazyTensor and type(b1) is LazyTensor:
+                    info = _FAST.get((id(fn), a.tok, -2, b0.tok, b1.tok))
+                    if info is None:
+                        return None
+                    return _emit(fn, info, (a, b0, b1), max(a.level, b0.level, b1.level), b1.trace)
+    got = _short_key(fn, args)
+    if got is None:
+        return None
+    info = _FAST.get(got[0])
     if info is None:
         return None
+    _, inputs, lvl, trace = got
+    return _emit(fn, info, tuple(inputs), lvl, trace)
+
+
+def _emit(fn: Any, info: OpInfo, inputs: tuple[Any, ...], lvl: int, trace: Trace | None) -> Any:
+    """The node of a known call (what :func:`~graphsub.dynamic.record.new_node` does, inlined) and its items."""
     if trace is None:
         trace = STATE.current[-1]
     level = lvl + 1
@@ -370,7 +379,7 @@ def _known(fn: Any, args: tuple[Any, ...]) -> Any:
     n.gid = next(NODE_IDS)
     n.func = fn
     n.info = info
-    n.inputs = tuple(inputs)
+    n.inputs = inputs
     n.tok = info.tok
     n.trace = trace
     n.value = None

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 import torch
@@ -162,18 +161,19 @@ def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef])
         keys = [m.own for m in ms]  # (consumer step, column, member position) of the first reader, if any
         nones = keys.count(None)
         if nones != len(keys):
-            if nones or not all(a < b for a, b in pairwise(keys)):
-                last = len(groups)  # rows nobody here reads: after the chunks, in their order
-                sort_key = [k if k is not None else (last, i, 0) for i, k in enumerate(keys)]
-                order = sorted(range(len(ms)), key=sort_key.__getitem__)
+            if nones:  # rows nobody here reads: after the chunks, in their order
+                last = len(groups) << _STEP
+                keys = [k if k is not None else last + i for i, k in enumerate(keys)]
+            if keys != sorted(keys):  # the keys are distinct: sorted means strictly increasing
+                order = sorted(range(len(ms)), key=keys.__getitem__)
                 ms = g.members = [ms[i] for i in order]
                 keys = [keys[i] for i in order]
                 for r, m in enumerate(ms):
                     m.row = r
             sizes: list[int] = []
-            prev: Any = 0
+            prev = -1
             for k in keys:
-                ck = None if k is None else k[:2]
+                ck = k >> _COL
                 if ck == prev:
                     sizes[-1] += 1
                 else:
@@ -183,15 +183,26 @@ def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef])
                 chunks[t] = sizes
         if not ops[g.kid].batchable:
             continue
-        for j, x in enumerate(ms[0].inputs):
+        first = ms[0].inputs
+        for j, x in enumerate(first):
             if type(x) is not LazyTensor or x.kid in DATA_KIDS:  # data: stacked, not gathered (see column)
                 continue
+            if j and x.part > 0 and type(first[j - 1]) is LazyTensor and first[j - 1].part >= 0 \
+                    and first[j - 1].inputs[0] is x.inputs[0]:
+                continue  # another output of the nodes column j - 1 reads (a cell's state): claimed by it
+            base = (t << _STEP) + (j << _COL)
             for p, m in enumerate(ms):
                 y = m.inputs[j]
                 c = y if y.part < 0 else y.inputs[0]
-                if id(c.grp) in cur and c.own is None:
-                    c.own = (t, j, p)
+                if c.own is None and id(c.grp) in cur:
+                    c.own = base + p
     return chunks
+
+
+_COL = 24
+_STEP = 48
+"""A row's owner in :func:`_layout` is one int, ``step << _STEP | column << _COL | position`` (ordered as the
+tuple, cheaper to compare and sort); its chunk is ``owner >> _COL``."""
 
 
 def run_index(sizes: list[int]) -> dict[tuple[int, int], int]:
