@@ -76,3 +76,37 @@ def test_bench_vocabulary_choice() -> None:
         load_workload(BenchConfig(batches=1, batch_size=2, data="sst", vocab="all"))
     r = CliRunner().invoke(app, ["dynamic", "bench", "--vocab", "all", "--json"])
     assert r.exit_code == 2 and "vocabulary" in r.stdout
+
+
+def test_run_modes_interleaves_the_in_process_modes_batch_by_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process modes take each batch in turn, the order rotating from batch to batch; each prefetch mode runs
+    all batches in a phase of its own after each round."""
+    from graphsub.bench import dynamic as bench
+
+    calls: list[tuple[str, int]] = []
+
+    class FakeRunner:
+        def __init__(self, mode: str, cfg: object, vocab: object) -> None:
+            self.mode = mode
+
+        def step(self, raw: list[int]) -> float:
+            calls.append((self.mode, raw[0]))
+            return 0.0
+
+    def fake_prefetch(r: FakeRunner, cfg: object, batches: list[list[int]]) -> None:
+        for b in batches:
+            r.step(b)
+
+    monkeypatch.setattr(bench, "Runner", FakeRunner)
+    monkeypatch.setattr(bench, "run_prefetch", fake_prefetch)
+    cfg = bench.BenchConfig(modes=("eager", "module+batch", "prefetch", "reuse+batch"))
+    work = bench.Workload(trees=[], vocab=None, data="synthetic", batches=[[0], [1], [2]])  # type: ignore[arg-type]
+    runners = bench.run_modes(cfg, work, rounds=2)
+    assert list(runners) == ["eager", "module+batch", "prefetch", "reuse+batch"]
+    one_round = [("eager", 0), ("module+batch", 0), ("reuse+batch", 0),
+                 ("module+batch", 1), ("reuse+batch", 1), ("eager", 1),
+                 ("reuse+batch", 2), ("eager", 2), ("module+batch", 2),
+                 ("prefetch", 0), ("prefetch", 1), ("prefetch", 2)]
+    assert calls[:12] == one_round
+    assert calls[12:21] == one_round[:9]  # three modes, three batches: the second round starts the cycle again
+    assert len(calls) == 24 and calls[-3:] == [("prefetch", 0), ("prefetch", 1), ("prefetch", 2)]

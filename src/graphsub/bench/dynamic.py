@@ -1,7 +1,8 @@
 """End-to-end benchmark of dynamic-graph reuse (``graphsub dynamic bench``; the thesis' Tables 6.3 and 6.4).
 
-Modes, run on the same batches, each with its own model and Adagrad optimizer built from the same seed, in
-phases of their own that alternate between the modes for two rounds (:func:`run_modes`):
+Modes, run on the same batches, each with its own model and Adagrad optimizer built from the same seed, for two
+rounds: the in-process modes interleaved batch by batch, each prefetch mode in a phase of its own after each round
+(:func:`run_modes`):
 
 * ``eager`` -- plain define-by-run PyTorch, one small op after another (the baseline);
 * ``traced`` -- the lazy tracer, evaluated node by node (no reuse);
@@ -257,19 +258,26 @@ class Runner:
 
 
 def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2) -> dict[str, Runner]:
-    """All modes, each in phases of its own (all batches in a row), the phases of the modes alternating for
-    ``rounds`` rounds (A B C A B C): no mode runs right after another on the same batch, whose caches and
-    allocator state it would inherit, and a change of the machine's load over time reaches every mode."""
+    """All modes for ``rounds`` rounds over the batches.  The in-process modes are interleaved batch by batch, the
+    order rotating from one batch to the next (A B C, B C A, ...): the speed of this VM changes by up to 1.4x in
+    episodes of seconds (a pure-Python loop measured 23.5 ms and 33.5 ms minutes apart), and a mode whose 20 steps
+    take one second would otherwise be timed inside one episode while eager's 20 steps (10 s) average over several.
+    Each prefetch mode runs after each round in a phase of its own (its workers record the batches ahead: between
+    other modes' steps they would have time to spare that a training loop does not give them)."""
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
+    inproc = [r for r in runners.values() if r.mode not in PREFETCH_MODES]
+    k = 0
     for _ in range(rounds):
-        for r in runners.values():
-            if r.mode in PREFETCH_MODES:
-                run_prefetch(r, cfg, work.batches)
-                continue
-            for b in work.batches:
+        for b in work.batches:
+            turn = k % len(inproc) if inproc else 0
+            for r in inproc[turn:] + inproc[:turn]:
                 torch.manual_seed(cfg.seed + 1)
                 r.step(b)
                 gc.collect(0)
+            k += 1
+        for r in runners.values():
+            if r.mode in PREFETCH_MODES:
+                run_prefetch(r, cfg, work.batches)
     return runners
 
 
