@@ -11,8 +11,9 @@ from torch import nn
 
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, build, lazy
-from graphsub.dynamic.plan import BatchState, build_plan, from_wire, run_plan, to_wire
+from graphsub.dynamic.plan import BatchState, build_plan, run_plan
 from graphsub.dynamic.prefetch import PrefetchError, prefetch
+from graphsub.dynamic.wire import from_wire, to_wire
 from graphsub.dynamic.workloads.models import BinaryTreeLSTM, batch_loss
 from graphsub.dynamic.workloads.sst import Vocab, encode_tree, synthetic_treebank
 

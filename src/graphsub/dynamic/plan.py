@@ -19,7 +19,7 @@ call, and one column per tensor slot of the call:
 A plan has no nodes in it, only tensors, ints and the op table, so it can be built where the trace was
 recorded and run elsewhere: :mod:`graphsub.dynamic.prefetch` records and plans batches in a worker
 process while the main process runs the previous plan (the plan is sent as NumPy arrays,
-:func:`to_wire` / :func:`from_wire`).
+:mod:`graphsub.dynamic.wire`).
 
 :func:`run_plan` runs the steps in order with autograd on.  A batched step whose key was never checked is
 compared once with member-by-member calls (first and last row, as :func:`rows_agree`); a key that
@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from graphsub.dynamic.calls import DATA_KIDS, KID_INFO, data_values, draw_mask, fill
 from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
@@ -495,101 +494,11 @@ def rows_agree(out: Any, n: int, call_one: Callable[[int], Any], tol: float) -> 
     return True
 
 
-# ----------------------------------------------------------------------------------------- transport
-def _map_cols(cols: list[Any], batched: bool, conv: Callable[[Any], Any]) -> list[Any]:
-    """A step's columns with ``conv`` applied to every value that may be a tensor (in either direction of the
-    wire: tensors and parameters out, their wire forms in)."""
-    if not batched:
-        return [[(r[0], *[conv(v) for v in r[1:]]) for r in refs] for refs in cols]
-    out: list[Any] = []
-    for c in cols:
-        if c[0] == L:
-            out.append((L, [(s, conv(p), conv(r)) for s, p, r in c[1]], conv(c[2])))
-        elif c[0] == M:
-            out.append((M, [conv(k) for k in c[1]]))
-        else:
-            out.append((c[0], conv(c[1])))
-    return out
-
-
-@dataclass(frozen=True)
-class ModuleRef:
-    """A module of the model on the wire, by its path in ``named_modules()`` (a captured call's op, or a cell
-    method's ``self``): the receiving process calls its own module, whose parameters are the live ones."""
-
-    name: str
-
-
-def _swap_modules(obj: Any, conv: Callable[[Any], Any]) -> Any:
-    """``obj`` (an op or a call template) with ``conv`` applied to every module / :class:`ModuleRef` in it."""
-    if isinstance(obj, (nn.Module, ModuleRef)):
-        return conv(obj)
-    t = type(obj)
-    if t is tuple or t is list:
-        return t(_swap_modules(o, conv) for o in obj)
-    if t is dict:
-        return {k: _swap_modules(v, conv) for k, v in obj.items()}
-    return obj
-
-
-def to_wire(plan: Plan, params: dict[int, int], sent: set[int], modules: dict[int, str] | None = None) -> Any:
-    """``plan`` as picklable data: tensors as NumPy arrays, parameters as indices into the model's parameter
-    list (``params``: ``id(p)`` -> index), modules (captured calls) as :class:`ModuleRef` (``modules``: ``id(m)``
-    -> path), op definitions only for key ids not in ``sent`` (updated)."""
-    names = modules or {}
-
-    def module(m: Any) -> ModuleRef:
-        name = names.get(id(m))
-        if name is None:
-            raise LazyError(f"prefetch: a captured module that is not part of the model ({type(m).__name__})")
-        return ModuleRef(name)
-
-    def tensor(t: Any) -> Any:
-        if isinstance(t, torch.Tensor):
-            if t.requires_grad:
-                idx = params.get(id(t))
-                if idx is None:
-                    raise LazyError("prefetch: a tensor requiring grad that is not a parameter of the model")
-                return ("param", idx)
-            return ("np", t.detach().numpy())
-        return t
-
-    steps = [(st.kid, st.n, st.batched, _map_cols(st.cols, st.batched, tensor), st.chunks) for st in plan.steps]
-    new_ops = {k: (_swap_modules(o.func, module), _swap_modules(o.template, module), o.batchable)
-               for k, o in plan.ops.items() if k not in sent}
-    sent.update(new_ops)
-    return steps, plan.out, tensor(plan.value), new_ops, plan.masks
-
-
-def from_wire(wire: Any, params: Sequence[torch.Tensor], ops: dict[int, OpDef],
-              modules: dict[str, nn.Module] | None = None) -> Plan:
-    """The plan sent by :func:`to_wire` (``ops`` receives the new op definitions; ``modules``: the model's
-    ``named_modules()``, which :class:`ModuleRef` names are looked up in)."""
-    steps_w, out, value, new_ops, masks = wire
-    mods = modules or {}
-
-    def module(ref: Any) -> nn.Module:
-        return mods[ref.name]
-
-    for k, (func, template, batchable) in new_ops.items():
-        ops[k] = OpDef(_swap_modules(func, module), _swap_modules(template, module), batchable)
-
-    def tensor(t: Any) -> Any:
-        if type(t) is tuple and len(t) == 2 and t[0] in ("np", "param"):
-            return torch.from_numpy(t[1]) if t[0] == "np" else params[t[1]]
-        return t
-
-    steps = [Step(kid, n, batched, _map_cols(cols, batched, tensor), chunks)
-             for kid, n, batched, cols, chunks in steps_w]
-    return Plan(steps, out, tensor(value), masks=masks)
-
-
 __all__ = [
     "BatchState",
     "D",
     "E",
     "L",
-    "ModuleRef",
     "OpDef",
     "P",
     "PerMember",
@@ -597,10 +506,8 @@ __all__ = [
     "Step",
     "build_plan",
     "column",
-    "from_wire",
     "reference",
     "rows_agree",
     "run_index",
     "run_plan",
-    "to_wire",
 ]

@@ -37,9 +37,10 @@ from graphsub.dynamic.calls import OpInfo
 from graphsub.dynamic.dag import Trace
 from graphsub.dynamic.engine import Reuse
 from graphsub.dynamic.lazy import LazyError, LazyTensor, lazy, new_node
-from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, from_wire, run_plan, to_wire
+from graphsub.dynamic.plan import BatchState, OpDef, Plan, build_plan, run_plan
 from graphsub.dynamic.plancache import PlanCache
 from graphsub.dynamic.schedule import relevel
+from graphsub.dynamic.wire import from_wire, to_wire
 
 
 class PrefetchError(LazyError):
