@@ -4,9 +4,9 @@ default for-loop implementation (issue 24's in-process and prefetch targets), re
     .venv/bin/python benchmarks/dynamic_optimizers.py --repeats 5
 
 Each repeat is two ``graphsub dynamic bench`` processes (SST, batch 20, 1 torch thread, 20 batches; eager and
-module+batch interleaved batch by batch, module+prefetch in a phase of its own after each of two rounds), one per
-optimizer, the order of the two alternating between repeats; seed = repeat index.  The optimizer is the same in every
-mode of a run, eager included.
+module+batch taking turns in slices of 4 batches, module+prefetch in a phase of its own after each of two rounds),
+one per optimizer, the order of the two alternating between repeats; seed = repeat index.  The optimizer is the same
+in every mode of a run, eager included.
 Writes ``benchmarks/results/dynamic_fused_optimizer.json`` (or ``--name``): per optimizer and mode the full-step
 speedup over eager (median, min, max, every run), eager's full step, the stage medians of each run, and the 1-minute
 load average before and after each run.  Run it alone on the machine: it is a timing benchmark.

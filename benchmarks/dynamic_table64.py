@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/dynamic_table64.py --repeats 5
 
 Each repeat is one ``graphsub dynamic bench`` run (SST, batch 20, 1 torch thread, 20 batches, two rounds: the
-in-process modes interleaved batch by batch, each prefetch mode in a phase of its own after each round), with
-seed ``k`` (other initial weights and dropout masks, the same trees).
+in-process modes taking turns in slices of 4 batches, each prefetch mode in a phase of its own after each round, the
+first step of each slice or phase untimed), with seed ``k`` (other initial weights and dropout masks, the same trees).
 The Tree-LSTM runs every mode (the thesis' table); the sequence LSTM and the Tree-GRU run eager and the batching
 modes.  Writes ``benchmarks/results/dynamic_table64.json`` (every repeat's full result, after each repeat),
 ``dynamic_table64.md`` (per mode and stage the median over the repeats and the min-max spread; per mode the
@@ -64,8 +64,9 @@ def _fmt(d: dict[str, float], spec: str = ".1f", suffix: str = "") -> str:
 def render(results: dict[str, Any]) -> str:
     lines = ["# Table 6.4 rerun: dynamic-graph modes, median of repeats (min-max)", "",
              "SST train, batch 20, emb 300, hidden 150, 1 torch thread per process, 2-core VM; per repeat 20 batches "
-             "for two rounds, the in-process modes interleaved batch by batch (the order rotating), each prefetch "
-             "mode in a phase of its own after each round; each mode's first 3 batches left out, "
+             "for two rounds, the in-process modes taking turns in slices of 4 batches (the order rotating), each "
+             "prefetch mode in a phase of its own after each round; each mode's first 3 batches and the first step "
+             "of each slice or phase (it follows another mode's step) left out, "
              "seed = repeat index. `full` = preprocess + trace + optimize + forward + backward + step (prefetch "
              "modes: the wall time between steps; their `trace` is the wait for a plan). Produced by "
              f"`{results['command']}`; vocabulary: " + ("the whole SST train split's (16k words: eager pays a dense "

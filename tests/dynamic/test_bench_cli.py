@@ -78,19 +78,26 @@ def test_bench_vocabulary_choice() -> None:
     assert r.exit_code == 2 and "vocabulary" in r.stdout
 
 
-def test_run_modes_interleaves_the_in_process_modes_batch_by_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The in-process modes take each batch in turn, the order rotating from batch to batch; each prefetch mode runs
-    all batches in a phase of its own after each round."""
+def test_run_modes_takes_turns_in_slices_and_times_steps_after_steps_of_the_same_mode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process modes take turns in slices of batches, the order rotating from slice to slice, and each mode's
+    first step of a slice is left out of its medians; each prefetch mode runs all batches in a phase of its own after
+    each round, its first step left out too."""
     from graphsub.bench import dynamic as bench
 
     calls: list[tuple[str, int]] = []
 
-    class FakeRunner:
-        def __init__(self, mode: str, cfg: object, vocab: object) -> None:
+    class FakeRunner(bench.Runner):
+        def __init__(self, mode: str, cfg: object, vocab: object) -> None:  # no model: only the bookkeeping
             self.mode = mode
+            self.times = {s: [] for s in bench.STAGES}
+            self.nodes = []
+            self.cold = set()
 
         def step(self, raw: list[int]) -> float:
             calls.append((self.mode, raw[0]))
+            for s, v in self.times.items():
+                v.append(float(len(v) + 1) if s != "full" else 100.0 * raw[0] + len(v))
             return 0.0
 
     def fake_prefetch(r: FakeRunner, cfg: object, batches: list[list[int]]) -> None:
@@ -101,12 +108,21 @@ def test_run_modes_interleaves_the_in_process_modes_batch_by_batch(monkeypatch: 
     monkeypatch.setattr(bench, "run_prefetch", fake_prefetch)
     cfg = bench.BenchConfig(modes=("eager", "module+batch", "prefetch", "reuse+batch"))
     work = bench.Workload(trees=[], vocab=None, data="synthetic", batches=[[0], [1], [2]])  # type: ignore[arg-type]
-    runners = bench.run_modes(cfg, work, rounds=2)
+    runners = bench.run_modes(cfg, work, rounds=2, slice_size=2)
     assert list(runners) == ["eager", "module+batch", "prefetch", "reuse+batch"]
-    one_round = [("eager", 0), ("module+batch", 0), ("reuse+batch", 0),
-                 ("module+batch", 1), ("reuse+batch", 1), ("eager", 1),
-                 ("reuse+batch", 2), ("eager", 2), ("module+batch", 2),
-                 ("prefetch", 0), ("prefetch", 1), ("prefetch", 2)]
-    assert calls[:12] == one_round
-    assert calls[12:21] == one_round[:9]  # three modes, three batches: the second round starts the cycle again
-    assert len(calls) == 24 and calls[-3:] == [("prefetch", 0), ("prefetch", 1), ("prefetch", 2)]
+    first_round = [("eager", 0), ("eager", 1), ("module+batch", 0), ("module+batch", 1), ("reuse+batch", 0),
+                   ("reuse+batch", 1),
+                   ("module+batch", 2), ("reuse+batch", 2), ("eager", 2),
+                   ("prefetch", 0), ("prefetch", 1), ("prefetch", 2)]
+    second_round = [("reuse+batch", 0), ("reuse+batch", 1), ("eager", 0), ("eager", 1), ("module+batch", 0),
+                    ("module+batch", 1),
+                    ("eager", 2), ("module+batch", 2), ("reuse+batch", 2),
+                    ("prefetch", 0), ("prefetch", 1), ("prefetch", 2)]
+    assert calls == first_round + second_round
+    # every mode's step list: b0 b1 b2 b0 b1 b2; the first of each slice (or prefetch phase) is left out
+    assert runners["eager"].cold == {0, 2, 3, 5}
+    assert runners["prefetch"].cold == {0, 3}
+    eager = runners["eager"]
+    assert eager._kept(eager.times["full"], 0) == [101.0, 104.0]  # b1 of each round
+    assert eager._kept(eager.times["full"], 2) == [104.0]  # after the warm-up steps
+    assert eager._kept([1.0, 2.0], 5) == [1.0, 2.0]  # nothing left: every step rather than none

@@ -1,8 +1,8 @@
 """End-to-end benchmark of dynamic-graph reuse (``graphsub dynamic bench``; the thesis' Tables 6.3 and 6.4).
 
 Modes, run on the same batches, each with its own model and Adagrad optimizer built from the same seed, for two
-rounds: the in-process modes interleaved batch by batch, each prefetch mode in a phase of its own after each round
-(:func:`run_modes`):
+rounds: the in-process modes taking turns in slices of 4 batches, each prefetch mode in a phase of its own after each
+round, the first step of each slice or phase untimed (:func:`run_modes`):
 
 * ``eager`` -- plain define-by-run PyTorch, one small op after another (the baseline);
 * ``traced`` -- the lazy tracer, evaluated node by node (no reuse);
@@ -162,6 +162,15 @@ class Runner:
         self.cache_report: dict[str, Any] | None = None  # prefetch modes: the last worker's plan cache
         self.stream: Any = None
         self.last_end: float | None = None
+        self.cold: set[int] = set()  # steps right after another mode's (or a prefetch phase's start): not timed
+
+    def mark_cold(self) -> None:
+        """Leave the next step out of the medians: it follows another mode's step (:func:`run_modes`)."""
+        self.cold.add(len(self.times["full"]))
+
+    def _kept(self, v: list[Any], warmup: int) -> list[Any]:
+        kept = [x for i, x in enumerate(v) if i >= warmup and i not in self.cold]
+        return kept or v[warmup:] or v
 
     def start_prefetch(self, batches: list[list[Tree]]) -> None:
         """Mode ``prefetch``: start the workers on ``batches`` (then :meth:`step` takes them in order)."""
@@ -239,7 +248,7 @@ class Runner:
             self.stream = None
 
     def medians(self, warmup: int) -> dict[str, float]:
-        return {s: 1000 * statistics.median(v[warmup:] or v) for s, v in self.times.items()}
+        return {s: 1000 * statistics.median(self._kept(v, warmup)) for s, v in self.times.items()}
 
     def recording(self, warmup: int) -> dict[str, float] | None:
         """Median recording time per batch (ms), recorded nodes per batch and time per node (us): measured here
@@ -252,31 +261,43 @@ class Runner:
         else:
             if not self.nodes:
                 return None
-            ms = 1000 * statistics.median(self.times["trace"][warmup:] or self.times["trace"])
-            nodes = statistics.median(self.nodes[warmup:] or self.nodes)
+            ms = 1000 * statistics.median(self._kept(self.times["trace"], warmup))
+            nodes = statistics.median(self._kept(self.nodes, warmup))
         return {"ms_per_batch": ms, "nodes_per_batch": nodes, "us_per_node": 1000 * ms / nodes if nodes else 0.0}
 
 
-def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2) -> dict[str, Runner]:
-    """All modes for ``rounds`` rounds over the batches.  The in-process modes are interleaved batch by batch, the
-    order rotating from one batch to the next (A B C, B C A, ...): the speed of this VM changes by up to 1.4x in
-    episodes of seconds (a pure-Python loop measured 23.5 ms and 33.5 ms minutes apart), and a mode whose 20 steps
-    take one second would otherwise be timed inside one episode while eager's 20 steps (10 s) average over several.
-    Each prefetch mode runs after each round in a phase of its own (its workers record the batches ahead: between
-    other modes' steps they would have time to spare that a training loop does not give them)."""
+SLICE = 4
+"""Batches each in-process mode runs in a row before the next mode's turn (:func:`run_modes`)."""
+
+
+def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int = SLICE) -> dict[str, Runner]:
+    """All modes for ``rounds`` rounds over the batches.  The in-process modes take turns in slices of ``slice_size``
+    batches, the order rotating from one slice to the next (A B C, B C A, ...), and each mode's first step of a slice
+    is left out of its medians (:meth:`Runner.mark_cold`): what is timed is a step after a step of the same mode, as
+    in a training loop (measured: module+batch's recording is ~20% slower right after an eager step, whose caches it
+    inherits).  Why short slices: the speed of this VM changes by up to 1.4x in episodes of seconds (a pure-Python
+    loop measured 23.5 ms and 33.5 ms a few seconds apart), and a mode whose 20 steps take one second would otherwise
+    be timed inside one episode while eager's 20 steps (10 s) average over several.  Each prefetch mode runs after
+    each round in a phase of its own, its first step left out (its workers record the batches ahead: between other
+    modes' steps they would have time to spare that a training loop does not give them)."""
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
     inproc = [r for r in runners.values() if r.mode not in PREFETCH_MODES]
-    k = 0
+    size = max(1, slice_size)
+    turn = 0
     for _ in range(rounds):
-        for b in work.batches:
-            turn = k % len(inproc) if inproc else 0
-            for r in inproc[turn:] + inproc[:turn]:
-                torch.manual_seed(cfg.seed + 1)
-                r.step(b)
-                gc.collect(0)
-            k += 1
+        for s in range(0, len(work.batches), size):
+            k = turn % len(inproc) if inproc else 0
+            turn += 1
+            for r in inproc[k:] + inproc[:k]:
+                if len(inproc) > 1:
+                    r.mark_cold()
+                for b in work.batches[s:s + size]:
+                    torch.manual_seed(cfg.seed + 1)
+                    r.step(b)
+                    gc.collect(0)
         for r in runners.values():
             if r.mode in PREFETCH_MODES:
+                r.mark_cold()
                 run_prefetch(r, cfg, work.batches)
     return runners
 
