@@ -327,8 +327,8 @@ def _known(fn: Any, args: tuple[Any, ...]) -> Any:
     """The node(s) of a call whose key is already captured (:data:`_FAST`), built without the general recorder;
     ``None``: not known (or not the usual arguments).  This is the tracer's hot path (one call per recorded cell):
     the argument forms of cells -- one lazy value, two, a lazy value and a state pair, two state pairs -- are read
-    without a loop, and anything else goes through :func:`_known_loop`.  The key must stay :func:`_short_key`'s,
-    which :func:`_remember` enters: ``test_known_cell_calls_take_the_fast_path`` fails otherwise."""
+    without a loop, and anything else goes through :func:`_short_key`.  The fast forms must build ``_short_key``'s
+    key, which :func:`_remember` enters: ``test_known_cell_calls_take_the_fast_path`` fails otherwise."""
     na = len(args)
     if na == 1:
         a = args[0]
