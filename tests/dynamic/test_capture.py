@@ -436,3 +436,30 @@ def test_known_cell_calls_take_the_fast_path(batches: list, monkeypatch: pytest.
     assert not [fn for fn in general if fn in cells]
     assert sum(len(g.members) for g in tr.pending.values()) > 3 * len(batches[0])
     assert torch.isfinite(build(loss))
+
+
+@pytest.mark.parametrize("workload", ["seqlstm", "treegru"])
+def test_known_cells_of_the_other_argument_forms_take_the_fast_path(batches: list, workload: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_known``'s other loop-free forms build ``_short_key``'s key too: an input and a ``(c, h)`` state (the sequence
+    LSTM's step after the first), two lazy values (the Tree-GRU's cell)."""
+    torch.manual_seed(0)
+    if workload == "seqlstm":
+        model: nn.Module = SeqLSTM(50, emb_dim=10, hidden=6)
+        loss_fn, cells = seq_batch_loss, (model.embedding, model.cell)
+    else:
+        model = TreeGRU(50, emb_dim=10, hidden=6)
+        loss_fn, cells = batch_loss, (model.embedding, model.leaf_cell, model.composer)
+    eng = _engine()
+    with lazy(eng):
+        loss_fn(model, batches[0])  # every key seen once
+    general = []
+    real = capture.capture_call
+    monkeypatch.setattr(capture, "capture_call", lambda fn, a, k: general.append(fn) or real(fn, a, k))
+    with lazy(eng):
+        loss = loss_fn(model, batches[0])
+    if workload == "seqlstm":  # a sentence's first step reads the zero state, real tensors: the general path
+        assert [fn for fn in general if fn in cells] == [model.cell] * len(batches[0])
+    else:
+        assert not [fn for fn in general if fn in cells]
+    assert torch.isfinite(build(loss))
