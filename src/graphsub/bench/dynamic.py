@@ -274,12 +274,13 @@ def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int
     """All modes for ``rounds`` rounds over the batches.  The in-process modes take turns in slices of ``slice_size``
     batches, the order rotating from one slice to the next (A B C, B C A, ...), and each mode's first step of a slice
     is left out of its medians (:meth:`Runner.mark_cold`): what is timed is a step after a step of the same mode, as
-    in a training loop (measured: module+batch's recording is ~20% slower right after an eager step, whose caches it
-    inherits).  Why short slices: the speed of this VM changes by up to 1.4x in episodes of seconds (a pure-Python
-    loop measured 23.5 ms and 33.5 ms a few seconds apart), and a mode whose 20 steps take one second would otherwise
-    be timed inside one episode while eager's 20 steps (10 s) average over several.  Each prefetch mode runs after
-    each round in a phase of its own, its first step left out (its workers record the batches ahead: between other
-    modes' steps they would have time to spare that a training loop does not give them)."""
+    in a training loop (measured alone, three runs: module+batch's full step is 3-13% slower right after an eager
+    step, whose caches it inherits).  Why short slices: the speed of this VM changes by up to 1.4x in episodes of
+    seconds (a pure-Python loop measured 23.5 ms and 33.5 ms a few seconds apart), and a mode whose 20 steps take one
+    second would otherwise be timed inside one episode while eager's 20 steps (10 s) average over several.  Each
+    prefetch mode runs after each round in a phase of its own, its first step left out (its workers record the
+    batches ahead: between other modes' steps they would have time to spare that a training loop does not give
+    them)."""
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
     inproc = [r for r in runners.values() if r.mode not in PREFETCH_MODES]
     size = max(1, slice_size)
