@@ -244,16 +244,18 @@ def test_constants_are_part_of_the_key_and_too_many_keys_are_refused(monkeypatch
 
 
 def test_the_swap_is_undone_after_an_error_and_off_without_capture() -> None:
+    ctor = capture.TENSOR_CTOR
     with pytest.raises(RuntimeError, match="boom"), lazy(_engine()):
         assert nn.Module.__call__ is not capture._ORIG_CALL
+        assert torch.tensor is not ctor and torch.tensor.__wrapped__ is ctor  # type: ignore[attr-defined]
         raise RuntimeError("boom")
-    assert nn.Module.__call__ is capture._ORIG_CALL
+    assert nn.Module.__call__ is capture._ORIG_CALL and torch.tensor is ctor
     with lazy(Reuse(depth=1, collect=0, batching=True)):
-        assert nn.Module.__call__ is capture._ORIG_CALL
+        assert nn.Module.__call__ is capture._ORIG_CALL and torch.tensor is ctor
     eng = _engine()
     with lazy(eng), lazy(eng):  # nested capturing contexts share one swap
         pass
-    assert nn.Module.__call__ is capture._ORIG_CALL
+    assert nn.Module.__call__ is capture._ORIG_CALL and torch.tensor is ctor
 
 
 def test_report_names_modules_by_their_path(batches: list) -> None:
@@ -366,10 +368,14 @@ def test_global_hooks_and_other_threads_are_left_alone() -> None:
         handle.remove()
     results: list[object] = []
     with lazy(_engine()):  # a module called by another thread meanwhile runs eagerly, outside the trace
-        t = threading.Thread(target=lambda: results.append(lin(torch.ones(1, 3))))
+        t = threading.Thread(target=lambda: results.extend([lin(torch.ones(1, 3)), torch.tensor([4])]))
         t.start()
         t.join()
-    assert isinstance(results[0], torch.Tensor) and type(results[0]) is not LazyTensor
+        here = torch.tensor([4])  # (this thread: a data node)
+    assert type(here) is LazyTensor
+    for got in results:  # the other thread's torch.tensor too: a tensor of its own
+        assert isinstance(got, torch.Tensor) and type(got) is not LazyTensor
+    assert torch.equal(results[1], torch.tensor([4]))
 
 
 

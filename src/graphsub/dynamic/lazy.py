@@ -83,6 +83,7 @@ from graphsub.dynamic.record import (
     record,
     record_as_node,
     refuse_random,
+    tensor_ctor,
 )
 
 
@@ -163,4 +164,5 @@ __all__ = [
     "push_trace",
     "record",
     "record_as_node",
+    "tensor_ctor",
 ]

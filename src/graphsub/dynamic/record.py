@@ -516,6 +516,20 @@ def data_node(args: Any, kwargs: dict[str, Any]) -> LazyTensor | None:
     return n
 
 
+def tensor_ctor(*args: Any, **kwargs: Any) -> Any:
+    """``torch.tensor`` while a capturing ``lazy()`` context is open (swapped in by
+    :func:`graphsub.dynamic.capture.capturing`): a data node where :func:`data_node` makes one, else torch's own."""
+    if not STATE.exec_depth:
+        node = data_node(args, kwargs)
+        if node is not None:
+            return node
+    return TENSOR_CTOR(*args, **kwargs)
+
+
+tensor_ctor.__doc__ = TENSOR_CTOR.__doc__
+tensor_ctor.__wrapped__ = TENSOR_CTOR  # type: ignore[attr-defined]
+
+
 def build(out: Any) -> Any:
     """Evaluate a lazy value (or a list / tuple of them); real tensors pass through."""
     if type(out) is LazyTensor:
@@ -542,4 +556,5 @@ __all__ = [
     "record",
     "record_as_node",
     "refuse_random",
+    "tensor_ctor",
 ]
