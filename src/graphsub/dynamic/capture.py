@@ -394,6 +394,7 @@ def _emit(fn: Any, info: OpInfo, inputs: tuple[Any, ...], lvl: int, trace: Trace
     n.level = level
     n.part = -1
     n.row = 0
+    n.own = None
     if trace.grouping:
         gk = level * 4294967296 + info.kid
         g = trace.pending.get(gk)

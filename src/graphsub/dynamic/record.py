@@ -375,6 +375,7 @@ def new_items(node: LazyTensor, info: OpInfo, trace: Trace) -> Any:
         n.part = part
         n.grp = None
         n.row = 0
+        n.own = None
         if keep is not None:
             keep.append(_weakref(n))
         outs.append(n)
@@ -406,6 +407,7 @@ def new_node(func: Callable[..., Any], info: OpInfo, inputs: tuple[Any, ...], tr
     n.part = -1
     n.grp = None
     n.row = 0
+    n.own = None
     if not trace.grouping:
         trace.refs.append(_weakref(n))
     if func is operator.getitem:
@@ -513,6 +515,7 @@ def data_node(args: Any, kwargs: dict[str, Any]) -> LazyTensor | None:
     n.part = -1
     n.grp = None
     n.row = 0
+    n.own = None
     return n
 
 
@@ -526,7 +529,6 @@ def tensor_ctor(*args: Any, **kwargs: Any) -> Any:
     return TENSOR_CTOR(*args, **kwargs)
 
 
-tensor_ctor.__doc__ = TENSOR_CTOR.__doc__
 tensor_ctor.__wrapped__ = TENSOR_CTOR  # type: ignore[attr-defined]
 
 
