@@ -45,7 +45,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -60,6 +60,7 @@ from graphsub.dynamic.lazy import (
     TENSOR_CTOR,
     LazyTensor,
     ProbeRefusal,
+    _LazyMode,
     new_items,
     new_node,
     pop_trace,
@@ -490,8 +491,11 @@ def _record_body(body: Callable[..., Any], template: Any, inputs: list[Any]) -> 
     args, kwargs = fill(template, stand)
     push_trace(scratch)
     STATE.probing += 1
+    # every call of the body seen (random draws refused), also where the trace records without the mode
+    mode = nullcontext() if torch._C._is_torch_function_mode_enabled() else _LazyMode()
     try:
-        out = body(*args, **kwargs)
+        with mode:
+            out = body(*args, **kwargs)
     finally:
         STATE.probing -= 1
         pop_trace()

@@ -191,6 +191,9 @@ class Trace:
         self.masks: dict[int, tuple[int, tuple[int, ...], torch.dtype, float]] | None = \
             {} if self.grouping and getattr(engine, "defer_masks", False) else None
         self.mask_refs: list[torch.Tensor] = []
+        # whether the lazy function mode recorded a call that no lazy value took part in (a parameter and data
+        # only): what a capturing trace would run eagerly without the mode (graphsub.dynamic.lazy.ModeNeed)
+        self.mode_needed = False
 
     @property
     def nodes(self) -> list[DagNode]:

@@ -48,7 +48,7 @@ from graphsub.dynamic.calls import fill, new_kid
 from graphsub.dynamic.capture import capturing
 from graphsub.dynamic.codegen import compile_pattern, generate
 from graphsub.dynamic.dag import DagNode, Group, evaluate_plain, is_param, resolve_row, source
-from graphsub.dynamic.lazy import LazyError, LazyTensor
+from graphsub.dynamic.lazy import LazyError, LazyTensor, ModeNeed
 from graphsub.dynamic.plan import BatchState, build_plan, rows_agree, run_plan, store
 from graphsub.dynamic.plancache import PlanCache
 from graphsub.dynamic.schedule import relevel as relevel_groups
@@ -123,6 +123,7 @@ class Reuse:
         self.table = PatternTable(self.hash_fn)
         self.batch_state = BatchState(tol=self.check_tol)
         self.cache = PlanCache(self.plan_cache) if self.plan_cache > 0 else None
+        self.mode_need = ModeNeed()  # whether its capturing traces still need the lazy function mode
 
     def capture_scope(self) -> AbstractContextManager[None]:
         """What ``lazy()`` enters while a trace of this engine records with module capture on."""
