@@ -87,7 +87,9 @@ def test_a_cell_is_one_node_batched_whole(batches: list) -> None:
         build(loss)
     assert counts["modules"] * 3 < counts["ops"]
     assert captured.last.calls < op_level.last.calls
-    assert nn.Module.__call__ is capture._ORIG_CALL  # the swap is undone when the context closes
+    assert nn.Module.__call__ is not capture._ORIG_CALL  # the swap outlives the context ...
+    model.leaf_cell.c(torch.ones(1, 10))
+    assert nn.Module.__call__ is capture._ORIG_CALL  # ... until a module is called outside graphsub
 
 
 class _Lin(nn.Module):
@@ -245,17 +247,32 @@ def test_constants_are_part_of_the_key_and_too_many_keys_are_refused(monkeypatch
 
 def test_the_swap_is_undone_after_an_error_and_off_without_capture() -> None:
     ctor = capture.TENSOR_CTOR
+    lin = nn.Linear(2, 2)
+
+    def outside() -> None:  # a module called outside graphsub puts torch's own __call__ back
+        assert nn.Module.__call__ is not capture._ORIG_CALL and torch.tensor is ctor
+        assert type(lin(torch.ones(1, 2))) is torch.Tensor
+        assert nn.Module.__call__ is capture._ORIG_CALL
+
     with pytest.raises(RuntimeError, match="boom"), lazy(_engine()):
         assert nn.Module.__call__ is not capture._ORIG_CALL
         assert torch.tensor is not ctor and torch.tensor.__wrapped__ is ctor  # type: ignore[attr-defined]
         raise RuntimeError("boom")
-    assert nn.Module.__call__ is capture._ORIG_CALL and torch.tensor is ctor
+    outside()
     with lazy(Reuse(depth=1, collect=0, batching=True)):
         assert nn.Module.__call__ is capture._ORIG_CALL and torch.tensor is ctor
     eng = _engine()
     with lazy(eng), lazy(eng):  # nested capturing contexts share one swap
         pass
-    assert nn.Module.__call__ is capture._ORIG_CALL and torch.tensor is ctor
+    outside()
+    with lazy(eng):
+        out = lin(torch.ones(1, 2))
+    assert type(out) is LazyTensor
+    with lazy(eng):  # the next trace finds the swap in place
+        out2 = lin(torch.ones(1, 2))
+    assert type(out2) is LazyTensor and torch.equal(build(out2), build(out))
+    assert nn.Module.__call__ is not capture._ORIG_CALL  # building ran the plan: modules under exec, no restore
+    outside()
 
 
 def test_report_names_modules_by_their_path(batches: list) -> None:
