@@ -49,6 +49,7 @@ def test_a_captured_tree_lstm_drops_the_mode_after_its_first_traces_and_trains_a
             opt.step()
         params[how] = [p.detach().clone() for p in model.parameters()]
     assert modes == [True] * ModeNeed.QUIET + [False] * (len(batches) - ModeNeed.QUIET)
+    assert eng.report()["lazy_mode"].startswith("dropped after 2 traces")
     for pe, pc in zip(params["eager"], params["captured"], strict=True):
         torch.testing.assert_close(pe, pc, atol=1e-6, rtol=1e-5)
 
@@ -66,7 +67,7 @@ def test_a_program_with_calls_only_the_mode_sees_keeps_it_and_batches_them() -> 
             out = torch.cat([lin(torch.tanh(x @ w)) for x in xs]).sum()
         torch.testing.assert_close(build(out), ref)
         assert eng.last.calls < 6  # the six x @ w recorded and batched, not run one by one
-    assert eng.mode_need.needed
+    assert eng.mode_need.needed and eng.report()["lazy_mode"].startswith("every trace")
 
 
 class _Noisy(nn.Module):

@@ -345,7 +345,8 @@ class Reuse:
                 "avg_op_count": (sum(e.op_count for e in pats) / len(pats)) if pats else 0.0,
                 "hash_collisions": self.table.collisions, "examples_seen": self.examples_seen,
                 "unbatchable_keys": len(self.unbatchable_ops),
-                "plan_cache": self.cache.report() if self.cache is not None else None}
+                "plan_cache": self.cache.report() if self.cache is not None else None,
+                "lazy_mode": self.mode_need.describe() if self.capture_modules else "every trace (op level)"}
 
 
 def _needed(trace: Any, out: LazyTensor) -> list[DagNode]:

@@ -143,6 +143,14 @@ class ModeNeed:
     def skip(self) -> bool:
         return not self.needed and self.quiet >= self.QUIET
 
+    def describe(self) -> str:
+        """The state in words (the engine's report)."""
+        if self.needed:
+            return "every trace: a call on parameters and data only was recorded"
+        if self.skip:
+            return f"dropped after {self.quiet} traces that recorded no call only the mode sees"
+        return f"first {self.QUIET} traces ({self.quiet} so far)"
+
     def saw(self, trace: Trace) -> None:
         if trace.mode_needed:
             self.needed = True
