@@ -38,6 +38,7 @@ import torch
 from graphsub.dynamic.calls import DATA_KIDS, KID_INFO, data_values, draw_mask, fill
 from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
 from graphsub.dynamic.lazy import LazyError, LazyTensor
+from graphsub.dynamic.rowloss import RowLoss, row_loss_kid
 from graphsub.dynamic.wgrad import deferring
 
 P, D, L, E, M = 0, 1, 2, 3, 4
@@ -99,7 +100,14 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
     for g, ch in zip(groups, chunks, strict=True):
         ms = g.members
         first = ms[0]
-        batched = ops[g.kid].batchable
+        kid = g.kid
+        batched = ops[kid].batchable
+        if not batched and len(ms) > 1:  # a one-row loss per member: one call over all rows (dynamic.rowloss)
+            derived = row_loss_kid(first)
+            if derived is not None:
+                kid, batched = derived, True
+                if kid not in ops:
+                    ops[kid] = OpDef(RowLoss(first.func), first.template, True)
         cols: list[Any] = []
         if batched:
             for j, x in enumerate(first.inputs):
@@ -111,7 +119,7 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
                     cols.append(column(j, x, ms, cur, deferred, runs))
         else:
             cols = [[reference(x, cur, deferred) for x in m.inputs] for m in ms]
-        steps.append(Step(g.kid, len(ms), batched, cols, ch))
+        steps.append(Step(kid, len(ms), batched, cols, ch))
     outref = reference(out, cur, deferred)
     plan = Plan(steps, None, ops=ops, masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
     if outref[0] == "r":
@@ -366,6 +374,9 @@ def _run_plan(plan: Plan, ops: dict[int, OpDef], state: BatchState) -> tuple[Any
             if st.kid in state.unbatchable:
                 res = PerMember(_call(op, _row_args(st.cols, cols, r)) for r in range(st.n))
                 calls += st.n
+            elif type(op.func) is RowLoss:  # exact by construction: one scalar per member
+                res = PerMember(_call(op, cols).unbind(0))
+                calls += 1
             else:
                 res = _call(op, cols)
                 calls += 1
