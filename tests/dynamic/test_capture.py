@@ -3,6 +3,8 @@ recording as the explained fallback."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -442,19 +444,26 @@ def test_a_dropped_model_is_freed_with_its_memo_entries(batches: list) -> None:
     assert all(r["callable"] != "TreeComposer" or r["captured"] for r in capture.report())
 
 
+def _general_calls(run: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], Any, Any]:
+    """``run()`` recorded twice by one capturing engine (every key seen in the first); the callables that went
+    through the general recorder (``capture_call``) in the second, its result and its trace."""
+    eng = _engine()
+    with lazy(eng):
+        run()
+    general: list[Any] = []
+    real = capture.capture_call
+    monkeypatch.setattr(capture, "capture_call", lambda fn, a, k: general.append(fn) or real(fn, a, k))
+    with lazy(eng) as tr:
+        out = run()
+    return general, out, tr
+
+
 def test_known_cell_calls_take_the_fast_path(batches: list, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a cell's key is captured, its calls are built by ``_known`` (the inlined hot path, whose key must be
     ``_short_key``'s), not by the general recorder."""
     torch.manual_seed(0)
     model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
-    eng = _engine()
-    with lazy(eng):
-        batch_loss(model, batches[0])  # every key seen once
-    general = []
-    real = capture.capture_call
-    monkeypatch.setattr(capture, "capture_call", lambda fn, a, k: general.append(fn) or real(fn, a, k))
-    with lazy(eng) as tr:
-        loss = batch_loss(model, batches[0])
+    general, loss, tr = _general_calls(lambda: batch_loss(model, batches[0]), monkeypatch)
     cells = (model.embedding, model.leaf_cell, model.composer)
     assert not [fn for fn in general if fn in cells]
     assert sum(len(g.members) for g in tr.pending.values()) > 3 * len(batches[0])
@@ -473,14 +482,7 @@ def test_known_cells_of_the_other_argument_forms_take_the_fast_path(batches: lis
     else:
         model = TreeGRU(50, emb_dim=10, hidden=6)
         loss_fn, cells = batch_loss, (model.embedding, model.leaf_cell, model.composer)
-    eng = _engine()
-    with lazy(eng):
-        loss_fn(model, batches[0])  # every key seen once
-    general = []
-    real = capture.capture_call
-    monkeypatch.setattr(capture, "capture_call", lambda fn, a, k: general.append(fn) or real(fn, a, k))
-    with lazy(eng):
-        loss = loss_fn(model, batches[0])
+    general, loss, _ = _general_calls(lambda: loss_fn(model, batches[0]), monkeypatch)
     if workload == "seqlstm":  # a sentence's first step reads the zero state, real tensors: the general path
         assert [fn for fn in general if fn in cells] == [model.cell] * len(batches[0])
     else:
