@@ -114,3 +114,47 @@ def test_nothing_to_merge_leaves_the_groups_as_they_are() -> None:
     before = _shape(groups)
     got = relevel(groups)
     assert [id(g) for g in got] == [id(g) for g in groups] and _shape(got) == before
+
+
+@pytest.mark.parametrize("model_cls", [BinaryTreeLSTM, TreeGRU], ids=["treelstm", "treegru"])
+def test_a_plan_cache_hit_reuses_the_regrouping(model_cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan cache is keyed by the recorded groups: a batch of the same trees with other words hits, is not
+    regrouped again, runs in the regrouped steps of the miss, and computes eager's loss and gradients."""
+    import graphsub.dynamic.engine as engine_mod
+    from graphsub.dynamic.lazy import build
+
+    trees = synthetic_treebank(12, seed=4, vocab_size=50)
+    words = sorted({w for t in trees for w in t.words()})
+    vocabs = [Vocab(words), Vocab(reversed(words))]  # the same structure, other word ids
+    model = _model(model_cls)
+    calls = []
+
+    def counted(groups: list[Group]) -> list[Group]:
+        calls.append(len(groups))
+        return relevel(groups)
+
+    monkeypatch.setattr(engine_mod, "relevel_groups", counted)
+    eng = Reuse(depth=1, collect=0, batching=True, capture_modules=True, plan_cache=4)
+    shapes, steps = [], []
+    for vocab in vocabs:
+        batch = [encode_tree(t, vocab) for t in trees]
+        torch.manual_seed(1)
+        model.zero_grad()
+        ref = batch_loss(model, batch)
+        ref.backward()
+        want = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        torch.manual_seed(1)
+        with lazy(eng) as tr:
+            out = batch_loss(model, batch)
+            shapes.append(len(tr.pending))
+        got = build(out)
+        steps.append(eng.last.calls)
+        got.backward()
+        torch.testing.assert_close(got, ref)
+        for p, w in zip(model.parameters(), want, strict=True):
+            torch.testing.assert_close(p.grad, w)
+    rep = eng.report()["plan_cache"]
+    assert (rep["hits"], rep["misses"]) == (1, 1)
+    assert len(calls) == 1 and calls[0] == shapes[0] == shapes[1]  # regrouped once, on the miss
+    assert steps[0] == steps[1] < shapes[0]  # the hit ran the regrouped steps: fewer than the recorded groups

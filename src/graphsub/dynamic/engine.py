@@ -233,15 +233,16 @@ class Reuse:
             groups = trace.take_pending()
         else:
             groups = _group(_needed(trace, out))
-        if self.relevel and groups:
-            groups = relevel_groups(groups)
         st.units = st.ops_total = sum(len(g.members) for g in groups)
         if not groups:
             raise LazyError(f"{out!r} was not recorded in this trace's pending groups")
         masks = trace.masks if trace is not None else None
-        if self.cache is not None:
-            plan = self.cache.plan(groups, out, masks, layout=self.capture_modules)
+        if self.cache is not None:  # keyed by the recorded groups: a hit skips the regrouping too
+            plan, groups = self.cache.plan(groups, out, masks, layout=self.capture_modules,
+                                           regroup=relevel_groups if self.relevel else None)
         else:
+            if self.relevel:
+                groups = relevel_groups(groups)
             plan = build_plan(groups, out, masks, layout=self.capture_modules)
         st.optimize_s = time.perf_counter() - t0
         t0 = time.perf_counter()

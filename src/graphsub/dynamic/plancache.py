@@ -3,9 +3,12 @@
 A :class:`~graphsub.dynamic.plan.Plan`'s steps, row layout and gather programs depend only on the DAG's
 structure -- which op key each node has, and which row of which step each input comes from -- not on the
 data.  :func:`structure_key` describes that structure exactly (a tuple, compared in full on a hash match, so a
-hit is never a collision), before the layout reorders anything.  On a hit the cached plan's layout is applied
-to the new groups (the same row permutation per step) and only what carries data is rebuilt: stacked data
-inputs (word ids, targets), deferred dropout masks, values computed by earlier runs, member-by-member steps.
+hit is never a collision), as the trace recorded it: before the regrouping (:func:`~graphsub.dynamic.schedule.relevel`,
+passed as ``regroup``) and the layout change anything.  Equal keys mean the two DAGs match node for node by their
+position (group, row), so on a hit the new nodes are put where the cached plan has their counterparts -- the
+regrouping and the row layout are not computed again (~1 ms per Tree-LSTM batch) -- and only what carries data is
+rebuilt: stacked data inputs (word ids, targets), deferred dropout masks, values computed by earlier runs,
+member-by-member steps.
 
 The cache is a bounded LRU (:class:`PlanCache`, ``size`` plans); :attr:`PlanCache.hits` / :attr:`misses`
 give its hit rate.  Hits need repeated structure: the same batches again (an evaluation set, epochs without
@@ -17,7 +20,7 @@ the engines take a cache only when asked (``Reuse(plan_cache=N)``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +34,14 @@ _EXT = object()  # a value computed outside this plan (an earlier run)
 
 
 def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
-    """The exact structure of ``groups`` (in level order) and ``out``: per group its key id and size, per member
-    where each input comes from (step, row, output part), a parameter's identity, or a data marker."""
+    """The exact structure of ``groups`` (in level order) and ``out``: per group its level, key id and size, per
+    member where each input comes from (step, row, output part), a parameter's identity, a data marker, or the level
+    of a value computed by an earlier run (levels are what the regrouping reads)."""
     cur = {id(g): i for i, g in enumerate(groups)}
     parts: list[Any] = []
     for g in groups:
         ms = g.members
+        parts.append(g.level)
         parts.append(g.kid)
         parts.append(len(ms))
         for m in ms:
@@ -44,7 +49,7 @@ def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
                 if type(x) is LazyTensor:
                     c = x if x.part < 0 else x.inputs[0]
                     st = cur.get(id(c.grp), -1)
-                    parts.append((st, c.row, x.part) if st >= 0 else _DATA if c.kid in DATA_KIDS else _EXT)
+                    parts.append((st, c.row, x.part) if st >= 0 else _DATA if c.kid in DATA_KIDS else (_EXT, c.level))
                 elif x.requires_grad:
                     parts.append(param_tok(x))
                 else:
@@ -54,10 +59,16 @@ def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
     return tuple(parts)
 
 
+Regroup = Callable[[list[Group]], list[Group]]
+"""A regrouping of a trace's groups (:func:`~graphsub.dynamic.schedule.relevel`)."""
+
+
 @dataclass
 class _Cached:
     plan: Plan
-    perms: list[list[int] | None]  # per group: new member i is old member perms[i] (None: unchanged)
+    groups: list[int | tuple[int, int, list[tuple[int, int]]]]
+    """Per step of ``plan``: the index of the recorded group it runs as it is (same members, same order), or its
+    ``(level, kid, members)``, each member by its recorded ``(group, row)``."""
 
 
 class PlanCache:
@@ -81,32 +92,46 @@ class PlanCache:
                 "hit_rate": self.hit_rate}
 
     def plan(self, groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] | None = None,
-             layout: bool = False) -> Plan:
-        """The plan of ``groups`` computing ``out`` (as :func:`~graphsub.dynamic.plan.build_plan`), from the cache
-        when their structure was planned before."""
+             layout: bool = False, regroup: Regroup | None = None) -> tuple[Plan, list[Group]]:
+        """The plan computing ``out`` from a trace's recorded ``groups`` (in level order), regrouped by ``regroup``
+        and built by :func:`~graphsub.dynamic.plan.build_plan`, or taken from the cache when their structure was
+        planned before; and the groups it runs (one per step: the nodes' ``grp``, ``row`` and ``level`` are set)."""
         key = structure_key(groups, out)
         ent = self.entries.get(key)
         if ent is None:
             self.misses += 1
-            before = [{id(m): i for i, m in enumerate(g.members)} for g in groups]
-            plan = build_plan(groups, out, masks, layout)
-            perms: list[list[int] | None] = []
-            for g, pos in zip(groups, before, strict=True):
-                perm = [pos[id(m)] for m in g.members]
-                perms.append(None if perm == list(range(len(perm))) else perm)
-            self.entries[key] = _Cached(plan, perms)
+            where = {id(m): (i, r) for i, g in enumerate(groups) for r, m in enumerate(g.members)}
+            steps = regroup(list(groups)) if regroup is not None else list(groups)
+            plan = build_plan(steps, out, masks, layout)
+            spec: list[int | tuple[int, int, list[tuple[int, int]]]] = []
+            for g in steps:
+                pos = [where[id(m)] for m in g.members]
+                i = pos[0][0]
+                same = g.level == groups[i].level and len(groups[i].members) == len(pos) \
+                    and pos == [(i, r) for r in range(len(pos))]
+                spec.append(i if same else (g.level, g.kid, pos))
+            self.entries[key] = _Cached(plan, spec)
             if len(self.entries) > self.size:
                 self.entries.popitem(last=False)
-            return plan
+            return plan, steps
         self.hits += 1
         self.entries.move_to_end(key)
-        for g, order in zip(groups, ent.perms, strict=True):
-            if order is not None:
-                ms = g.members
-                g.members = [ms[i] for i in order]
-                for r, m in enumerate(g.members):
-                    m.row = r
-        return _refill(ent.plan, groups, out, masks or {})
+        steps = []
+        for s in ent.groups:
+            if isinstance(s, int):
+                steps.append(groups[s])
+                continue
+            level, kid, pos = s
+            g = Group(level, kid)
+            ms = g.members
+            for r, (i, k) in enumerate(pos):
+                m = groups[i].members[k]
+                m.grp = g
+                m.row = r
+                m.level = level
+                ms.append(m)
+            steps.append(g)
+        return _refill(ent.plan, steps, out, masks or {}), steps
 
 
 def _refill(cached: Plan, groups: Sequence[Group], out: LazyTensor, deferred: dict[int, Any]) -> Plan:

@@ -93,12 +93,12 @@ def _worker(fn: Callable[[Any], Any], params: dict[int, int], modules: dict[int,
             if type(out) is not LazyTensor:
                 raise PrefetchError(f"prefetch: fn returned {type(out).__name__}, not a lazy value")
             groups = tr.take_pending()
-            if capture and groups:
-                groups = relevel(groups)
             nodes = sum(len(g.members) for g in groups)
             if cache is not None:
-                plan = cache.plan(groups, out, tr.masks, layout=capture)
+                plan, groups = cache.plan(groups, out, tr.masks, layout=capture, regroup=relevel if capture else None)
             else:
+                if capture and groups:
+                    groups = relevel(groups)
                 plan = build_plan(groups, out, tr.masks, layout=capture)
             stats: dict[str, Any] = {"record_s": t1 - t0, "plan_s": time.perf_counter() - t1, "nodes": nodes,
                                      "plan_cache": cache.report() if cache is not None else None}
