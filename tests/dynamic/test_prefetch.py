@@ -95,6 +95,14 @@ def test_wire_refuses_a_tensor_requiring_grad_outside_the_model() -> None:
         to_wire(plan, {}, set())
 
 
+def test_batches_of_an_iterator_are_sent_and_train_as_a_list_read_by_position(batches: list) -> None:
+    """A list of batches is read by position from the workers' fork-time copy; batches of any other iterable are
+    pickled to them one by one: the same training either way."""
+    from_list, w_list = _train(batches, "prefetch", 2)
+    from_iter, w_iter = _train((b for b in batches), "prefetch", 2)  # type: ignore[arg-type]
+    assert from_list == from_iter and torch.equal(w_list, w_iter)
+
+
 def test_worker_errors_reach_the_main_process(batches: list) -> None:
     model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
 
