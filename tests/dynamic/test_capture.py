@@ -488,3 +488,24 @@ def test_known_cells_of_the_other_argument_forms_take_the_fast_path(batches: lis
     else:
         assert not [fn for fn in general if fn in cells]
     assert torch.isfinite(build(loss))
+
+
+def test_the_capturing_trace_is_known_exactly_where_module_calls_are_captured() -> None:
+    """``STATE.capturing`` (what the module-call hot path reads) is the innermost trace of a capturing context, and
+    ``None`` outside, inside a plain ``lazy()`` nested in it, while real code executes, and after an error."""
+    from graphsub.dynamic.dag import STATE, executing
+
+    assert STATE.capturing is None
+    with lazy(_engine()) as outer:
+        assert STATE.capturing is outer
+        with executing():
+            assert STATE.capturing is None
+        assert STATE.capturing is outer
+        with lazy(Reuse(depth=1, collect=0, batching=True)):  # op-level only: modules run their code
+            assert STATE.capturing is None
+        assert STATE.capturing is outer
+        with pytest.raises(RuntimeError), lazy(_engine()) as inner:
+            assert STATE.capturing is inner
+            raise RuntimeError("boom")
+        assert STATE.capturing is outer
+    assert STATE.capturing is None

@@ -195,13 +195,12 @@ def _restore() -> None:
 
 
 def _active() -> bool:
-    state = STATE
-    return not state.exec_depth and not state.probing and bool(state.current) and state.current[-1].capture
+    return STATE.capturing is not None
 
 
 def _module_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    state = STATE  # per thread: another thread's modules run as they always do
-    if state.exec_depth or state.probing or not state.current or not state.current[-1].capture:
+    if STATE.capturing is None:  # per thread: another thread's modules run as they always do
+        state = STATE
         if not state.exec_depth and not state.probing and not _ACTIVE[0]:  # outside graphsub: torch's own again
             _restore()
         return _ORIG_CALL(self, *args, **kwargs)
@@ -503,6 +502,7 @@ def _record_body(body: Callable[..., Any], template: Any, inputs: list[Any]) -> 
     args, kwargs = fill(template, stand)
     push_trace(scratch)
     STATE.probing += 1
+    STATE.refresh()
     # every call of the body seen (random draws refused), also where the trace records without the mode
     mode = nullcontext() if torch._C._is_torch_function_mode_enabled() else _LazyMode()
     try:
@@ -510,7 +510,7 @@ def _record_body(body: Callable[..., Any], template: Any, inputs: list[Any]) -> 
             out = body(*args, **kwargs)
     finally:
         STATE.probing -= 1
-        pop_trace()
+        pop_trace()  # (refreshes STATE.capturing)
     outs = out if type(out) in (tuple, list) else (out,)
     if not outs or not all(type(o) is LazyTensor and o.shape is not None for o in outs):
         kinds = ", ".join(sorted({type(o).__name__ for o in outs})) or "nothing"

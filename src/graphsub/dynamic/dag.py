@@ -65,6 +65,13 @@ class _ThreadState(threading.local):
         self.exec_depth = 0
         self.current: list[Trace] = []
         self.probing = 0
+        self.capturing: Trace | None = None  # the three above read at once (refresh): the hot path reads only it
+
+    def refresh(self) -> None:
+        """Recompute :attr:`capturing` -- the innermost trace when it captures module calls and nothing executes or
+        probes, else ``None`` -- after any change of ``exec_depth``, ``current`` or ``probing``."""
+        cur = self.current
+        self.capturing = cur[-1] if cur and not self.exec_depth and not self.probing and cur[-1].capture else None
 
 
 STATE = _ThreadState()
@@ -75,10 +82,12 @@ def executing() -> Iterator[None]:
     """Run real torch code inside a lazy context (the tracer passes calls through)."""
     state = STATE
     state.exec_depth += 1
+    state.capturing = None
     try:
         yield
     finally:
         state.exec_depth -= 1
+        state.refresh()
 
 
 _NAMES: dict[Any, str] = {}

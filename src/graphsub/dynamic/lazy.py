@@ -168,6 +168,7 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
     """
     trace = Trace(engine, examples)
     STATE.current.append(trace)
+    STATE.refresh()
     # module-level capture while this context is open: the engine's scope (graphsub.dynamic.capture.capturing);
     # the function mode unless the engine's traces have shown they need none (ModeNeed)
     scope: Any = engine.capture_scope() if trace.capture else nullcontext()
@@ -185,6 +186,7 @@ def lazy(engine: Any = None, examples: int = 1) -> Iterator[Trace]:
             need.saw(trace)
     finally:
         STATE.current.pop()
+        STATE.refresh()
         if collect:
             enable_gc()
 
@@ -198,10 +200,12 @@ def current_trace() -> Trace | None:
 def push_trace(trace: Trace) -> None:
     """Make ``trace`` the current one (a probe's; undone by :func:`pop_trace`)."""
     STATE.current.append(trace)
+    STATE.refresh()
 
 
 def pop_trace() -> None:
     STATE.current.pop()
+    STATE.refresh()
 
 
 __all__ = [
