@@ -165,13 +165,14 @@ class Group:
     value on its node.  ``members`` is emptied after the run (no reference cycles survive it).
     """
 
-    __slots__ = ("kid", "level", "members", "value")
+    __slots__ = ("kid", "level", "members", "pos", "value")
 
     def __init__(self, level: int, kid: int):
         self.level = level
         self.kid = kid
         self.members: list[DagNode] = []
         self.value: Any = None
+        self.pos = -1  # scratch: the group's step while a plan's structure key is computed (plancache), else -1
 
 
 class Trace:

@@ -36,26 +36,39 @@ _EXT = object()  # a value computed outside this plan (an earlier run)
 def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
     """The exact structure of ``groups`` (in level order) and ``out``: per group its level, key id and size, per
     member where each input comes from (step, row, output part), a parameter's identity, a data marker, or the level
-    of a value computed by an earlier run (levels are what the regrouping reads)."""
-    cur = {id(g): i for i, g in enumerate(groups)}
+    of a value computed by an earlier run (levels are what the regrouping reads).
+
+    Each group's step is put on the group while the key is built (``Group.pos``; -1 for every other group, and
+    again for these after): one attribute read per input instead of a lookup by identity."""
+    for i, g in enumerate(groups):
+        g.pos = i
     parts: list[Any] = []
-    for g in groups:
-        ms = g.members
-        parts.append(g.level)
-        parts.append(g.kid)
-        parts.append(len(ms))
-        for m in ms:
-            for x in m.inputs:
-                if type(x) is LazyTensor:
-                    c = x if x.part < 0 else x.inputs[0]
-                    st = cur.get(id(c.grp), -1)
-                    parts.append((st, c.row, x.part) if st >= 0 else _DATA if c.kid in DATA_KIDS else (_EXT, c.level))
-                elif x.requires_grad:
-                    parts.append(param_tok(x))
-                else:
-                    parts.append(_DATA)
-    c = out if out.part < 0 else out.inputs[0]
-    parts.append((cur.get(id(c.grp), -1), c.row, out.part))
+    add = parts.append
+    try:
+        for g in groups:
+            ms = g.members
+            add(g.level)
+            add(g.kid)
+            add(len(ms))
+            for m in ms:
+                for x in m.inputs:
+                    if type(x) is LazyTensor:
+                        part = x.part
+                        c = x if part < 0 else x.inputs[0]
+                        cg = c.grp
+                        if cg is not None and cg.pos >= 0:
+                            add((cg.pos, c.row, part))
+                        else:
+                            add(_DATA if c.kid in DATA_KIDS else (_EXT, c.level))
+                    elif x.requires_grad:
+                        add(param_tok(x))
+                    else:
+                        add(_DATA)
+        c = out if out.part < 0 else out.inputs[0]
+        add((c.grp.pos if c.grp is not None else -1, c.row, out.part))
+    finally:
+        for g in groups:
+            g.pos = -1
     return tuple(parts)
 
 
