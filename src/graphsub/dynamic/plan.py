@@ -28,8 +28,8 @@ differs (an op that mixes rows) is run member by member from then on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,15 +87,31 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
     member lists and rows are updated).  Measured on the Tree-LSTM (SST, batch 20): with module capture
     (~1.2k nodes) the layout costs ~0.5 ms of planning and saves ~5 ms of forward + backward; at op level (~7.4k
     nodes) it costs ~10 ms of planning for about as much saved, so the engines use it with module capture only."""
-    cur = {id(g): i for i, g in enumerate(groups)}
-    deferred = masks or {}
+    with numbered(groups):
+        return _build_plan(groups, out, masks or {}, layout)
+
+
+@contextmanager
+def numbered(groups: Sequence[Group]) -> Iterator[None]:
+    """Each group's step on the group (``Group.pos``) while open, -1 again after: where a node's input comes from
+    is then one attribute read (``x.grp.pos``; -1: not a step of this plan)."""
+    for i, g in enumerate(groups):
+        g.pos = i
+    try:
+        yield
+    finally:
+        for g in groups:
+            g.pos = -1
+
+
+def _build_plan(groups: Sequence[Group], out: LazyTensor, deferred: dict[int, Any], layout: bool) -> Plan:
     steps: list[Step] = []
     ops: dict[int, OpDef] = {}
     for g in groups:
         if g.kid not in ops:
             first = g.members[0]
             ops[g.kid] = OpDef(first.func, first.template, KID_INFO[g.kid][0])
-    chunks = _layout(groups, cur, ops) if layout else [None] * len(groups)
+    chunks = _layout(groups, ops) if layout else [None] * len(groups)
     runs = [{} if c is None else run_index(c) for c in chunks]
     for g, ch in zip(groups, chunks, strict=True):
         ms = g.members
@@ -116,11 +132,11 @@ def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] |
                         and all(p[0] >= 0 for p in prev[1]) and _siblings(ms, j):
                     cols.append((L, [(st, x.part, rows) for st, _, rows in prev[1]], prev[2]))
                 else:
-                    cols.append(column(j, x, ms, cur, deferred, runs))
+                    cols.append(column(j, x, ms, deferred, runs))
         else:
-            cols = [[reference(x, cur, deferred) for x in m.inputs] for m in ms]
+            cols = [[reference(x, deferred) for x in m.inputs] for m in ms]
         steps.append(Step(kid, len(ms), batched, cols, ch))
-    outref = reference(out, cur, deferred)
+    outref = reference(out, deferred)
     plan = Plan(steps, None, ops=ops, masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
     if outref[0] == "r":
         plan.out = (outref[1], outref[2], outref[3])
@@ -146,7 +162,7 @@ def _siblings(ms: list[DagNode], j: int) -> bool:
     return True
 
 
-def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef]) -> list[list[int] | None]:
+def _layout(groups: Sequence[Group], ops: dict[int, OpDef]) -> list[list[int] | None]:
     """Choose each group's row order so that what a batched consumer reads of it is one contiguous run in the
     consumer's member order (a *chunk*), and return each group's chunk sizes (``None``: no reordering).
 
@@ -201,7 +217,8 @@ def _layout(groups: Sequence[Group], cur: dict[int, int], ops: dict[int, OpDef])
             for p, m in enumerate(ms):
                 y = m.inputs[j]
                 c = y if y.part < 0 else y.inputs[0]
-                if c.own is None and id(c.grp) in cur:
+                cg = c.grp
+                if c.own is None and cg is not None and cg.pos >= 0:
                     c.own = base + p
     return chunks
 
@@ -231,7 +248,7 @@ def _chunked(st: int, rows: Any, runs: list[dict[tuple[int, int], int]]) -> Any:
     return rows
 
 
-def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dict[int, Any],
+def column(j: int, x: Any, ms: list[DagNode], deferred: dict[int, Any],
             runs: list[dict[tuple[int, int], int]]) -> Any:
     if type(x) is not LazyTensor:
         if x.requires_grad:
@@ -251,29 +268,30 @@ def column(j: int, x: Any, ms: list[DagNode], cur: dict[int, int], deferred: dic
     if k < 0:
         gs = [y.grp for y in xs]  # an output of a multi-output node has no group: it cannot match
         g0 = gs[0]
-        if g0 is not None and id(g0) in cur and gs.count(g0) == n:
-            st = cur[id(g0)]
+        if g0 is not None and g0.pos >= 0 and gs.count(g0) == n:
+            st = g0.pos
             return (L, [(st, -1, _chunked(st, _rows([y.row for y in xs]), runs))], None)
     elif [y.part for y in xs].count(k) == n:
         srcs = [y.inputs[0] for y in xs]
         gs = [c.grp for c in srcs]
         g0 = gs[0]
-        if g0 is not None and id(g0) in cur and gs.count(g0) == n:
-            st = cur[id(g0)]
+        if g0 is not None and g0.pos >= 0 and gs.count(g0) == n:
+            st = g0.pos
             return (L, [(st, k, _chunked(st, _rows([c.row for c in srcs]), runs))], None)
     # several sources: one piece per (step, part) or earlier value, then a permutation into member order
     by: dict[Any, tuple[int, Any, list[int], list[int]]] = {}
     for p, y in enumerate(xs):
         part = y.part
         c = y if part < 0 else y.inputs[0]
-        gkey = (id(c.grp), part)
-        ent = by.get(gkey)
-        if ent is not None:
-            ent[2].append(c.row)
-            ent[3].append(p)
-            continue
-        st = cur.get(id(c.grp), -1)
+        cg = c.grp
+        st = cg.pos if cg is not None else -1
         if st >= 0:
+            gkey = (st, part)
+            ent = by.get(gkey)
+            if ent is not None:
+                ent[2].append(c.row)
+                ent[3].append(p)
+                continue
             by[gkey] = (st, part, [c.row], [p])
         else:  # computed by an earlier run (or in another trace)
             t, r = _computed(y)
@@ -324,10 +342,10 @@ def _rows(rows: list[int]) -> Any:
     return torch.tensor(rows)
 
 
-def reference(x: Any, cur: dict[int, int], deferred: dict[int, Any]) -> Any:
+def reference(x: Any, deferred: dict[int, Any]) -> Any:
     if type(x) is LazyTensor:
         c = x if x.part < 0 else x.inputs[0]
-        st = cur.get(id(c.grp), -1)
+        st = c.grp.pos if c.grp is not None else -1
         if st >= 0:
             return ("r", st, x.part, c.row)
         if x.kid in DATA_KIDS:  # deferred data read by a member-by-member step: its tensor (made now if not yet)
@@ -517,6 +535,7 @@ __all__ = [
     "Step",
     "build_plan",
     "column",
+    "numbered",
     "reference",
     "rows_agree",
     "run_index",

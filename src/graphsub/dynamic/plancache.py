@@ -27,7 +27,7 @@ from typing import Any
 from graphsub.dynamic.calls import DATA_KIDS, param_tok
 from graphsub.dynamic.dag import Group
 from graphsub.dynamic.lazy import LazyTensor
-from graphsub.dynamic.plan import D, L, M, Plan, Step, build_plan, column, reference, run_index
+from graphsub.dynamic.plan import D, L, M, Plan, Step, build_plan, column, numbered, reference, run_index
 
 _DATA = object()  # a data tensor input (its shape and dtype are part of the op key)
 _EXT = object()  # a value computed outside this plan (an earlier run)
@@ -38,13 +38,11 @@ def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
     member where each input comes from (step, row, output part), a parameter's identity, a data marker, or the level
     of a value computed by an earlier run (levels are what the regrouping reads).
 
-    Each group's step is put on the group while the key is built (``Group.pos``; -1 for every other group, and
-    again for these after): one attribute read per input instead of a lookup by identity."""
-    for i, g in enumerate(groups):
-        g.pos = i
+    Each group's step is put on the group while the key is built (:func:`~graphsub.dynamic.plan.numbered`): one
+    attribute read per input instead of a lookup by identity."""
     parts: list[Any] = []
     add = parts.append
-    try:
+    with numbered(groups):
         for g in groups:
             ms = g.members
             add(g.level)
@@ -66,9 +64,6 @@ def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
                         add(_DATA)
         c = out if out.part < 0 else out.inputs[0]
         add((c.grp.pos if c.grp is not None else -1, c.row, out.part))
-    finally:
-        for g in groups:
-            g.pos = -1
     return tuple(parts)
 
 
@@ -149,27 +144,31 @@ class PlanCache:
 
 def _refill(cached: Plan, groups: Sequence[Group], out: LazyTensor, deferred: dict[int, Any]) -> Plan:
     """``cached`` with what carries data rebuilt from ``groups`` (already in the cached row order)."""
-    cur = {id(g): i for i, g in enumerate(groups)}
+    with numbered(groups):
+        return _refill_numbered(cached, groups, out, deferred)
+
+
+def _refill_numbered(cached: Plan, groups: Sequence[Group], out: LazyTensor, deferred: dict[int, Any]) -> Plan:
     runs = [{} if st.chunks is None else run_index(st.chunks) for st in cached.steps]
     steps = []
     for st, g in zip(cached.steps, groups, strict=True):
         ms = g.members
         if not st.batched:
-            cols: list[Any] = [[reference(x, cur, deferred) for x in m.inputs] for m in ms]
+            cols: list[Any] = [[reference(x, deferred) for x in m.inputs] for m in ms]
         else:
             cols = []
             first = ms[0]
             for j, c in enumerate(st.cols):
                 kind = c[0]
                 if kind in (D, M) or (kind == L and any(p[0] < 0 for p in c[1])):
-                    cols.append(column(j, first.inputs[j], ms, cur, deferred, runs))
+                    cols.append(column(j, first.inputs[j], ms, deferred, runs))
                 else:
                     cols.append(c)
         steps.append(Step(st.kid, st.n, st.batched, cols, st.chunks))
     plan = Plan(steps, cached.out, ops=cached.ops,
                 masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
     if cached.out is None:
-        plan.value = reference(out, cur, deferred)[1]
+        plan.value = reference(out, deferred)[1]
     return plan
 
 
