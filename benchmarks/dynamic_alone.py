@@ -1,0 +1,78 @@
+"""Each mode alone in its own process: eager PyTorch, module+batch and module+prefetch on the Tree-LSTM, as a user
+runs one of them (issue 24's targets, a third view beside the Table 6.4 rerun and the optimizer runs).
+
+    .venv/bin/python benchmarks/dynamic_alone.py --repeats 5
+
+In ``graphsub dynamic bench`` the modes share a process and take turns, which cancels this VM's drift but lets each
+mode inherit the heap of the others: eager's step (400 dense 3 MB embedding gradients per backward) takes 554 ms in
+the all-mode table's process and 396-541 ms beside the module modes only.  Here each repeat runs three processes
+back to back, one per mode (``graphsub dynamic bench --modes <mode>``: SST, batch 20, 1 torch thread, 20 batches, two
+rounds, the first 3 steps left out), the order rotating from one repeat to the next; the speedup of a repeat is
+eager's full step over the mode's, both from that repeat.  Drift between the processes of a repeat is not cancelled,
+so the spread is wide; the median over repeats is the number.  ``--loop-optimizer`` (default) or
+``--fused-optimizer`` in every process.  Writes ``benchmarks/results/dynamic_alone.json`` (or ``--name``).  Run it
+alone on the machine: it is a timing benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).parent / "results"
+MODES = ("eager", "module+batch", "module+prefetch")
+
+
+def _run(mode: str, seed: int, batches: int, optimizer: str) -> dict[str, Any]:
+    exe = Path(sys.executable).with_name("graphsub")
+    cmd = [str(exe), "dynamic", "bench", "--data", "sst", "--batches", str(batches), "--seed", str(seed),
+           "--modes", mode, "--no-tables", optimizer, "--json"]
+    got = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    res: dict[str, Any] = json.loads(got.stdout)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--optimizer", default="--loop-optimizer", choices=("--loop-optimizer", "--fused-optimizer"))
+    ap.add_argument("--name", default="dynamic_alone", help="results file name (.json) under results/")
+    args = ap.parse_args()
+    full: dict[str, list[float]] = {m: [] for m in MODES}
+    stages: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
+    load: list[list[float]] = []
+    for k in range(args.repeats):
+        order = list(MODES[k % len(MODES):] + MODES[:k % len(MODES)])
+        before = os.getloadavg()[0]
+        for m in order:
+            res = _run(m, k, args.batches, args.optimizer)
+            ms = res["ms_per_batch"][m]
+            full[m].append(ms["full"])
+            stages[m].append(ms)
+        load.append([round(before, 2), round(os.getloadavg()[0], 2)])
+        sp = {m: round(full["eager"][-1] / full[m][-1], 2) for m in MODES[1:]}
+        print(f"repeat {k} ({' -> '.join(order)}): {sp} (eager {full['eager'][-1]:.1f} ms)", flush=True)
+    out: dict[str, Any] = {
+        "command": f"benchmarks/dynamic_alone.py --repeats {args.repeats} --batches {args.batches} "
+                   f"--optimizer={args.optimizer} --name {args.name}",
+        "workload": "treelstm", "threads": 1, "batch_size": 20, "data": "sst", "loadavg": load,
+        "full_ms": full, "ms_per_batch": stages,
+    }
+    for m in MODES[1:]:
+        xs = [e / v for e, v in zip(full["eager"], full[m], strict=True)]
+        out[m] = {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+    OUT.mkdir(exist_ok=True)
+    (OUT / f"{args.name}.json").write_text(json.dumps(out, indent=1))
+    print({m: round(out[m]["median"], 2) for m in MODES[1:]},
+          {m: round(statistics.median(full[m]), 1) for m in MODES})
+
+
+if __name__ == "__main__":
+    main()
