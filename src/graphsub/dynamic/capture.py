@@ -306,7 +306,7 @@ captures a call."""
 
 def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Any], int, Trace | None] | None:
     """``(key, inputs, level, trace)`` of a call on the usual arguments -- lazy values (by their shape token),
-    tuples of them (by their negated length, then their tokens), data tensors (by shape and dtype) -- or ``None``
+    data tensors (by shape and dtype), tuples of them (by their negated length, then their members') -- or ``None``
     for anything else (the general recorder's case)."""
     key: list[Any] = [id(fn)]  # the callable is watched (_watch) before its first key is entered
     inputs: list[Any] = []
@@ -323,13 +323,20 @@ def _short_key(fn: Any, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[An
         elif t is tuple:
             key.append(-len(a))
             for b in a:
-                if type(b) is not LazyTensor:
+                if type(b) is LazyTensor:
+                    key.append(b.tok)
+                    if b.level > lvl:
+                        lvl = b.level
+                    trace = b.trace
+                elif isinstance(b, torch.Tensor):  # a data tensor in a state (a sequence's zero initial state)
+                    with _NO_TORCH_FUNCTION():
+                        if b.requires_grad:
+                            return None
+                        key.append(b.shape)
+                        key.append(b.dtype)
+                else:
                     return None
                 inputs.append(b)
-                key.append(b.tok)
-                if b.level > lvl:
-                    lvl = b.level
-                trace = b.trace
         elif isinstance(a, torch.Tensor):
             with _NO_TORCH_FUNCTION():  # the lazy mode would intercept each attribute read (~4 us)
                 if a.requires_grad:
