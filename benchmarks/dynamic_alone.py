@@ -20,22 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from dynamic_optimizers import run_bench
+
 OUT = Path(__file__).parent / "results"
 MODES = ("eager", "module+batch", "module+prefetch")
-
-
-def _run(mode: str, seed: int, batches: int, optimizer: str) -> dict[str, Any]:
-    exe = Path(sys.executable).with_name("graphsub")
-    cmd = [str(exe), "dynamic", "bench", "--data", "sst", "--batches", str(batches), "--seed", str(seed),
-           "--modes", mode, "--no-tables", optimizer, "--json"]
-    got = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    res: dict[str, Any] = json.loads(got.stdout)
-    return res
 
 
 def main() -> None:
@@ -52,7 +43,7 @@ def main() -> None:
         order = list(MODES[k % len(MODES):] + MODES[:k % len(MODES)])
         before = os.getloadavg()[0]
         for m in order:
-            res = _run(m, k, args.batches, args.optimizer)
+            res = run_bench(args.optimizer, k, args.batches, modes=m)
             ms = res["ms_per_batch"][m]
             full[m].append(ms["full"])
             stages[m].append(ms)

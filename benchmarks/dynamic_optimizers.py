@@ -27,10 +27,12 @@ OUT = Path(__file__).parent / "results"
 MODES = ("module+batch", "module+prefetch")
 
 
-def _run(flag: str, seed: int, batches: int) -> dict[str, Any]:
+def run_bench(flag: str, seed: int, batches: int, modes: str = "eager," + ",".join(MODES)) -> dict[str, Any]:
+    """One ``graphsub dynamic bench --json`` process on the SST Tree-LSTM (``modes`` comma-separated, ``flag``:
+    ``--fused-optimizer`` or ``--loop-optimizer``)."""
     exe = Path(sys.executable).with_name("graphsub")
     cmd = [str(exe), "dynamic", "bench", "--data", "sst", "--batches", str(batches), "--seed", str(seed),
-           "--modes", "eager," + ",".join(MODES), "--no-tables", flag, "--json"]
+           "--modes", modes, "--no-tables", flag, "--json"]
     got = subprocess.run(cmd, check=True, capture_output=True, text=True)
     res: dict[str, Any] = json.loads(got.stdout)
     return res
@@ -49,7 +51,7 @@ def main() -> None:
         order = list(flags) if k % 2 == 0 else list(reversed(flags))
         for name in order:
             before = os.getloadavg()[0]
-            res = _run(flags[name], k, args.batches)
+            res = run_bench(flags[name], k, args.batches)
             load[name].append([round(before, 2), round(os.getloadavg()[0], 2)])
             runs[name].append(res)
             sp = {m: round(res["speedup"][m]["full"], 2) for m in MODES}
