@@ -172,7 +172,7 @@ class Group:
         self.kid = kid
         self.members: list[DagNode] = []
         self.value: Any = None
-        self.pos = -1  # scratch: the group's step while a plan's structure key is computed (plancache), else -1
+        self.pos = -1  # scratch: the group's step while a plan or its cache key is built (plan.numbered), else -1
 
 
 class Trace:
