@@ -293,7 +293,7 @@ def test_report_names_modules_by_their_path(batches: list) -> None:
 
 
 def test_the_chunk_layout_changes_no_value_or_gradient(batches: list) -> None:
-    """Rows reordered so that each consumer reads a whole chunk (plan._layout): the same loss and gradients as the
+    """Rows reordered so that each consumer reads a whole chunk (layout.layout_rows): the same loss and gradients as the
     plan without it, and the tree's gathers become chunks (no index_select of a whole step)."""
     from graphsub.dynamic.plan import BatchState, L, build_plan, run_plan
 
@@ -312,6 +312,33 @@ def test_the_chunk_layout_changes_no_value_or_gradient(batches: list) -> None:
         chunked = sum(type(p[2]) is int for p in pieces)
         got[layout] = (value.detach(), [p.grad.clone() for p in model.parameters()], chunked, pieces)
     assert got[False][2] == 0 and got[True][2] > len(got[True][3]) // 2
+    torch.testing.assert_close(got[True][0], got[False][0])
+    for a, b in zip(got[True][1], got[False][1], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_shared_gathers_change_no_value_or_gradient(batches: list) -> None:
+    """A tree cell's four state columns gathered as one (plan._merge): the same loss and gradients as the plan
+    gathering them one by one, and every composer step that permutes its inputs shares one gather."""
+    from graphsub.dynamic.plan import BatchState, L, build_plan, run_plan
+
+    torch.manual_seed(0)
+    model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
+    got = {}
+    for shared in (False, True):
+        model.zero_grad()
+        torch.manual_seed(3)
+        with lazy(_engine()) as tr:
+            loss = batch_loss(model, batches[1])
+        plan = build_plan(tr.take_pending(), loss, layout=True)
+        permuted = [st for st in plan.steps if st.batched and sum(c[0] == L and c[2] is not None for c in st.cols) == 4]
+        assert permuted and all(st.merged is not None and [len(js) for js, _ in st.merged] == [4] for st in permuted)
+        if not shared:
+            for st in plan.steps:
+                st.merged = None
+        value, _, _ = run_plan(plan, plan.ops, BatchState())
+        value.backward()
+        got[shared] = (value.detach(), [p.grad.clone() for p in model.parameters()])
     torch.testing.assert_close(got[True][0], got[False][0])
     for a, b in zip(got[True][1], got[False][1], strict=True):
         torch.testing.assert_close(a, b)

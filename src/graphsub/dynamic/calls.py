@@ -11,6 +11,7 @@ shared by every node of the key.  This module knows nothing of nodes or traces
 
 from __future__ import annotations
 
+import array
 import itertools
 import operator
 import weakref
@@ -197,11 +198,20 @@ def data_info(n: int) -> OpInfo:
     return info
 
 
+def int64_tensor(values: Sequence[int]) -> torch.Tensor:
+    """``torch.tensor(values)`` for Python ints within int64, for graphsub's own index and id tensors: by way of an
+    ``array('q')`` whose buffer the tensor takes (its storage is not resizable), 3-6x faster than torch's list
+    parsing (7.5 -> 2 us for 5 values, 87 -> 15 us for 364)."""
+    if not values:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.frombuffer(array.array("q", values), dtype=torch.int64)
+
+
 def draw_mask(shape: tuple[int, ...], dtype: torch.dtype, p: float) -> torch.Tensor:
     """A dropout mask as PyTorch's CPU dropout draws it (``bernoulli(1 - p) / (1 - p)``)."""
     return torch.empty(shape, dtype=dtype).bernoulli_(1.0 - p).div_(1.0 - p)
 
 
 __all__ = ["DATA_KIDS", "KEYS", "KID_INFO", "SLOTS", "SLOT_MARKER", "DataRows", "OpInfo", "Slot", "data_info",
-           "data_values", "draw_mask", "fill", "flatten", "item_kid",
+           "data_values", "draw_mask", "fill", "flatten", "int64_tensor", "item_kid",
            "new_kid", "op_name", "param_tok", "token"]

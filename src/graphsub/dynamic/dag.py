@@ -105,8 +105,9 @@ class DagNode:
     nodes while recording (:class:`Group`).  Nodes are made by the tracer, not by a constructor.
     """
 
-    __slots__ = ("__weakref__", "func", "gid", "grp", "info", "inputs", "kid", "level", "own", "part", "row", "tok",
-                 "trace", "value")
+    __slots__ = ("__weakref__", "at", "func", "gid", "grp", "info", "inputs", "kid", "level", "own", "part", "row",
+                 "tok", "trace", "value")
+    at: int  # scratch of the plan cache: the node's recorded (group, row), set on a miss (plancache.PlanCache.plan)
     func: Callable[..., Any]
     gid: int
     grp: Group | None

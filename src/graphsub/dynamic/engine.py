@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from graphsub.dynamic.calls import fill, new_kid
+from graphsub.dynamic.calls import fill, int64_tensor, new_kid
 from graphsub.dynamic.capture import capturing
 from graphsub.dynamic.codegen import compile_pattern, generate
 from graphsub.dynamic.dag import DagNode, Group, evaluate_plain, is_param, resolve_row, source
@@ -432,7 +432,7 @@ def _gather(srcs: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
         if rows == list(range(r0, r0 + len(rows))):  # a run of rows in order: the tensor or a view of it
             parts.append(t if r0 == 0 and len(rows) == t.shape[0] else t[r0:r0 + len(rows)])
         else:
-            parts.append(t.index_select(0, torch.tensor(rows)))
+            parts.append(t.index_select(0, int64_tensor(rows)))
         positions.extend(pos)
     if len(parts) == 1:
         return parts[0]
@@ -444,7 +444,7 @@ def _gather(srcs: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
     inv = [0] * len(positions)
     for k, p in enumerate(positions):
         inv[p] = k
-    return cat.index_select(0, torch.tensor(inv))
+    return cat.index_select(0, int64_tensor(inv))
 
 
 __all__ = ["Reuse", "RunStats", "Unit"]

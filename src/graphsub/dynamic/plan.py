@@ -35,8 +35,9 @@ from typing import Any
 
 import torch
 
-from graphsub.dynamic.calls import DATA_KIDS, KID_INFO, data_values, draw_mask, fill
+from graphsub.dynamic.calls import DATA_KIDS, KID_INFO, data_values, draw_mask, fill, int64_tensor
 from graphsub.dynamic.dag import DagNode, Group, resolve_row, source
+from graphsub.dynamic.layout import layout_rows, run_index
 from graphsub.dynamic.lazy import LazyError, LazyTensor
 from graphsub.dynamic.rowloss import RowLoss, row_loss_kid
 from graphsub.dynamic.wgrad import deferring
@@ -60,7 +61,8 @@ class Step:
     n: int
     batched: bool
     cols: list[Any]
-    chunks: list[int] | None = None  # row counts of the runs its consumers read whole (see _layout)
+    chunks: list[int] | None = None  # row counts of the runs its consumers read whole (see layout.layout_rows)
+    merged: list[tuple[list[int], torch.Tensor | None]] | None = None  # gathers shared by columns (see _merge)
 
 
 @dataclass
@@ -83,10 +85,11 @@ class PerMember(list[Any]):
 def build_plan(groups: Sequence[Group], out: LazyTensor, masks: dict[int, Any] | None = None,
                layout: bool = False) -> Plan:
     """The plan of ``groups`` (in level order) computing ``out``; ``masks``: the trace's deferred dropout masks
-    (``Trace.masks``), if any; ``layout``: reorder the groups' rows into chunks (:func:`_layout`; the groups'
-    member lists and rows are updated).  Measured on the Tree-LSTM (SST, batch 20): with module capture
-    (~1.2k nodes) the layout costs ~0.5 ms of planning and saves ~5 ms of forward + backward; at op level (~7.4k
-    nodes) it costs ~10 ms of planning for about as much saved, so the engines use it with module capture only."""
+    (``Trace.masks``), if any; ``layout``: reorder the groups' rows into chunks
+    (:func:`~graphsub.dynamic.layout.layout_rows`; the groups' member lists and rows are updated).  Measured on
+    the Tree-LSTM (SST, batch 20): with module capture (~1.2k nodes) the layout costs ~0.5 ms of planning and saves
+    ~5 ms of forward + backward; at op level (~7.4k nodes) it costs ~10 ms of planning for about as much saved, so
+    the engines use it with module capture only."""
     with numbered(groups):
         return _build_plan(groups, out, masks or {}, layout)
 
@@ -111,7 +114,7 @@ def _build_plan(groups: Sequence[Group], out: LazyTensor, deferred: dict[int, An
         if g.kid not in ops:
             first = g.members[0]
             ops[g.kid] = OpDef(first.func, first.template, KID_INFO[g.kid][0])
-    chunks = _layout(groups, ops) if layout else [None] * len(groups)
+    chunks = layout_rows(groups, ops) if layout else [None] * len(groups)
     runs = [{} if c is None else run_index(c) for c in chunks]
     for g, ch in zip(groups, chunks, strict=True):
         ms = g.members
@@ -132,10 +135,12 @@ def _build_plan(groups: Sequence[Group], out: LazyTensor, deferred: dict[int, An
                         and all(p[0] >= 0 for p in prev[1]) and _siblings(ms, j):
                     cols.append((L, [(st, x.part, rows) for st, _, rows in prev[1]], prev[2]))
                 else:
-                    cols.append(column(j, x, ms, deferred, runs))
+                    cols.append(column(j, x, ms, deferred, runs, listed=True))
+            merged = _merge(cols, first.inputs, len(ms))
         else:
             cols = [[reference(x, deferred) for x in m.inputs] for m in ms]
-        steps.append(Step(kid, len(ms), batched, cols, ch))
+            merged = None
+        steps.append(Step(kid, len(ms), batched, cols, ch, merged))
     outref = reference(out, deferred)
     plan = Plan(steps, None, ops=ops, masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
     if outref[0] == "r":
@@ -143,6 +148,46 @@ def _build_plan(groups: Sequence[Group], out: LazyTensor, deferred: dict[int, An
     else:
         plan.value = outref[1]
     return plan
+
+
+def _merge(cols: list[Any], first: tuple[Any, ...], n: int) -> list[tuple[list[int], torch.Tensor | None]] | None:
+    """Gathers shared by a step's columns: the lazy columns that each need a concatenation or a permutation and
+    whose rows have one shape and dtype (a tree cell's ``lc, lh, rc, rh``) are gathered as one -- every piece
+    concatenated, one ``index_select`` by the columns' permutations put end to end, then split into the columns --
+    instead of one concatenation and one ``index_select`` per column: on the Tree-LSTM 3 ops per level instead
+    of 8, forward, and as many autograd nodes backward.  ``None``: nothing to share.  Only columns of one row per
+    member whose pieces are all steps of this plan (a cache hit reuses the gathers unchanged: see
+    :mod:`graphsub.dynamic.plancache`)."""
+    by: dict[Any, list[int]] = {}
+    for j, c in enumerate(cols):
+        if c[0] != L or (len(c[1]) < 2 and c[2] is None) or any(p[0] < 0 for p in c[1]):
+            continue
+        x = first[j]
+        shape = x.shape
+        if shape is None or len(shape) < 1 or shape[0] != 1:
+            continue
+        by.setdefault((tuple(shape[1:]), x.dtype), []).append(j)
+    out: list[tuple[list[int], torch.Tensor | None]] = []
+    for js in by.values():
+        if len(js) < 2:
+            continue
+        perms = [cols[j][2] for j in js]
+        idx = None
+        if any(p is not None for p in perms):
+            flat: list[int] = []
+            for k, p in enumerate(perms):
+                base = k * n
+                flat.extend(range(base, base + n) if p is None else [v + base for v in p])
+            idx = int64_tensor(flat)
+        out.append((js, idx))
+    made: dict[int, torch.Tensor] = {}  # the permutations as tensors, one per list (a state's two parts share it)
+    for j, c in enumerate(cols):
+        if c[0] == L and type(c[2]) is list:
+            t = made.get(id(c[2]))
+            if t is None:
+                t = made[id(c[2])] = int64_tensor(c[2])
+            cols[j] = (L, c[1], t)
+    return out or None
 
 
 def _siblings(ms: list[DagNode], j: int) -> bool:
@@ -162,83 +207,6 @@ def _siblings(ms: list[DagNode], j: int) -> bool:
     return True
 
 
-def _layout(groups: Sequence[Group], ops: dict[int, OpDef]) -> list[list[int] | None]:
-    """Choose each group's row order so that what a batched consumer reads of it is one contiguous run in the
-    consumer's member order (a *chunk*), and return each group's chunk sizes (``None``: no reordering).
-
-    At run time a step's value is split into its chunks once (``torch.split``), and a consumer that reads a
-    whole chunk takes it as it is: no ``index_select`` forward, and backward one concatenation per step instead
-    of a zero-filled gradient of the whole step per consumer (which is what a gather costs: a step read by
-    every later level -- the leaves of a tree -- would otherwise be zero-filled once per level and column).
-
-    Groups are visited from the last: a group's order is fixed by its consumers (all later), then it claims
-    its inputs' rows for itself (the first column to read a row owns it).  Rows read by nobody here keep
-    their order, after the chunks."""
-    chunks: list[list[int] | None] = [None] * len(groups)
-    for g in groups:
-        for m in g.members:
-            m.own = None
-    for t in range(len(groups) - 1, -1, -1):
-        g = groups[t]
-        ms = g.members
-        keys = [m.own for m in ms]  # (consumer step, column, member position) of the first reader, if any
-        nones = keys.count(None)
-        if nones != len(keys):
-            if nones:  # rows nobody here reads: after the chunks, in their order
-                last = len(groups) << _STEP
-                keys = [k if k is not None else last + i for i, k in enumerate(keys)]
-            if keys != sorted(keys):  # the keys are distinct: sorted means strictly increasing
-                order = sorted(range(len(ms)), key=keys.__getitem__)
-                ms = g.members = [ms[i] for i in order]
-                keys = [keys[i] for i in order]
-                for r, m in enumerate(ms):
-                    m.row = r
-            sizes: list[int] = []
-            prev = -1
-            for k in keys:
-                ck = k >> _COL
-                if ck == prev:
-                    sizes[-1] += 1
-                else:
-                    sizes.append(1)
-                    prev = ck
-            if len(sizes) > 1:
-                chunks[t] = sizes
-        if not ops[g.kid].batchable:
-            continue
-        first = ms[0].inputs
-        for j, x in enumerate(first):
-            if type(x) is not LazyTensor or x.kid in DATA_KIDS:  # data: stacked, not gathered (see column)
-                continue
-            if j and x.part > 0 and type(first[j - 1]) is LazyTensor and first[j - 1].part >= 0 \
-                    and first[j - 1].inputs[0] is x.inputs[0]:
-                continue  # another output of the nodes column j - 1 reads (a cell's state): claimed by it
-            base = (t << _STEP) + (j << _COL)
-            for p, m in enumerate(ms):
-                y = m.inputs[j]
-                c = y if y.part < 0 else y.inputs[0]
-                cg = c.grp
-                if c.own is None and cg is not None and cg.pos >= 0:
-                    c.own = base + p
-    return chunks
-
-
-_COL = 24
-_STEP = 48
-"""A row's owner in :func:`_layout` is one int, ``step << _STEP | column << _COL | position`` (ordered as the
-tuple, cheaper to compare and sort); its chunk is ``owner >> _COL``."""
-
-
-def run_index(sizes: list[int]) -> dict[tuple[int, int], int]:
-    """``(start, stop)`` of each chunk -> its index."""
-    out = {}
-    start = 0
-    for k, n in enumerate(sizes):
-        out[(start, start + n)] = k
-        start += n
-    return out
-
-
 def _chunked(st: int, rows: Any, runs: list[dict[tuple[int, int], int]]) -> Any:
     """``rows`` of step ``st`` as a chunk index when they are exactly one of its chunks, else as they are."""
     if type(rows) is tuple and st >= 0:
@@ -249,7 +217,9 @@ def _chunked(st: int, rows: Any, runs: list[dict[tuple[int, int], int]]) -> Any:
 
 
 def column(j: int, x: Any, ms: list[DagNode], deferred: dict[int, Any],
-            runs: list[dict[tuple[int, int], int]]) -> Any:
+            runs: list[dict[tuple[int, int], int]], listed: bool = False) -> Any:
+    """Column ``j`` of a batched step (module docstring); ``listed``: a gather's permutation as a list of ints
+    (plan building turns it into a tensor, or into a shared gather's, :func:`_merge`)."""
     if type(x) is not LazyTensor:
         if x.requires_grad:
             return (P, x)
@@ -310,7 +280,7 @@ def column(j: int, x: Any, ms: list[DagNode], deferred: dict[int, Any],
         inv = [0] * n
         for k, p in enumerate(order):
             inv[p] = k
-        perm = torch.tensor(inv)
+        perm = inv if listed else int64_tensor(inv)
     return (L, pieces, perm)
 
 
@@ -321,7 +291,7 @@ def _data_rows(x: LazyTensor, xs: list[Any]) -> torch.Tensor | None:
     if len(x.inputs[0].values) != 1 or [y.kid for y in xs].count(kid) != len(xs) \
             or [y.value for y in xs].count(None) != len(xs):  # a value made already may have been changed in place
         return None
-    return torch.tensor([y.inputs[0].values[0] for y in xs])
+    return int64_tensor([y.inputs[0].values[0] for y in xs])
 
 
 def _computed(x: LazyTensor) -> tuple[Any, int | None]:
@@ -339,7 +309,7 @@ def _rows(rows: list[int]) -> Any:
     r0 = rows[0]
     if rows == list(range(r0, r0 + len(rows))):
         return (r0, r0 + len(rows))
-    return torch.tensor(rows)
+    return int64_tensor(rows)
 
 
 def reference(x: Any, deferred: dict[int, Any]) -> Any:
@@ -388,7 +358,7 @@ def _run_plan(plan: Plan, ops: dict[int, OpDef], state: BatchState) -> tuple[Any
             res: Any = PerMember(_call(op, [_deref(r, vals, masks) for r in refs]) for refs in st.cols)
             calls += st.n
         else:
-            cols = [run.column(c) for c in st.cols]
+            cols = [run.column(c) for c in st.cols] if st.merged is None else run.columns(st)
             if st.kid in state.unbatchable:
                 res = PerMember(_call(op, _row_args(st.cols, cols, r)) for r in range(st.n))
                 calls += st.n
@@ -461,13 +431,28 @@ class _Run:
         t = ts[0] if len(ts) == 1 else torch.cat(ts)
         return t if perm is None else t.index_select(0, perm)
 
+    def columns(self, st: Step) -> list[Any]:
+        """The columns of ``st``, those of its shared gathers (:func:`_merge`) made together."""
+        assert st.merged is not None
+        cols: list[Any] = [None] * len(st.cols)
+        for js, idx in st.merged:
+            t = torch.cat([self.piece(p) for j in js for p in st.cols[j][1]])
+            if idx is not None:
+                t = t.index_select(0, idx)
+            for j, v in zip(js, t.split(st.n), strict=True):
+                cols[j] = v
+        for j, c in enumerate(st.cols):
+            if cols[j] is None:
+                cols[j] = self.column(c)
+        return cols
+
     def piece(self, p: tuple[int, Any, Any]) -> torch.Tensor:
         st, part, rows = p
         if st < 0:
             t = part
         else:
             v = self.vals[st]
-            if type(rows) is int:  # chunk ``rows`` of the step (see _layout): its value split once
+            if type(rows) is int:  # chunk ``rows`` of the step (see layout.layout_rows): its value split once
                 sizes = self.steps[st].chunks
                 assert sizes is not None
                 if type(v) is PerMember:

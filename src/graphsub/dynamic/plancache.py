@@ -31,6 +31,9 @@ from graphsub.dynamic.plan import D, L, M, Plan, Step, build_plan, column, numbe
 
 _DATA = object()  # a data tensor input (its shape and dtype are part of the op key)
 _EXT = object()  # a value computed outside this plan (an earlier run)
+_ROW = 32
+_ROWS = (1 << _ROW) - 1
+"""A node's recorded place in a cache entry is one int, ``group << _ROW | row``."""
 
 
 def structure_key(groups: Sequence[Group], out: LazyTensor) -> tuple[Any, ...]:
@@ -74,9 +77,9 @@ Regroup = Callable[[list[Group]], list[Group]]
 @dataclass
 class _Cached:
     plan: Plan
-    groups: list[int | tuple[int, int, list[tuple[int, int]]]]
+    groups: list[int | tuple[int, int, list[int]]]
     """Per step of ``plan``: the index of the recorded group it runs as it is (same members, same order), or its
-    ``(level, kid, members)``, each member by its recorded ``(group, row)``."""
+    ``(level, kid, members)``, each member by its recorded ``group << _ROW | row``."""
 
 
 class PlanCache:
@@ -108,15 +111,20 @@ class PlanCache:
         ent = self.entries.get(key)
         if ent is None:
             self.misses += 1
-            where = {id(m): (i, r) for i, g in enumerate(groups) for r, m in enumerate(g.members)}
+            for i, g in enumerate(groups):  # each node's recorded (group, row) as one int, read once planned
+                at = i << _ROW
+                for m in g.members:
+                    m.at = at
+                    at += 1
             steps = regroup(list(groups)) if regroup is not None else list(groups)
             plan = build_plan(steps, out, masks, layout)
-            spec: list[int | tuple[int, int, list[tuple[int, int]]]] = []
+            spec: list[int | tuple[int, int, list[int]]] = []
             for g in steps:
-                pos = [where[id(m)] for m in g.members]
-                i = pos[0][0]
-                same = g.level == groups[i].level and len(groups[i].members) == len(pos) \
-                    and pos == [(i, r) for r in range(len(pos))]
+                pos = [m.at for m in g.members]
+                p0 = pos[0]
+                i = p0 >> _ROW
+                same = p0 == i << _ROW and g.level == groups[i].level and len(groups[i].members) == len(pos) \
+                    and pos == list(range(p0, p0 + len(pos)))
                 spec.append(i if same else (g.level, g.kid, pos))
             self.entries[key] = _Cached(plan, spec)
             if len(self.entries) > self.size:
@@ -132,8 +140,8 @@ class PlanCache:
             level, kid, pos = s
             g = Group(level, kid)
             ms = g.members
-            for r, (i, k) in enumerate(pos):
-                m = groups[i].members[k]
+            for r, a in enumerate(pos):
+                m = groups[a >> _ROW].members[a & _ROWS]
                 m.grp = g
                 m.row = r
                 m.level = level
@@ -164,7 +172,7 @@ def _refill_numbered(cached: Plan, groups: Sequence[Group], out: LazyTensor, def
                     cols.append(column(j, first.inputs[j], ms, deferred, runs))
                 else:
                     cols.append(c)
-        steps.append(Step(st.kid, st.n, st.batched, cols, st.chunks))
+        steps.append(Step(st.kid, st.n, st.batched, cols, st.chunks, st.merged))
     plan = Plan(steps, cached.out, ops=cached.ops,
                 masks=[m[1:] for m in sorted(deferred.values(), key=lambda m: m[0])])
     if cached.out is None:

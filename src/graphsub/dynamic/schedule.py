@@ -33,7 +33,7 @@ def relevel(groups: Sequence[Group]) -> list[Group]:
         return []
     for g in groups:
         for m in g.members:
-            m.own = 0  # scratch: the node's height below the output (reset by plan._layout before its own use)
+            m.own = 0  # scratch: the node's height below the output (reset by layout.layout_rows before its own use)
     for g in reversed(groups):  # consumers come after their inputs: heights in one sweep
         for n in g.members:
             h = n.own + 1

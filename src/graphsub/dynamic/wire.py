@@ -76,7 +76,8 @@ def to_wire(plan: Plan, params: dict[int, int], sent: set[int], modules: dict[in
             return ("np", t.detach().numpy())
         return t
 
-    steps = [(st.kid, st.n, st.batched, _map_cols(st.cols, st.batched, tensor), st.chunks) for st in plan.steps]
+    steps = [(st.kid, st.n, st.batched, _map_cols(st.cols, st.batched, tensor), st.chunks,
+              None if st.merged is None else [(js, tensor(idx)) for js, idx in st.merged]) for st in plan.steps]
     new_ops = {k: (_swap_modules(o.func, module), _swap_modules(o.template, module), o.batchable)
                for k, o in plan.ops.items() if k not in sent}
     sent.update(new_ops)
@@ -101,8 +102,9 @@ def from_wire(wire: Any, params: Sequence[torch.Tensor], ops: dict[int, OpDef],
             return torch.from_numpy(t[1]) if t[0] == "np" else params[t[1]]
         return t
 
-    steps = [Step(kid, n, batched, _map_cols(cols, batched, tensor), chunks)
-             for kid, n, batched, cols, chunks in steps_w]
+    steps = [Step(kid, n, batched, _map_cols(cols, batched, tensor), chunks,
+                  None if merged is None else [(js, tensor(idx)) for js, idx in merged])
+             for kid, n, batched, cols, chunks, merged in steps_w]
     return Plan(steps, out, tensor(value), masks=masks)
 
 
