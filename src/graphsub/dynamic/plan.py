@@ -156,9 +156,9 @@ def _merge(cols: list[Any], first: tuple[Any, ...], n: int) -> list[tuple[list[i
     concatenated, one ``index_select`` by the columns' permutations put end to end, then split into the columns --
     instead of one concatenation and one ``index_select`` per column: on the Tree-LSTM 3 ops per level instead
     of 8, forward, and as many autograd nodes backward (measured, SST batch 20, interleaved A/B: forward 10.33 ->
-    10.04 ms, backward 12.91 -> 12.46 ms; planning ~0.3 ms more per plan built).  ``None``: nothing to share.  Only columns of one row per
-    member whose pieces are all steps of this plan (a cache hit reuses the gathers unchanged: see
-    :mod:`graphsub.dynamic.plancache`)."""
+    10.04 ms, backward 12.91 -> 12.46 ms; planning ~0.3 ms more per plan built).  ``None``: nothing to share.
+    Only columns of one row per member whose pieces are all steps of this plan (a cache hit reuses the gathers
+    unchanged: see :mod:`graphsub.dynamic.plancache`)."""
     by: dict[Any, list[int]] = {}
     for j, c in enumerate(cols):
         if c[0] != L or (len(c[1]) < 2 and c[2] is None) or any(p[0] < 0 for p in c[1]):
