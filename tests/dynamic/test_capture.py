@@ -3,6 +3,7 @@ recording as the explained fallback."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -292,56 +293,60 @@ def test_report_names_modules_by_their_path(batches: list) -> None:
     assert rows["composer (TreeComposer)"]["captured"]
 
 
+def _plan_run(model: nn.Module, batch: list, layout: bool, edit: Callable[[Any], None] | None = None) -> tuple:
+    """``batch_loss`` recorded and planned (``layout``), the plan changed by ``edit``, run and differentiated: its
+    loss, the model's gradients and the plan (fresh gradients and dropout masks from seed 3)."""
+    from graphsub.dynamic.plan import BatchState, build_plan, run_plan
+
+    model.zero_grad()
+    torch.manual_seed(3)
+    with lazy(_engine()) as tr:
+        loss = batch_loss(model, batch)
+    plan = build_plan(tr.take_pending(), loss, layout=layout)
+    if edit is not None:
+        edit(plan)
+    value, _, _ = run_plan(plan, plan.ops, BatchState())
+    value.backward()
+    return value.detach(), [p.grad.clone() for p in model.parameters()], plan
+
+
+def _assert_same_run(a: tuple, b: tuple) -> None:
+    torch.testing.assert_close(a[0], b[0])
+    for x, y in zip(a[1], b[1], strict=True):
+        torch.testing.assert_close(x, y)
+
+
 def test_the_chunk_layout_changes_no_value_or_gradient(batches: list) -> None:
-    """Rows reordered so that each consumer reads a whole chunk (layout.layout_rows): the same loss and gradients as the
-    plan without it, and the tree's gathers become chunks (no index_select of a whole step)."""
-    from graphsub.dynamic.plan import BatchState, L, build_plan, run_plan
+    """Rows reordered so that each consumer reads a whole chunk (layout.layout_rows): the same loss and gradients as
+    the plan without it, and the tree's gathers become chunks (no index_select of a whole step)."""
+    from graphsub.dynamic.plan import L
 
     torch.manual_seed(0)
     model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
-    got = {}
-    for layout in (False, True):
-        model.zero_grad()
-        torch.manual_seed(3)
-        with lazy(_engine()) as tr:
-            loss = batch_loss(model, batches[1])
-        plan = build_plan(tr.take_pending(), loss, layout=layout)
-        value, _, _ = run_plan(plan, plan.ops, BatchState())
-        value.backward()
-        pieces = [p for st in plan.steps if st.batched for c in st.cols if c[0] == L for p in c[1]]
+    got = {layout: _plan_run(model, batches[1], layout) for layout in (False, True)}
+    for layout, run in got.items():
+        pieces = [p for st in run[2].steps if st.batched for c in st.cols if c[0] == L for p in c[1]]
         chunked = sum(type(p[2]) is int for p in pieces)
-        got[layout] = (value.detach(), [p.grad.clone() for p in model.parameters()], chunked, pieces)
-    assert got[False][2] == 0 and got[True][2] > len(got[True][3]) // 2
-    torch.testing.assert_close(got[True][0], got[False][0])
-    for a, b in zip(got[True][1], got[False][1], strict=True):
-        torch.testing.assert_close(a, b)
+        assert chunked > len(pieces) // 2 if layout else chunked == 0
+    _assert_same_run(got[True], got[False])
 
 
 def test_shared_gathers_change_no_value_or_gradient(batches: list) -> None:
     """A tree cell's four state columns gathered as one (plan._merge): the same loss and gradients as the plan
     gathering them one by one, and every composer step that permutes its inputs shares one gather."""
-    from graphsub.dynamic.plan import BatchState, L, build_plan, run_plan
+    from graphsub.dynamic.plan import L
+
+    def unshare(plan: Any) -> None:
+        for st in plan.steps:
+            st.merged = None
 
     torch.manual_seed(0)
     model = BinaryTreeLSTM(50, emb_dim=10, hidden=6)
-    got = {}
-    for shared in (False, True):
-        model.zero_grad()
-        torch.manual_seed(3)
-        with lazy(_engine()) as tr:
-            loss = batch_loss(model, batches[1])
-        plan = build_plan(tr.take_pending(), loss, layout=True)
-        permuted = [st for st in plan.steps if st.batched and sum(c[0] == L and c[2] is not None for c in st.cols) == 4]
-        assert permuted and all(st.merged is not None and [len(js) for js, _ in st.merged] == [4] for st in permuted)
-        if not shared:
-            for st in plan.steps:
-                st.merged = None
-        value, _, _ = run_plan(plan, plan.ops, BatchState())
-        value.backward()
-        got[shared] = (value.detach(), [p.grad.clone() for p in model.parameters()])
-    torch.testing.assert_close(got[True][0], got[False][0])
-    for a, b in zip(got[True][1], got[False][1], strict=True):
-        torch.testing.assert_close(a, b)
+    shared = _plan_run(model, batches[1], True)
+    steps = shared[2].steps
+    permuted = [st for st in steps if st.batched and sum(c[0] == L and c[2] is not None for c in st.cols) == 4]
+    assert permuted and all(st.merged is not None and [len(js) for js, _ in st.merged] == [4] for st in permuted)
+    _assert_same_run(shared, _plan_run(model, batches[1], True, unshare))
 
 
 def test_relevel_merges_the_readouts_and_keeps_values(batches: list) -> None:
