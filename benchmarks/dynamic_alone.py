@@ -39,6 +39,7 @@ def main() -> None:
     full: dict[str, list[float]] = {m: [] for m in MODES}
     stages: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
     load: list[list[float]] = []
+    probe: dict[str, list[Any]] = {m: [] for m in MODES}  # each process's host probe (graphsub.bench.dynamic)
     for k in range(args.repeats):
         order = list(MODES[k % len(MODES):] + MODES[:k % len(MODES)])
         before = os.getloadavg()[0]
@@ -47,6 +48,7 @@ def main() -> None:
             ms = res["ms_per_batch"][m]
             full[m].append(ms["full"])
             stages[m].append(ms)
+            probe[m].append(res.get("host_probe_ms"))
         load.append([round(before, 2), round(os.getloadavg()[0], 2)])
         sp = {m: round(full["eager"][-1] / full[m][-1], 2) for m in MODES[1:]}
         print(f"repeat {k} ({' -> '.join(order)}): {sp} (eager {full['eager'][-1]:.1f} ms)", flush=True)
@@ -54,7 +56,7 @@ def main() -> None:
         "command": f"benchmarks/dynamic_alone.py --repeats {args.repeats} --batches {args.batches} "
                    f"--optimizer={args.optimizer} --name {args.name}",
         "workload": "treelstm", "threads": 1, "batch_size": 20, "data": "sst", "loadavg": load,
-        "full_ms": full, "ms_per_batch": stages,
+        "full_ms": full, "ms_per_batch": stages, "host_probe_ms": probe,
     }
     for m in MODES[1:]:
         xs = [e / v for e, v in zip(full["eager"], full[m], strict=True)]

@@ -71,6 +71,7 @@ def main() -> None:
         entry["recording"] = [r.get("recording") for r in rs]
         entry["loss_max_abs_diff"] = [r.get("loss_max_abs_diff") for r in rs]
         entry["loadavg"] = load[name]
+        entry["host_probe_ms"] = [r.get("host_probe_ms") for r in rs]
         out[name] = entry
     OUT.mkdir(exist_ok=True)
     (OUT / f"{args.name}.json").write_text(json.dumps(out, indent=1))

@@ -38,6 +38,9 @@ def test_dynamic_bench_json_tiny() -> None:
         assert res["ms_per_batch"]["reuse+batch"][stage] >= 0
     assert [row["depth"] for row in res["table_6_3"]] == [5, 6, 7, 8, 9, 10]
     assert res["engines"]["reuse+batch"]["calls"] < res["engines"]["reuse+batch"]["units"]
+    # the host's speed for Python, probed per round before its one slice (3 batches) and its two prefetch phases
+    probe = res["host_probe_ms"]
+    assert probe["n"] == 2 * (1 + 2) and 0 < probe["min"] <= probe["median"] <= probe["max"]
 
 
 def test_dynamic_bench_seqlstm_and_usage_errors() -> None:
@@ -108,7 +111,9 @@ def test_run_modes_takes_turns_in_slices_and_times_steps_after_steps_of_the_same
     monkeypatch.setattr(bench, "run_prefetch", fake_prefetch)
     cfg = bench.BenchConfig(modes=("eager", "module+batch", "prefetch", "reuse+batch"))
     work = bench.Workload(trees=[], vocab=None, data="synthetic", batches=[[0], [1], [2]])  # type: ignore[arg-type]
-    runners = bench.run_modes(cfg, work, rounds=2, slice_size=2)
+    probes: list[float] = []
+    runners = bench.run_modes(cfg, work, rounds=2, slice_size=2, probes=probes)
+    assert len(probes) == 2 * (2 + 1) and min(probes) > 0  # per round: two slices, one prefetch phase
     assert list(runners) == ["eager", "module+batch", "prefetch", "reuse+batch"]
     first_round = [("eager", 0), ("eager", 1), ("module+batch", 0), ("module+batch", 1), ("reuse+batch", 0),
                    ("reuse+batch", 1),

@@ -270,7 +270,20 @@ SLICE = 4
 """Batches each in-process mode runs in a row before the next mode's turn (:func:`run_modes`)."""
 
 
-def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int = SLICE) -> dict[str, Runner]:
+def host_probe_ms(n: int = 20000) -> float:
+    """Milliseconds of a fixed pure-Python loop (a few ms on this VM): how fast the host runs interpreter-bound work
+    right now.  Recorded between the modes' turns (``host_probe_ms`` in the bench's JSON) so that runs made while the
+    host was busy can be told apart: the captured modes are bound by Python and slow down with the host more than
+    eager's page-fault-bound backward does."""
+    t0 = time.perf_counter()
+    acc: dict[int, int] = {}
+    for i in range(n):
+        acc[i & 255] = acc.get(i & 255, 0) + (i ^ (i >> 3))
+    return 1000 * (time.perf_counter() - t0)
+
+
+def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int = SLICE,
+              probes: list[float] | None = None) -> dict[str, Runner]:
     """All modes for ``rounds`` rounds over the batches.  The in-process modes take turns in slices of ``slice_size``
     batches, the order rotating from one slice to the next (A B C, B C A, ...), and each mode's first step of a slice
     is left out of its medians (:meth:`Runner.mark_cold`): what is timed is a step after a step of the same mode, as
@@ -280,7 +293,7 @@ def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int
     second would otherwise be timed inside one episode while eager's 20 steps (10 s) average over several.  Each
     prefetch mode runs after each round in a phase of its own, its first step left out (its workers record the
     batches ahead: between other modes' steps they would have time to spare that a training loop does not give
-    them)."""
+    them).  ``probes``, when given, receives a :func:`host_probe_ms` before each slice and each prefetch phase."""
     runners = {m: Runner(m, cfg, work.vocab) for m in cfg.modes}
     inproc = [r for r in runners.values() if r.mode not in PREFETCH_MODES]
     size = max(1, slice_size)
@@ -289,6 +302,8 @@ def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int
         for s in range(0, len(work.batches), size):
             k = turn % len(inproc) if inproc else 0
             turn += 1
+            if probes is not None:
+                probes.append(host_probe_ms())
             for r in inproc[k:] + inproc[:k]:
                 if len(inproc) > 1:
                     r.mark_cold()
@@ -298,6 +313,8 @@ def run_modes(cfg: BenchConfig, work: Workload, rounds: int = 2, slice_size: int
                     gc.collect(0)
         for r in runners.values():
             if r.mode in PREFETCH_MODES:
+                if probes is not None:
+                    probes.append(host_probe_ms())
                 r.mark_cold()
                 run_prefetch(r, cfg, work.batches)
     return runners
@@ -363,7 +380,8 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
     work = load_workload(cfg)
-    runners = run_modes(cfg, work)
+    probes: list[float] = []
+    runners = run_modes(cfg, work, probes=probes)
     warm = min(cfg.warmup, max(len(work.batches) - 1, 0))
     med = {m: r.medians(warm) for m, r in runners.items()}
     res: dict[str, Any] = {
@@ -372,6 +390,8 @@ def run_bench(cfg: BenchConfig, tables: bool = True) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "loadavg": [round(load0, 2), round(os.getloadavg()[0], 2)],  # 1-minute load before / after the modes
         "ms_per_batch": med,
+        "host_probe_ms": {"median": statistics.median(probes), "min": min(probes), "max": max(probes),
+                          "n": len(probes)} if probes else None,
     }
     if "eager" in med:
         base = med["eager"]

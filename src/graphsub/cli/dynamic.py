@@ -61,6 +61,10 @@ def _print(res: dict[str, Any]) -> None:
             t4.add_row(r["callable"], "yes" if r["captured"] else "no", f"{r['captured_keys']} / {r['refused_keys']}",
                        r["reason"] or "-")
         con.print(t4)
+    probe = res.get("host_probe_ms")
+    if probe:
+        con.print(f"host probe (a fixed pure-Python loop, before each turn): median {probe['median']:.2f} ms, "
+                  f"{probe['min']:.2f}-{probe['max']:.2f}; 1-minute load {res['loadavg'][0]} -> {res['loadavg'][1]}")
     if "training" in res:
         tr = res["training"]
         con.print(f"best mode: [bold]{res['best_mode']}[/], full step {res['speedup_full_step']:.2f}x eager; "
