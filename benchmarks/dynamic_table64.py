@@ -43,7 +43,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     modes = list(runs[0]["ms_per_batch"])
     out: dict[str, Any] = {"repeats": len(runs), "modes": modes, "ms": {}, "speedup_full": {}, "recording": {},
                            "loss_max_abs_diff": [r.get("loss_max_abs_diff") for r in runs],
-                           "best_mode": [r.get("best_mode") for r in runs], "loadavg": [r["loadavg"] for r in runs]}
+                           "best_mode": [r.get("best_mode") for r in runs], "loadavg": [r["loadavg"] for r in runs],
+                           "host_probe_ms": [(r.get("host_probe_ms") or {}).get("median") for r in runs]}
     for m in modes:
         out["ms"][m] = {s: _spread([r["ms_per_batch"][m][s] for r in runs]) for s in STAGES}
         if m != "eager":
@@ -74,7 +75,9 @@ def render(results: dict[str, Any]) -> str:
                                                        results["command"] else "the benched trees' words") + ".", ""]
     for wl, s in results["workloads"].items():
         modes = s["modes"]
-        lines += [f"## {wl} ({s['repeats']} repeats, 1-minute load averages before/after: {s['loadavg']})", "",
+        probes = ", ".join(f"{x:.2f}" for x in s.get("host_probe_ms", []) if x is not None) or "-"
+        lines += [f"## {wl} ({s['repeats']} repeats, 1-minute load averages before/after: {s['loadavg']}; host probe "
+                  f"per repeat, median ms of a fixed pure-Python loop before each turn: {probes})", "",
                   "| stage (ms) | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
         for st in STAGES:
             lines.append(f"| {st} | " + " | ".join(_fmt(s["ms"][m][st]) for m in modes) + " |")
