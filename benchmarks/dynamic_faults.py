@@ -5,7 +5,7 @@
 
 Stages: ``record`` (the lazy trace; eager: its forward), ``plan_forward`` (the plan built and run; eager: none),
 ``backward`` and ``step`` (the optimizer).  Medians over two rounds of 20 batches, the first 3 steps left out.
-Writes ``benchmarks/results/dynamic_faults.json``.  Counts, not times: it need not run alone, but its timings do.
+Writes ``benchmarks/results/dynamic_faults.json``.  Counts, not times: it need not run alone.
 """
 
 from __future__ import annotations
