@@ -23,7 +23,7 @@ demo: $(STAMP)
 		--report $(OUT)/encoder_report.html
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
 test: $(STAMP) lint
