@@ -1,12 +1,23 @@
-"""Fixtures shared across test packages: a local two-node Ray cluster (``ray_cluster``)."""
+"""Fixtures shared across test packages: a local two-node Ray cluster (``ray_cluster``); the SST data for the
+tests that need the real treebank."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+#: where this team keeps the Stanford Sentiment Treebank beside the repository (it is not shipped: graphsub reads
+#: it from ``$GRAPHSUB_SST``); the tests that need the real data use it when it is there, and say so when it is not
+_SIBLING_SST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "sst"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "GRAPHSUB_SST" not in os.environ and _SIBLING_SST.is_dir():
+        os.environ["GRAPHSUB_SST"] = str(_SIBLING_SST)
 
 
 @pytest.fixture(scope="session")

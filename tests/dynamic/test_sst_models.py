@@ -127,7 +127,7 @@ def test_to_binary_maps_every_node() -> None:
 SST = find_sst_root()
 needs_sst = pytest.mark.skipif(
     SST is None or not (SST / "train.txt").is_file(),
-    reason=f"SST data not found (set ${SST_ENV} or put it in ../shared/data/sst); synthetic tests still run",
+    reason=f"SST data not found (set ${SST_ENV}); synthetic tests still run",
 )
 
 
@@ -183,6 +183,12 @@ def test_missing_data_raises_sst_not_found(tmp_path: Path, monkeypatch: pytest.M
     assert isinstance(info.value, GraphsubError)
     monkeypatch.setenv(SST_ENV, str(tmp_path / "nowhere"))
     assert find_sst_root() is None
+    monkeypatch.delenv(SST_ENV)
+    monkeypatch.chdir(tmp_path)
+    assert find_sst_root() is None  # only the variable (or root=) names the data: nothing else is searched
+    with pytest.raises(SSTNotFound, match=rf"\${SST_ENV} is not set"):
+        load_sst()
+    monkeypatch.setenv(SST_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(SSTNotFound, match=rf"\${SST_ENV}=.*synthetic_treebank"):
         load_sst()
     with pytest.raises(ValueError, match="unknown split 'validation'"):
@@ -455,3 +461,17 @@ def test_fused_adagrad_makes_the_same_update(small_data: tuple[list[Tree], int])
         models.append(model)
     for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bench_reads_sst_from_the_given_folder_or_says_it_uses_synthetic(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphsub.bench.dynamic import BenchConfig, load_workload
+
+    (tmp_path / "train.txt").write_text("\n".join([EXAMPLE, "(3 (2 so) (4 good))", "(0 (1 bad) (2 .))"]) + "\n",
+                                        encoding="utf-8")
+    monkeypatch.delenv(SST_ENV, raising=False)
+    given = load_workload(BenchConfig(batches=1, batch_size=2, data="sst", sst_dir=str(tmp_path)))
+    assert given.data == "sst" and given.note == ""
+    assert [t.to_ptb() for t in given.trees] == [t.to_ptb() for t in load_sst(tmp_path, split="train")[:2]]
+    fallback = load_workload(BenchConfig(batches=1, batch_size=2, data="sst"))
+    assert fallback.data == "synthetic" and "synthetic treebank" in fallback.note and SST_ENV in fallback.note

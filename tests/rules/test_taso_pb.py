@@ -18,6 +18,7 @@ from graphsub.rules.rule import Example
 from graphsub.rules.soundness.numeric import check_example, instantiate, verify_rule
 from graphsub.rules.taso_pb import (
     ENV_VAR,
+    PACKAGED_PB,
     Operator,
     PbRule,
     RuleCollection,
@@ -28,13 +29,9 @@ from graphsub.rules.taso_pb import (
 )
 from graphsub.rules.taso_pb_convert import load_taso_pb
 
-try:
-    PB: Path | None = default_pb_path()
-except RuleError:  # the data folder is not next to this checkout
-    PB = None
-needs_pb = pytest.mark.skipif(PB is None, reason="../shared/data/taso/graph_subst.pb not found")
-RESULT = load_taso_pb(PB) if PB is not None else None
-RULES = RESULT.rules if RESULT is not None else []
+PB = PACKAGED_PB  # shipped inside the package: nothing outside the repository is read
+RESULT = load_taso_pb(PB)
+RULES = RESULT.rules
 BY_NAME = {r.name: r for r in RULES}
 
 # ----------------------------------------------------------------------------- a tiny encoder
@@ -88,7 +85,6 @@ COMMUTE = _rule([_op(ADD, [(-1, 0), (-2, 0)])], [_op(ADD, [(-2, 0), (-1, 0)])], 
 # ----------------------------------------------------------------------------- reader
 
 
-@needs_pb
 def test_reads_the_133_rules_of_the_30262_byte_file() -> None:
     assert PB is not None and PB.stat().st_size == 30262
     coll = read_collection(PB)
@@ -131,7 +127,6 @@ def test_malformed_data_raises_rule_error(data: bytes, match: str) -> None:
         decode_collection(data)
 
 
-@needs_pb
 def test_truncated_or_garbled_file_never_crashes(tmp_path: Path) -> None:
     assert PB is not None
     data = PB.read_bytes()
@@ -208,17 +203,22 @@ def test_default_pb_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         default_pb_path()
     monkeypatch.delenv(ENV_VAR)
     monkeypatch.chdir(tmp_path)
-    if PB is not None:  # found from the repository root, whatever the current directory
-        assert default_pb_path() == PB.resolve()
-    else:
-        with pytest.raises(RuleError, match="not found"):
-            default_pb_path()
+    assert default_pb_path() == PACKAGED_PB  # the packaged copy, whatever the current directory
+
+
+def test_the_packaged_file_is_tasos_with_its_license() -> None:
+    import hashlib
+
+    assert hashlib.sha256(PACKAGED_PB.read_bytes()).hexdigest() == (
+        "1a03c0cee64c434dc98bfd92fd2cd705d99a79d3b0089dc724c882b7b32a08b3")  # jiazhihao/TASO at f11782c
+    assert "Apache License" in (PACKAGED_PB.parent / "LICENSE").read_text()
+    assert "f11782c4db180ad7d1e7ff7f4bb82e574ac3b6b8" in (PACKAGED_PB.parent / "NOTICE").read_text()
+    assert len(RULES) + len(RESULT.rejected) == 133
 
 
 # ----------------------------------------------------------------------------- converted rules
 
 
-@needs_pb
 def test_all_133_rules_convert() -> None:
     assert RESULT is not None
     assert RESULT.rejected == []
@@ -237,7 +237,6 @@ def test_all_133_rules_convert() -> None:
     assert BY_NAME["taso_pb_032"].examples[0].types["v10"] == (2, 4, 3, 3)
 
 
-@needs_pb
 @pytest.mark.parametrize("name", [f"taso_pb_{i:03d}" for i in range(133)])
 def test_rule_verifies(name: str) -> None:
     rep = verify_rule(BY_NAME[name])
@@ -249,7 +248,6 @@ def _graph_of(rule_name: str, types: dict[str, tuple[int, ...]]) -> Graph:
     return instantiate(BY_NAME[rule_name].source, Example(types=types))
 
 
-@needs_pb
 def test_no_broadcasting_in_elementwise_ops() -> None:
     # concat(v1 + v2, v4 + v5, axis 0): with broadcast v2/v5 the target's concat(v2, v5) would differ
     g = _graph_of("taso_pb_082", {"v1": (2, 4), "v2": (1, 4), "v4": (2, 4), "v5": (1, 4)})
@@ -257,7 +255,6 @@ def test_no_broadcasting_in_elementwise_ops() -> None:
     assert "TASO needs equal shapes" in str(explain(g, BY_NAME["taso_pb_082"], max(g.ops_of("concat"))))
 
 
-@needs_pb
 def test_grouped_conv_merges_need_aligned_groups() -> None:
     rule = BY_NAME["taso_pb_099"]  # concat(conv(a, w1), conv(b, w2)) -> conv(concat(a, b), concat(w1, w2))
     bad = _graph_of("taso_pb_099", {"v7": (1, 4, 5, 5), "v10": (2, 4, 3, 3), "v8": (1, 4, 5, 5), "v11": (6, 4, 3, 3)})
@@ -271,7 +268,6 @@ def test_grouped_conv_merges_need_aligned_groups() -> None:
     assert ok, reason
 
 
-@needs_pb
 def test_split_sizes_come_from_the_split_tree() -> None:
     rule = BY_NAME["taso_pb_077"]  # x@w1, x@w2 -> split(x @ concat(w1, w2, axis 1), axis 1)
     b = Builder("g")
@@ -290,7 +286,6 @@ def test_split_sizes_come_from_the_split_tree() -> None:
     assert find_matches(g3, rule) == []
 
 
-@needs_pb
 @pytest.mark.parametrize("model, at_least", [("nasrnn", 500), ("bert_corrected", 40), ("squeezenet", 30),
                                              ("nasnet_a", 50), ("sru", 10)])
 def test_matches_on_zoo_models_are_sound(model: str, at_least: int) -> None:

@@ -64,6 +64,7 @@ class BenchConfig:
     batches: int = 12
     batch_size: int = 20
     data: str = "synthetic"
+    sst_dir: str | None = None  # the SST folder (default: $GRAPHSUB_SST); absent: the synthetic treebank, said so
     depth: int = 8
     collect: int = 3
     seed: int = 0
@@ -100,7 +101,7 @@ def load_workload(cfg: BenchConfig) -> Workload:
     every: list[Tree] | None = None
     if data == "sst":
         try:
-            every = load_sst(split="train")
+            every = load_sst(cfg.sst_dir, split="train")
             trees = every[:need]
         except SSTNotFound as e:
             note = f"SST not found ({e}); using the synthetic treebank instead"

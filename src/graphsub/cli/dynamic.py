@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -78,6 +79,9 @@ def bench_cmd(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Trees per batch.")] = 20,
     data: Annotated[str, typer.Option("--data", help="sst (real data, falls back to synthetic when absent) "
                                                      "or synthetic.")] = "sst",
+    sst: Annotated[Path | None, typer.Option("--sst", help="Folder of SST's train.txt/dev.txt/test.txt (PTB trees; "
+                                             "default: $GRAPHSUB_SST). Without it --data sst says so and uses the "
+                                             "synthetic treebank.")] = None,
     depth: Annotated[int, typer.Option("--depth", min=1, help="P_Depth of the reuse mode.")] = 8,
     seed: SeedOpt = 0,
     workload: Annotated[str, typer.Option("--workload", help="treelstm (root label), seqlstm (sequence LSTM) or "
@@ -121,9 +125,13 @@ def bench_cmd(
         fail(Exit.USAGE, f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}", as_json)
     if data not in ("sst", "synthetic"):
         fail(Exit.USAGE, f"unknown data {data!r}; choose sst or synthetic", as_json)
+    if sst is not None and not sst.is_dir():
+        fail(Exit.BAD_INPUT, f"--sst {str(sst)!r} is not a folder (it should hold SST's train.txt, dev.txt, test.txt)",
+             as_json)
     if vocab not in ("batches", "train"):
         fail(Exit.USAGE, f"unknown vocabulary {vocab!r}; choose batches or train", as_json)
-    cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, depth=depth, seed=seed, workload=workload,
+    cfg = BenchConfig(batches=batches, batch_size=batch_size, data=data, sst_dir=None if sst is None else str(sst),
+                      depth=depth, seed=seed, workload=workload,
                       emb=emb, hidden=hidden, warmup=warmup, train_steps=train_steps, modes=tuple(mode_list),
                       workers=workers, plan_cache=plan_cache, vocab=vocab, fused_optimizer=fused_optimizer)
     res = run_bench(cfg, tables=tables)

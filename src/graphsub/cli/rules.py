@@ -20,7 +20,7 @@ rules_app = typer.Typer(help="Substitution rules: list, show, verify, count matc
 SetArg = Annotated[str, typer.Argument(help="Rule set: builtin, taso-pb, taso151, ocggs157, metaflow, algebra, "
                                             "cpu, ort, generated, default; comma-separated sets are combined.")]
 PathOpt = Annotated[Path | None, typer.Option(
-    "--path", help="TASO graph_subst.pb to read (default: $GRAPHSUB_TASO_PB or ../shared/data/taso/graph_subst.pb).")]
+    "--path", help="TASO graph_subst.pb to read (default: $GRAPHSUB_TASO_PB, else the copy shipped in the package).")]
 
 
 def _rules(set_name: str, path: Path | None, as_json: bool) -> list[Any]:

@@ -1,6 +1,7 @@
 """TASO's ``graph_subst.pb``: a dependency-free reader of the file (no rules here).
 
-The file (``../shared/data/taso/graph_subst.pb``, Apache-2.0, from jiazhihao/TASO) is a protobuf
+The file (Apache-2.0, from jiazhihao/TASO; shipped in the package as ``graphsub/rules/data/taso/graph_subst.pb``
+with its license and notice) is a protobuf
 ``RuleCollection`` (proto2, package ``GraphSubst``)::
 
     Parameter{key=1, value=2}  Tensor{opId=1, tsId=2}  Operator{type=1, input=2*, para=3*}
@@ -9,7 +10,7 @@ The file (``../shared/data/taso/graph_subst.pb``, Apache-2.0, from jiazhihao/TAS
 
 :func:`read_collection` decodes it with a small wire-format reader (varints, including the
 10-byte encoding of negative ``int32``, and length-delimited submessages; unknown fields are
-skipped) into plain dataclasses; :func:`default_pb_path` finds the file.  What a decoded rule
+skipped) into plain dataclasses; :func:`default_pb_path` names the file to read.  What a decoded rule
 means is :mod:`graphsub.rules.taso_pb_spec`; turning the file into graphsub rules is
 :func:`graphsub.rules.taso_pb_convert.load_taso_pb`.  Imports go one way: reader <- spec <- convert.
 
@@ -37,7 +38,8 @@ PM = {0: "OP_TYPE", 1: "NUM_INPUTS", 2: "NUM_OUTPUTS", 3: "GROUP", 4: "KERNEL_H"
       6: "STRIDE_H", 7: "STRIDE_W", 8: "PAD", 9: "ACTI", 10: "NUMDIM", 11: "AXIS", 12: "PERM",
       13: "OUTSHUFFLE", 14: "MERGE_GCONV_COUNT"}
 ENV_VAR = "GRAPHSUB_TASO_PB"
-PB_RELPATH = Path("..") / "shared" / "data" / "taso" / "graph_subst.pb"
+#: the copy shipped inside the package (Apache-2.0; LICENSE and NOTICE beside it)
+PACKAGED_PB = Path(__file__).resolve().parent / "data" / "taso" / "graph_subst.pb"
 
 # ----------------------------------------------------------------------------- data
 
@@ -251,33 +253,18 @@ def read_collection(path: str | Path, *, lenient: bool = False) -> RuleCollectio
 # ----------------------------------------------------------------------------- locating the file
 
 
-def _repo_root() -> Path | None:
-    d = Path(__file__).resolve().parent
-    for cand in (d, *d.parents):
-        if (cand / "pyproject.toml").is_file():
-            return cand
-    return None
-
-
 def default_pb_path() -> Path:
-    """``$GRAPHSUB_TASO_PB`` if set, else ``../shared/data/taso/graph_subst.pb`` relative to the
-    current directory or to the repository root."""
+    """``$GRAPHSUB_TASO_PB`` if set, else the copy shipped inside the package (:data:`PACKAGED_PB`)."""
     env = os.environ.get(ENV_VAR)
     if env:
         p = Path(env).expanduser()
         if not p.is_file():
             raise RuleError(f"${ENV_VAR} is set to {env!r}, which is not a file")
         return p
-    tried = []
-    for base in (Path.cwd(), _repo_root()):
-        if base is None:
-            continue
-        cand = (base / PB_RELPATH).resolve()
-        tried.append(str(cand))
-        if cand.is_file():
-            return cand
-    raise RuleError(f"TASO's graph_subst.pb not found (tried {', '.join(tried)}); set ${ENV_VAR} to its path "
-                    "or pass path= explicitly")
+    if not PACKAGED_PB.is_file():  # only a broken installation lacks it
+        raise RuleError(f"TASO's graph_subst.pb is missing from the installed package ({PACKAGED_PB}); "
+                        f"reinstall graphsub or set ${ENV_VAR} to a copy of the file")
+    return PACKAGED_PB
 
 
 
@@ -296,6 +283,7 @@ def collection_summary(coll: RuleCollection) -> dict[str, object]:
 
 
 __all__ = [
-    "ENV_VAR", "OP_TYPES", "PM", "MapOutput", "Operator", "Parameter", "PbRule", "RuleCollection", "TensorRef",
+    "ENV_VAR", "OP_TYPES", "PACKAGED_PB", "PM", "MapOutput", "Operator", "Parameter", "PbRule", "RuleCollection",
+    "TensorRef",
     "collection_summary", "decode_collection", "default_pb_path", "read_collection",
 ]

@@ -299,17 +299,14 @@ def to_binary(tree: Tree) -> Tree:
 
 
 def find_sst_root() -> Path | None:
-    """The SST folder: ``$GRAPHSUB_SST`` if set, else the first ``shared/data/sst`` found walking up from
-    this file (then from the working directory); ``None`` if there is none."""
+    """The SST folder named by ``$GRAPHSUB_SST`` (``train.txt``/``dev.txt``/``test.txt`` in PTB format), or
+    ``None`` when the variable is unset or not a folder.  The data is not shipped with graphsub: pass its folder
+    (``root=``, ``graphsub dynamic bench --sst PATH``) or set the variable; without it the benchmarks say that
+    they use :func:`synthetic_treebank` instead."""
     env = os.environ.get(SST_ENV)
     if env:
         path = Path(env).expanduser()
         return path if path.is_dir() else None
-    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
-        for base in (start, *start.parents):
-            candidate = base / "shared" / "data" / "sst"
-            if candidate.is_dir():
-                return candidate
     return None
 
 
@@ -322,7 +319,7 @@ def _resolve_root(root: Path | str | None) -> Path:
     found = find_sst_root()
     if found is None:
         env = os.environ.get(SST_ENV)
-        where = f"${SST_ENV}={env!r} is not a folder" if env else f"no shared/data/sst above {Path(__file__).parent}"
+        where = f"${SST_ENV}={env!r} is not a folder" if env else f"${SST_ENV} is not set"
         raise SSTNotFound(
             f"SST data not found ({where}). Put train.txt/dev.txt/test.txt in a folder and set ${SST_ENV}, "
             "or use graphsub.dynamic.workloads.sst.synthetic_treebank() instead."

@@ -5,7 +5,7 @@ set            contents
 =============  =================================================================================
 ``builtin``    TASO's and OCGGS's hand-written rules, exact versions (conv+relu / batchnorm /
                scalar-mul / add folding per stride x padding, enlarge, merge convs, merge group convs)
-``taso-pb``    the 133 rules of TASO's ``graph_subst.pb`` (read from ``../shared/data/taso``)
+``taso-pb``    the 133 rules of TASO's ``graph_subst.pb`` (shipped in ``graphsub/rules/data/taso``, Apache-2.0)
 ``taso151``    TASO's list: its 18 built-ins + the 133
 ``ocggs157``   OCGGS's list: its 24 built-ins + the 133
 ``ocggs157-faithful``  the same with OCGGS's inexact conv+BN/mul/add (they drop the operand), to
