@@ -6,12 +6,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 OUT := out
 
-.PHONY: demo test lint bench-ir clean
+.PHONY: demo test test-all lint docs bench-ir clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "graphsub needs Python 3.11, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,suite,ray]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,suite,ray,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,14 +23,25 @@ demo: $(STAMP)
 		--report $(OUT)/encoder_report.html
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests experiments tools examples
 	$(BIN)/mypy
 
-test: $(STAMP) lint
-	$(BIN)/pytest
+# the documentation site (docs/, mkdocs.yml) into site/; a warning fails the build
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+# the tests on every core (pytest-xdist; the Ray tests share one worker and its one cluster: loadgroup), without
+# the slow ones (pyproject's addopts: -m 'not slow'); test-all runs those too (-m '' lifts the filter)
+PYTEST_XDIST := -n auto --dist loadgroup
+
+test: $(STAMP) lint docs
+	$(BIN)/pytest $(PYTEST_XDIST)
+
+test-all: $(STAMP) lint docs
+	$(BIN)/pytest $(PYTEST_XDIST) -m ''
 
 bench-ir: $(STAMP)
-	$(BIN)/python benchmarks/ir_micro.py
+	$(BIN)/python experiments/infra/ir_micro.py
 
 clean:
-	rm -rf $(OUT) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(OUT) site .pytest_cache .ruff_cache .mypy_cache

@@ -11,7 +11,7 @@ tokens, as for a fixed-shape serving endpoint), then checked in onnxruntime agai
 With ``--dynamic``, pass ``--input-shape input_ids=1x128 --input-shape attention_mask=1x128`` to ``graphsub
 optimize`` to fix the axes to the served shapes. On such a file ONNX Runtime's shape inference already stops its
 SkipLayerNormalization fusion (the one that slows post-LayerNorm encoders on CPU), so graphsub's margin is smaller
-there: 1.08x at 1 thread, 1.12x at 2 (``benchmarks/results/demo_encoder_ab.json``).
+there: 1.08x at 1 thread, 1.12x at 2 (``experiments/results/demo_encoder_ab.json``).
 """
 
 from __future__ import annotations

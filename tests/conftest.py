@@ -20,6 +20,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["GRAPHSUB_SST"] = str(_SIBLING_SST)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, every test that uses ``ray_cluster`` runs in one worker (``xdist_group("ray")``, honoured
+    by ``--dist loadgroup`` as `make test` runs it), which starts the cluster once."""
+    if not config.pluginmanager.hasplugin("xdist"):  # the marker is registered by pytest-xdist
+        return
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
     """A local Ray cluster of two nodes (a head and a second raylet, one CPU each, each offering the

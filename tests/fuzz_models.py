@@ -1,7 +1,7 @@
 """Hostile ONNX inputs for fuzzing the CLI: small valid models and seeded mutations of them.
 
-Shared by ``tests/test_fuzz_cli.py`` (in-process, a fixed set) and ``benchmarks/fuzz_campaign.py``
-(subprocesses, many more).  Everything here is deterministic given the seed.
+Shared by ``tests/cli/test_cli_fuzz.py`` (in-process, a fixed set), ``tests/frontends/test_hostile_import.py`` and
+``experiments/infra/fuzz_campaign.py`` (subprocesses, many more).  Everything here is deterministic given the seed.
 
 * :func:`base_models`: a handful of tiny valid models built with ``onnx.helper`` (Conv/Relu/Add,
   MatMul/Reshape, a symbolic batch dim).

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +18,8 @@ from graphsub.execute import run
 from graphsub.frontends.onnx_io import to_onnx
 from graphsub.frontends.ort import run_model
 from graphsub.ir import Builder, Graph
+from graphsub.optimize.timing import Timers, using_timers
+from graphsub.rules.rule import Rule, make_rule
 
 
 def make_rand(seed: int) -> Callable[..., np.ndarray]:
@@ -87,11 +93,11 @@ def _node_count(model: bytes | str) -> float:
     return float(len(m.graph.node))
 
 
-def install_timing(mp: pytest.MonkeyPatch, fn: Callable[[bytes | str], float],
-                   paired: Callable[[bytes | str], float] | None = None) -> None:
-    """Replace onnxruntime timing: a model's latency is ``fn(model)`` in the side-by-side rounds and ``paired(model)``
-    (default ``fn``) in the paired confirmation rounds, computed once per session (timers are called thousands of
-    times)."""
+def fake_timers(fn: Callable[[bytes | str], float], paired: Callable[[bytes | str], float] | None = None,
+                **fields: Any) -> Timers:
+    """:class:`~graphsub.optimize.timing.Timers` without onnxruntime: a model's latency is ``fn(model)`` in the
+    side-by-side rounds and ``paired(model)`` (default ``fn``) in the paired confirmation rounds, computed once per
+    session (timers are called thousands of times); ``fields`` replace other fields (``clock``, ``train_steps``)."""
 
     def side(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
         v = fn(model)
@@ -101,8 +107,7 @@ def install_timing(mp: pytest.MonkeyPatch, fn: Callable[[bytes | str], float],
         v = (paired or fn)(model)
         return lambda budget_ms: v
 
-    mp.setattr("graphsub.optimize.timing.session_timer", side)
-    mp.setattr("graphsub.optimize.timing.confirm_timer", pair)
+    return Timers(session=side, confirm=pair, **fields)
 
 
 def convnext_block(c: int = 8, hw: int = 6, hidden: int = 24, *, gelu: str = "erf", gamma: str | None = "c11",
@@ -154,3 +159,219 @@ def convnext_block(c: int = 8, hw: int = 6, hidden: int = 24, *, gelu: str = "er
         outputs.append(helper.make_tensor_value_info("m1", TensorProto.FLOAT, [1, hw, hw, hidden]))
     graph = helper.make_graph(nodes, "block", inputs, outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+# ----------------------------------------------------------------------------- optimize: fixtures
+# Imported by tests/optimize/conftest.py and tests/cli/test_cli_optimize.py (tests/cli has no conftest.py: with
+# --doctest-modules a second conftest.py collected before tests/conftest.py breaks its collection). Named with
+# ``name=`` so that a test module importing ``*_fixture`` can take ``model_path`` etc. as parameters.
+
+
+@pytest.fixture(name="model_path")
+def model_path_fixture(tmp_path: Path) -> Path:
+    """:func:`small_model` saved as ``small.onnx``."""
+    p = tmp_path / "small.onnx"
+    onnx.save(small_model(), str(p))
+    return p
+
+
+@pytest.fixture(name="fake_timing")
+def fake_timing_fixture() -> Iterator[Callable[..., None]]:
+    """Replace onnxruntime timing by a function of the model (default: its node count) for every call of the test
+    not given ``timers=`` (a command line's too): :func:`fake_timers` in a
+    :func:`~graphsub.optimize.timing.using_timers` block; ``install(fn, paired=None)`` replaces them."""
+    with ExitStack() as stack:
+
+        def install(fn: Callable[[bytes | str], float] = _node_count,
+                    paired: Callable[[bytes | str], float] | None = None) -> None:
+            stack.enter_context(using_timers(fake_timers(fn, paired)))
+
+        install()
+        yield install
+
+
+@pytest.fixture(name="bad_rule")
+def bad_rule_fixture() -> Rule:
+    """A deliberately wrong rule: ``a + b -> a`` (drops an operand)."""
+    return make_rule("test_bad_add_drop", lambda p: {"y": p.add(p.var("a"), p.var("b"))},
+                     lambda t, m: {"y": m.a}, exact=False, reason="test: deliberately drops an operand")
+
+
+# ----------------------------------------------------------------------------- cost: a private cache, an encoder
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep a test away from the user's real cache directory (op times, solved rule examples). Autouse in the
+    modules that import it (tests/cost/conftest.py, tests/cli/test_cli_cost.py)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("GRAPHSUB_CACHE", str(tmp_path / "ops.sqlite"))
+
+
+def _init(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name)
+
+
+def encoder_like_model(with_if: bool = False) -> bytes:
+    """x -> LayerNorm spelt out in primitive ops -> MatMul + bias -> GELU spelt out with Erf (what exporters
+    write; onnxruntime fuses both), serialized; ``with_if``: its output then goes through an ``If``."""
+    d = 16
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    nodes = [
+        n("ReduceMean", ["x"], ["mu"], axes=[-1]), n("Sub", ["x", "mu"], ["xc"]),
+        n("Pow", ["xc", "two"], ["sq"]), n("ReduceMean", ["sq"], ["var"], axes=[-1]),
+        n("Add", ["var", "eps"], ["ve"]), n("Sqrt", ["ve"], ["sd"]), n("Div", ["xc", "sd"], ["xn"]),
+        n("Mul", ["xn", "gamma"], ["xg"]), n("Add", ["xg", "beta"], ["ln"]),
+        n("MatMul", ["ln", "w"], ["mm"]), n("Add", ["mm", "b"], ["h"]),
+        n("Div", ["h", "sqrt2"], ["hd"]), n("Erf", ["hd"], ["he"]), n("Add", ["he", "one"], ["h1"]),
+        n("Mul", ["h", "h1"], ["hm"]), n("Mul", ["hm", "half"], ["y"]),
+    ]
+    inits = [_init("two", 2.0), _init("eps", 1e-5), _init("gamma", rng.random(d)), _init("beta", rng.random(d)),
+             _init("w", rng.random((d, d))), _init("b", rng.random(d)), _init("sqrt2", np.sqrt(2.0)),
+             _init("one", 1.0), _init("half", 0.5)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, d])]
+    if with_if:
+        then = helper.make_graph([n("Identity", ["y"], ["t"])], "then", [],
+                                 [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 4, d])])
+        other = helper.make_graph([n("Neg", ["y"], ["e"])], "else", [],
+                                  [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 4, d])])
+        nodes.append(n("If", ["c"], ["z"], then_branch=then, else_branch=other))
+        outputs = [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, d])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, d])]
+    if with_if:
+        inputs.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    g = helper.make_graph(nodes, "enc", inputs, outputs, initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.fixture(name="encoder_like")
+def encoder_like_fixture() -> Callable[..., bytes]:
+    """A small encoder block as exporters write it (LayerNorm and GELU spelt out), serialized:
+    :func:`encoder_like_model`."""
+    return encoder_like_model
+
+
+# ----------------------------------------------------------------------------- optimize --report: the HTML page
+
+
+class ReportPage(HTMLParser):
+    """What the report tests look at: section ids, image sources, every URL-ish attribute, tags, and the
+    rows of the substitutions table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.images: list[str] = []
+        self.urls: list[str] = []
+        self.tags: set[str] = set()
+        self.rows: list[str] = []  # class of each body row of the substitutions table
+        self._section = ""
+        self._in_body = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.add(tag)
+        if tag == "section":
+            self._section = a.get("id") or ""
+            self.sections.append(self._section)
+        if tag == "img":
+            self.images.append(a.get("src") or "")
+        self.urls += [v or "" for k, v in attrs if k in ("src", "href", "srcset", "action", "data", "poster")]
+        if tag == "tbody":
+            self._in_body = True
+        if tag == "tr" and self._in_body and self._section == "substitutions":
+            self.rows.append(a.get("class") or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tbody":
+            self._in_body = False
+
+
+def parse_report(text: str) -> ReportPage:
+    page = ReportPage()
+    page.feed(text)
+    page.close()
+    return page
+
+
+# ----------------------------------------------------------------------------- symbolic input dims (ONNX dim_param)
+
+
+def save_onnx(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
+              inits: list[onnx.TensorProto], path: Path) -> Path:
+    """An opset-17 model of these nodes saved at ``path``."""
+    g = helper.make_graph(nodes, path.stem, inputs, outputs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def float_vi(name: str, dims: list[int | str | None] | None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+
+def _dense_weights() -> list[onnx.TensorProto]:
+    rng = np.random.default_rng(0)
+    return [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")]
+
+
+def symbolic_dense(path: Path, batch: str | None = "batch") -> Path:
+    """``y = relu(x @ w + b)`` over ``x: [batch, 8]``: nothing in it depends on the batch size."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    return save_onnx(nodes, [float_vi("x", [batch, 8])], [float_vi("y", [batch, 8])], _dense_weights(), path)
+
+
+def symbolic_reshaped(path: Path) -> Path:
+    """``y = relu(reshape(x @ w + b, concat(shape(x)[:1], [2, 4])))``: the import folds ``Shape(x)`` at batch 1, so
+    the graph's Reshape target is the constant ``[1, 2, 4]``."""
+    tail = numpy_helper.from_array(np.array([2, 4], dtype=np.int64), "tail")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Concat", ["s", "tail"], ["shp"], axis=0),
+             helper.make_node("Reshape", ["u", "shp"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    return save_onnx(nodes, [float_vi("x", ["batch", 8])], [float_vi("y", ["batch", 2, 4])],
+                     [*_dense_weights(), tail], path)
+
+
+def declared_dims(path: Path) -> dict[str, list[int | str]]:
+    """The dims the file declares for each graph input and output (a name for a symbolic one)."""
+    m = onnx.load(str(path))
+    return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in [*m.graph.input, *m.graph.output]}
+
+
+def ort_run_x(path: Path | bytes, x: np.ndarray) -> np.ndarray:
+    """The first output of the model (a file or its bytes) in onnxruntime, fed ``x`` as its input ``x``."""
+    import onnxruntime as ort
+
+    src = path if isinstance(path, bytes) else str(path)
+    return np.asarray(ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+
+
+# ----------------------------------------------------------------------------- documentation pages
+
+_PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```\s*$", re.S | re.M)
+
+
+def python_blocks(page: Path) -> list[str]:
+    """The ``python`` code blocks of a Markdown page, in order (what tests/docs runs)."""
+    return _PYTHON_BLOCK.findall(page.read_text(encoding="utf-8"))
+
+
+# ----------------------------------------------------------------------------- training-step timing
+
+
+def favour_optimized(optimized: bool) -> Callable[..., Any]:
+    """A ``train_steps`` timer (:class:`~graphsub.optimize.timing.Timers`) that runs the real steps (one round of one
+    step), then declares the optimized module twice as fast as the module (``optimized``) or twice as slow."""
+
+    def steps(runners: dict, **kw: object) -> Any:
+        from graphsub.optimize import train_step
+
+        t = train_step.time_interleaved(runners, rounds=1, steps=1)
+        t.rounds_ms["optimized"] = [(0.5 if optimized else 2.0) * v for v in t.rounds_ms["module"]]
+        return t
+
+    return steps

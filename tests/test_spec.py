@@ -1,4 +1,5 @@
-"""Model specs parsed once (graphsub.spec): the same text means the same model in every command and the library."""
+"""Model specs parsed once (graphsub.spec): the same text means the same model in every command and the library
+(a bare zoo name on the command line: tests/cli/test_cli_app.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from graphsub.cli import app
 from graphsub.errors import ExportError, ImportError_
 from graphsub.spec import ModelSpec, OverwriteError, check_output, looks_like_path, split_specs
 from graphsub.zoo import ZooError
@@ -83,10 +82,3 @@ def test_check_output(tmp_path: Path) -> None:
 
 def test_split_specs() -> None:
     assert split_specs("resnet:blocks=4,sru,a:x=1,y=2, ,zoo:b") == ["resnet:blocks=4", "sru", "a:x=1,y=2", "zoo:b"]
-
-
-def test_a_bare_zoo_name_works_on_the_command_line() -> None:
-    r = CliRunner().invoke(app, ["info", "resnet:blocks=2", "--json"])
-    assert r.exit_code == 0 and '"num_ops": 10' in r.stdout
-    r = CliRunner().invoke(app, ["info", "no_such_model"])
-    assert r.exit_code == 3 and "unknown model" in " ".join(r.output.split())

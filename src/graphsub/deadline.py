@@ -4,7 +4,8 @@ A budget given by a user or a caller (``Budget(time_s=...)``, ``optimize(time_s=
 :func:`check_seconds` before any work: NaN, infinite and negative values raise :class:`~graphsub.errors.GraphsubError`
 (``None`` means "no limit" where the caller allows it), so that a limit always limits.
 
-A :class:`Deadline` is one point in time (``time.perf_counter()``) that every phase of a command checks: a phase
+A :class:`Deadline` is one point in time (on its ``clock``: ``time.perf_counter`` unless a caller injects another, as
+:class:`graphsub.optimize.timing.Timers` does) that every phase of a command checks: a phase
 gets ``deadline.share(seconds)`` (its nominal time, or what is left, whichever is less) and stops early when
 :meth:`Deadline.expired` -- the time is up or a stop was requested (:func:`graphsub.interrupt.stop_requested`, the
 first Ctrl-C), which :meth:`Deadline.reason` tells apart (``"time"`` / ``"interrupt"``). Phases that cannot be
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from graphsub.errors import GraphsubError
 from graphsub.interrupt import stop_requested
@@ -58,31 +60,38 @@ def check_count(name: str, value: int | float | None) -> None:
 
 @dataclass(frozen=True)
 class Deadline:
-    """A point in ``time.perf_counter()`` time (``end``; None: no limit) and the start it was set from."""
+    """A point in time (``end``; None: no limit) on ``clock`` and the start it was set from.
+
+    ``clock`` is the seam through which the deadline reads time (seconds, any origin; default ``time.perf_counter``):
+    :func:`graphsub.optimize.optimize` passes its :class:`~graphsub.optimize.timing.Timers`' clock, so that a test
+    moves time by hand instead of patching the ``time`` module. It is not part of the deadline's value (equality,
+    repr)."""
 
     end: float | None
     start: float = 0.0
+    clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
 
     @classmethod
-    def after(cls, seconds: float | None, start: float | None = None) -> Deadline:
-        """The deadline ``seconds`` after ``start`` (default: now); None: none. Raises GraphsubError for NaN,
-        infinite or negative ``seconds``."""
+    def after(cls, seconds: float | None, start: float | None = None,
+              clock: Callable[[], float] = time.perf_counter) -> Deadline:
+        """The deadline ``seconds`` after ``start`` (a ``clock`` reading; default: now); None: none. Raises
+        GraphsubError for NaN, infinite or negative ``seconds``."""
         s = check_seconds("time budget", seconds, allow_none=True)
-        t0 = time.perf_counter() if start is None else start
-        return cls(None if s is None else t0 + s, t0)
+        t0 = clock() if start is None else start
+        return cls(None if s is None else t0 + s, t0, clock)
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+        return self.clock() - self.start
 
     def remaining(self) -> float:
         """Seconds left (>= 0; ``inf`` without a limit)."""
-        return math.inf if self.end is None else max(0.0, self.end - time.perf_counter())
+        return math.inf if self.end is None else max(0.0, self.end - self.clock())
 
     def reason(self) -> str:
         """``"interrupt"`` when a stop was requested, ``"time"`` when the time is up, else ``""``."""
         if stop_requested():
             return "interrupt"
-        if self.end is not None and time.perf_counter() >= self.end:
+        if self.end is not None and self.clock() >= self.end:
             return "time"
         return ""
 

@@ -1,4 +1,5 @@
-"""Experiment harness: runs in spawned processes, JSONL/CSV, resume, errors, reports, presets, CLI."""
+"""Experiment harness: runs in spawned processes, JSONL/CSV, resume, errors, reports, presets (the command line,
+`graphsub bench`, is tested in tests/cli/test_cli_bench.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from graphsub.bench.harness import Run, check_run, run_grid, run_one
 from graphsub.bench.presets import PRESETS, TABLE3_MODELS, registered_algorithms
 from graphsub.bench.records import load_records
 from graphsub.bench.tables import summarize, table3_markdown, write_summary
-from graphsub.cli.bench import bench_cmd
 from graphsub.spec import ModelSpec, split_specs
 
 COST = "roofline:v100"
@@ -123,53 +121,12 @@ def test_presets_follow_the_paper() -> None:
     assert split_specs("resnet:blocks=4,sru,a:x=1,y=2") == ["resnet:blocks=4", "sru", "a:x=1,y=2"]
 
 
-def _app() -> typer.Typer:
-    try:
-        from graphsub.cli import app
-
-        if any(c.name == "bench" for c in app.registered_commands):
-            return app
-    except ImportError:  # pragma: no cover
-        pass
-    local = typer.Typer()
-    local.callback()(lambda: None)
-    local.command("bench")(bench_cmd)
-    return local
-
-
-def test_cli_runs_a_grid_and_reports(tmp_path: Path) -> None:
-    runner, app = CliRunner(), _app()
-    args = ["bench", "small-exact", "--algos", "greedy", "--models", "sru", "--costs", COST, "--k", "2",
-            "--cutoff", "10", "--out", str(tmp_path)]
-    r = runner.invoke(app, [*args, "--json"])
-    assert r.exit_code == 0, r.output
-    data = json.loads(r.stdout)
-    assert data["counts"] == {"ok": 1, "timeout": 0, "error": 0} and data["executed"] == 1
-    assert (tmp_path / "small-exact.jsonl").exists() and data["report"]["table3"]
-    r = runner.invoke(app, [*args, "--dry-run", "--json"])
-    assert r.exit_code == 0 and [x["done"] for x in json.loads(r.stdout)] == [True]
-    r = runner.invoke(app, [*args, "--report-only", "--no-plots"])
-    assert r.exit_code == 0 and "sru" in r.stdout
-    r = runner.invoke(app, ["bench", str(tmp_path / "small-exact.jsonl"), "--json", "--no-plots"])
-    assert r.exit_code == 0 and json.loads(r.stdout)["summary"][0]["algo"] == "greedy"
-    r = runner.invoke(app, ["bench", "--list", "--json"])
-    assert r.exit_code == 0 and {p["name"] for p in json.loads(r.stdout)} >= {"table3", "fig4", "fig5"}
-
-
-@pytest.mark.parametrize("bad", [["nosuch"], ["table3", "--algos", "nosuch"], ["table3", "--k", "x"],
-                                 ["table3", "--models", "nosuch"], ["table3", "--cutoff", "0"],
-                                 ["table3", "--param", "taso"], ["table3", "--costs", "roofline:h900"], []])
-def test_cli_bad_arguments_exit_2(bad: list[str], tmp_path: Path) -> None:
-    r = CliRunner().invoke(_app(), ["bench", *bad, "--out", str(tmp_path), "--json"])
-    assert r.exit_code == 2, r.output
-    assert not list(tmp_path.iterdir())
-
-
 def test_a_grid_on_ray_records_the_same_results_with_the_node(grid: tuple[Path, Any], ray_cluster: str,
                                                               tmp_path: Path) -> None:
     """run_grid(executor="ray"): each run a task on the two-node cluster; the records carry the node and reach the
     same costs as the serial grid (the searches are deterministic); a measured cost model marks a run as timing (it
-    then holds the node's timing unit); the process executor is refused, and the CLI takes --executor ray."""
+    then holds the node's timing unit); the process executor is refused (the command line's --executor ray:
+    tests/cli/test_cli_bench.py)."""
     from graphsub.bench.harness import times_models
 
     _, serial = grid
@@ -181,8 +138,3 @@ def test_a_grid_on_ray_records_the_same_results_with_the_node(grid: tuple[Path, 
     assert times_models(Run("greedy", "sru", cost="measured:cpu")) and not times_models(runs[0])
     with pytest.raises(Exception, match=r"serial .* or on Ray"):
         run_grid(runs, tmp_path, name="proc", progress=False, executor="process")
-    r = CliRunner().invoke(_app(), ["bench", "small-exact", "--models", "sru", "--algos", "greedy", "--costs", COST,
-                                    "--k", "2", "--cutoff", "10", "--out", str(tmp_path), "--name", "cli",
-                                    "--executor", "ray", "--ray-address", ray_cluster, "--json", "--no-plots"])
-    assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["counts"]["ok"] == 1

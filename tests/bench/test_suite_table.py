@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from graphsub.bench.suite.runner import BASELINE
 from graphsub.bench.suite.table import beats, best_tool, composition, gap, kernel_diff, write_tables
 
 
@@ -77,3 +78,35 @@ def test_what_graphsub_kept_and_family_means(tmp_path: Path) -> None:
     means = family_geomeans(recs, 1)
     assert "- transformer (1 models), graphsub: 1.250x" in means
     assert "- cnn (1 models), graphsub: 1.000x" in means  # a failed run counts as keeping the original
+
+
+def test_a_record_is_done_only_for_its_provider() -> None:
+    """Resuming with another provider runs the model again: a CPU record says nothing of CUDA."""
+    from graphsub.bench.suite.runner import _done
+
+    rec = {"tools": {"ort": {}, "graphsub": {}}, "threads": [1]}
+    assert _done(rec, ["ort", "graphsub"], [1]) and not _done(rec, ["ort", "graphsub"], [1], "cuda")
+    assert _done({**rec, "provider": "cuda"}, ["ort"], [1], "cuda")
+
+
+def test_a_side_by_side_gap_the_head_to_head_does_not_confirm_is_a_tie() -> None:
+    """Side by side a peer is 1.05x ahead in every round; head-to-head they tie: the column says tie, the list of
+    gaps still shows the side-by-side numbers beside the head-to-head."""
+    from graphsub.bench.suite.table import behind, speedup_table, versus_counts
+
+    def ok(rounds: list[float], **timing: object) -> dict[str, object]:
+        return {"status": "ok", "loads": True, "verified": True, "ops": 5, "fused_kernels": {},
+                "timing": {"2": {"speedup": 2.0 / rounds[0], "rounds_ms": rounds, **timing}}}
+
+    h2h = {"peer": "onnxslim", "same_file": False, "ratio": 1.01, "faster_rounds": 5 / 9,
+           "rounds_graphsub_ms": [1.0] * 9, "rounds_peer_ms": [1.0] * 9}
+    rec = {"model": "m", "family": "transformer", "tools": {
+        BASELINE: ok([2.0] * 5), "onnxslim": ok([1.0] * 5), "graphsub": ok([1.05] * 5, head_to_head=h2h)}}
+    row = speedup_table([rec], 2).splitlines()[-1]
+    assert row.endswith("| tie with onnxslim: 1.01x head-to-head (5/9 rounds) |"), row
+    [line] = behind([rec], [2])
+    assert "side by side onnxslim 2.00x vs graphsub 1.90x; head-to-head: tie with onnxslim" in line
+    assert versus_counts([rec], 2) == ["- transformer: ahead on 0, tie on 1, behind on 0 (of 1 models with a "
+                                       "head-to-head)"]
+    h2h.update(ratio=0.95, faster_rounds=1 / 9)  # now the head-to-head confirms it
+    assert "behind onnxslim: 0.95x head-to-head (1/9 rounds)" in speedup_table([rec], 2)

@@ -90,19 +90,16 @@ def test_plain_roofline_without_occupancy_would_not_reproduce_figure1() -> None:
     assert plain.scalar(plain.graph_cost(_figure1("merged"))) > plain.scalar(plain.graph_cost(_figure1("original")))
 
 
-def test_cpu_device_is_measured_once_and_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import graphsub.cost.analytic as analytic
-
+def test_cpu_device_is_measured_once_and_cached(tmp_path: Path) -> None:
     calls = []
 
     def fake() -> Device:
         calls.append(1)
         return Device("cpu", 50.0, 5.0, 5.0, 0, "fake")
 
-    monkeypatch.setattr(analytic, "measure_cpu", fake)
     path = tmp_path / "devices.json"
-    d1 = cpu_device(path)
-    d2 = cpu_device(path)
+    d1 = cpu_device(path, measure=fake)
+    d2 = cpu_device(path, measure=fake)
     assert d1 == d2 and len(calls) == 1
     assert json.loads(path.read_text())
     m = AnalyticCostModel(d1)

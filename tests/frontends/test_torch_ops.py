@@ -64,6 +64,6 @@ def test_cuda_model_without_gpu_says_so() -> None:
     from graphsub.cost import CostModelError, get_model
 
     if torch.cuda.is_available():
-        pytest.skip("a GPU is visible: the error path does not apply (benchmarks/cuda_costs.py covers the GPU)")
+        pytest.skip("a GPU is visible: the error path does not apply (experiments/cost/cuda_costs.py covers the GPU)")
     with pytest.raises(CostModelError, match="CUDA"):
         get_model("measured:cuda")

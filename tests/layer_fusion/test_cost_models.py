@@ -155,7 +155,7 @@ def test_plan_metrics_and_unfusable_ops() -> None:
 
 
 def test_reference_unfusable_counts() -> None:
-    # reference notes §6: at 1 B and 256 KB, 16/385 EfficientNet-B3 and 119/359 ResNet-152 ops
+    # the layer-fusion study (Mills et al.): at 1 B and 256 KB, 16/385 EfficientNet-B3 and 119/359 ResNet-152 ops
     # have weights >= the buffer
     from graphsub import zoo
 

@@ -1,17 +1,14 @@
 """Validity GNN (CI-sized training, save/load), the three explainers, the recursive greedy split
-(Algorithm 1) and the explainer-driven repairs, end to end through the CLI."""
+(Algorithm 1) and the explainer-driven repairs (end to end through the command line: tests/cli/test_cli_fuse.py)."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from graphsub import zoo
-from graphsub.cli import app
 from graphsub.layer_fusion import LBDFCost, check_plan, fusion_graph
 from graphsub.layer_fusion.explain import GNNExplainerX, PGExplainerX, RGExplainerX, invalid_groups_for_fit
 from graphsub.layer_fusion.gnn import ValidityClassifier, build_dataset, group_edges, train
@@ -141,17 +138,6 @@ def test_split_gives_valid_exact_cover_and_acyclic_plans(trained: tuple[Validity
             fixed = FusionPlan(new_groups)
             assert check_plan(fg, fixed, cost.unfusable) == []
             assert cost.evaluate(fixed).valid
-
-
-def test_cli_repair_gnne_end_to_end(trained: tuple[ValidityClassifier, dict, Path]) -> None:
-    runner = CliRunner()
-    r = runner.invoke(app, ["fuse", "zoo:resnet18", "--buffer", "128KB", "--algo", "rs", "--budget", "4",
-                            "--repair", "gnne", "--model-weights", str(trained[2]), "--json"])
-    assert r.exit_code == 0, r.output
-    d = json.loads(r.stdout)
-    assert d["valid"] and d["evaluated_plans"] == 4 and d["repair"] == "gnne"
-    st = d["repair_stats"]
-    assert st["groups_repaired"] > 0 and st["rectified"] + st["fallback"] == st["groups_repaired"]
 
 
 def test_explainer_repair_with_packaged_weights() -> None:

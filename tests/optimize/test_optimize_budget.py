@@ -3,6 +3,7 @@ finishes the call early: verified candidates only, written only when confirmed f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -17,13 +18,24 @@ from graphsub.errors import GraphsubError
 from graphsub.optimize import optimize
 from graphsub.optimize.budget import plan
 from graphsub.optimize.peers import PeerInput, run_peer
-from graphsub.optimize.timing import time_candidates
+from graphsub.optimize.timing import Timers, time_candidates
 from graphsub.search import Budget
-from helpers import no_stop_request  # noqa: F401 -- autouse: no Ctrl-C flag across tests
+from helpers import _node_count, fake_timers, no_stop_request  # noqa: F401 -- autouse: no Ctrl-C flag across tests
 
 FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0}
 #: wall-time slack past a budget in these tests (CI machines are small and shared)
 SLACK_S = 10.0
+
+
+class _Clock:
+    """A fake clock (:class:`~graphsub.optimize.timing.Timers`' ``clock``) that moves only when a fake onnxruntime
+    session or run says so."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
 def relu_chain(path: Path, n: int) -> Path:
@@ -75,26 +87,63 @@ def test_budget_bounds_optimize_on_a_long_relu_chain(tmp_path: Path) -> None:
     assert res.to_dict()["time_budget_s"] == 2.0
 
 
-def test_timing_rounds_stop_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("graphsub.optimize.timing.session_timer", lambda m, feeds, **kw: lambda ms: float(len(m)))
+def test_a_deadline_reads_its_injected_clock() -> None:
+    """``Deadline(clock=...)``: the seam through which optimize's budget reads time; the clock is not part of the
+    deadline's value."""
+    from graphsub.deadline import Deadline
+
+    clock = _Clock()
+    d = Deadline.after(2.0, clock=clock)
+    assert (d.start, d.end, d.remaining(), d.expired()) == (0.0, 2.0, 2.0, False)
+    clock.t = 1.5
+    assert d.remaining() == 0.5 and d.elapsed() == 1.5 and d.share(1.0, reserve=0.25) == 0.25 and not d.expired()
+    clock.t = 2.0
+    assert d.expired() and d.reason() == "time" and d.remaining() == 0.0
+    assert d == Deadline(2.0, 0.0) and Deadline.after(None, clock=clock).remaining() == math.inf
+
+
+def test_optimize_reads_its_budget_and_step_times_on_the_injected_clock(model_path: Path) -> None:
+    """optimize()'s deadline and recorded step times are read on ``timers.clock``: on a clock frozen at 0 the 75 s
+    budget never runs out (the faster search result is confirmed and kept, every step took 0 s); on one whose every
+    reading is an hour after the last it runs out at once (the candidates' verification and the portfolio are
+    skipped, nothing is timed, the original is kept)."""
+    frozen = optimize(model_path, timers=fake_timers(_node_count, clock=lambda: 0.0), **FAST)  # type: ignore[arg-type]
+    assert frozen.chosen == "search" and not frozen.budget_stop and set(frozen.timings_s.values()) == {0.0}
+    t = [0.0]
+
+    def hours() -> float:
+        t[0] += 3600.0
+        return t[0]
+
+    late = optimize(model_path, timers=fake_timers(_node_count, clock=hours), **FAST)  # type: ignore[arg-type]
+    assert late.budget_stop == "time" and late.kept_original and "time_s" not in late.timings_s
+    assert all(v > 0 and v % 3600.0 == 0 for v in late.timings_s.values())
+    assert any("no time left in the budget" in n for n in late.portfolio_notes)
+
+
+def test_timing_rounds_stop_when_told() -> None:
+    timers = Timers(session=lambda m, feeds, **kw: lambda ms: float(len(m)))
     calls = [0]
 
     def stop(need_s: float) -> bool:
         calls[0] += 1
         return calls[0] > 4  # two session checks, two rounds
 
-    rounds = time_candidates({"original": b"ab", "c": b"a"}, {}, threads=1, budget_ms=1, rounds=5, stop=stop)
+    rounds = time_candidates({"original": b"ab", "c": b"a"}, {}, threads=1, budget_ms=1, rounds=5, stop=stop,
+                             timers=timers)
     assert rounds == {"original": [2.0, 2.0], "c": [1.0, 1.0]}
 
 
-def test_models_whose_session_does_not_fit_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_models_whose_session_does_not_fit_are_left_out() -> None:
     """Loading a model's session is not free (a big model takes a second or more): once the time left would not
     cover one more, the models still without a session are left out of the rounds instead of overrunning."""
+    clock = _Clock()
+
     def slow_timer(m: bytes, feeds: object, **kw: object) -> Callable[[float], float]:
-        time.sleep(0.002)  # loading takes time
+        clock.t += 0.002  # loading takes time
         return lambda ms: float(len(m))
 
-    monkeypatch.setattr("graphsub.optimize.timing.session_timer", slow_timer)
+    timers = Timers(session=slow_timer, clock=clock)
     asked: list[float] = []
 
     def stop(need_s: float) -> bool:
@@ -102,11 +151,11 @@ def test_models_whose_session_does_not_fit_are_left_out(monkeypatch: pytest.Monk
         return len(asked) == 3  # before the third session: no time for it
 
     models = {"original": b"abc", "c1": b"ab", "c2": b"a", "c3": b"aa"}
-    rounds = time_candidates(models, {}, threads=1, budget_ms=1, rounds=2, stop=stop)
+    rounds = time_candidates(models, {}, threads=1, budget_ms=1, rounds=2, stop=stop, timers=timers)
     assert rounds == {"original": [3.0, 3.0], "c1": [2.0, 2.0]}
-    assert asked[0] == 0.0 and asked[1] >= 0.004  # the second check asks for twice what the first session took
+    assert asked[0] == 0.0 and asked[1] == pytest.approx(0.004)  # twice what the first session took to load
     # before any session: nothing is timed (the original cannot be left out)
-    assert time_candidates(models, {}, threads=1, budget_ms=1, rounds=2, stop=lambda s: True) == {
+    assert time_candidates(models, {}, threads=1, budget_ms=1, rounds=2, stop=lambda s: True, timers=timers) == {
         n: [] for n in models}
 
 
@@ -137,10 +186,8 @@ def test_stop_during_timing_writes_nothing_unconfirmed(model_path: Path, tmp_pat
     assert res.kept_original and not out.exists() and res.to_dict()["stopped_by"] == "interrupt"
 
 
-def test_stop_after_a_confirmed_gain_writes_it(model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                               fake_timing: Callable[..., None]) -> None:
+def test_stop_after_a_confirmed_gain_writes_it(model_path: Path, tmp_path: Path) -> None:
     """Ctrl-C after the candidate was confirmed faster in its paired rounds: the confirmed candidate is written."""
-    fake_timing(lambda m: 1.0 if isinstance(m, str) else 0.5)
     calls = [0]
 
     def confirm_timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
@@ -154,9 +201,9 @@ def test_stop_after_a_confirmed_gain_writes_it(model_path: Path, tmp_path: Path,
 
         return once
 
-    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", confirm_timer)
+    timers = dataclasses.replace(fake_timers(lambda m: 1.0 if isinstance(m, str) else 0.5), confirm=confirm_timer)
     out = tmp_path / "out.onnx"
-    res = optimize(model_path, output=out, **FAST)  # type: ignore[arg-type]
+    res = optimize(model_path, output=out, timers=timers, **FAST)  # type: ignore[arg-type]
     assert res.interrupted and res.chosen == "search" and res.written == str(out) and out.is_file()
     assert len(res.chosen_candidate.confirm_rounds) == 7
 
@@ -239,7 +286,7 @@ def test_the_leanest_candidate_the_screening_drops_still_runs_side_by_side() -> 
     even when one noisy screening round ranked it low (the LEAN_PICKS leanest ones, and only below LEAN_SHARE)."""
     from types import SimpleNamespace as NS
 
-    from graphsub.optimize.pipeline import LEAN_PICKS, LEAN_SHARE, _lean
+    from graphsub.optimize.race import LEAN_PICKS, LEAN_SHARE, _lean
 
     assert LEAN_PICKS == 2
     out = [NS(name="a"), NS(name="b"), NS(name="c"), NS(name="d")]
@@ -270,16 +317,6 @@ def test_a_session_timer_counts_the_kernels_onnxruntime_runs() -> None:
     assert session_timer(model.SerializeToString(), feeds, threads=1).kernels == 0  # not asked: unknown
 
 
-class _Clock:
-    """A fake ``time`` module whose clock moves only when a fake onnxruntime run says so."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def perf_counter(self) -> float:
-        return self.t
-
-
 @pytest.mark.parametrize("reserve", [True, False])
 def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: pytest.MonkeyPatch,
                                                                    reserve: bool) -> None:
@@ -290,13 +327,12 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
     import graphsub.optimize.budget as budget
     from graphsub.deadline import Deadline
     from graphsub.optimize import portfolio as pf
-    from graphsub.optimize.pipeline import MIN_CONFIRM_ROUNDS, _Settings, _time
+    from graphsub.optimize.pipeline import _Settings
+    from graphsub.optimize.race import MIN_CONFIRM_ROUNDS, time_portfolio
 
     clock = _Clock()
-    monkeypatch.setattr("graphsub.deadline.time", clock)
-    monkeypatch.setattr("graphsub.optimize.timing.time", clock)
-    if not reserve:
-        monkeypatch.setattr("graphsub.optimize.pipeline.confirm_reserve_s", lambda *a: 0.0)
+    if not reserve:  # the budget's rule, not a timer: no parameter of its own
+        monkeypatch.setattr("graphsub.optimize.race.confirm_reserve_s", lambda *a: 0.0)
     assert budget.confirm_reserve_s(b"o", b"c", 0.1, 7) > 1.75  # seven paired rounds of two 0.1 s runs, and more
 
     def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
@@ -308,13 +344,12 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
 
         return run
 
-    monkeypatch.setattr("graphsub.optimize.timing.session_timer", timer)
-    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", timer)
+    timers = Timers(session=timer, confirm=timer, clock=clock)
     port = pf.Portfolio()
     cands = [port.add(pf.Candidate(f"c{i}", bytes([i]) * 8, verified=True)) for i in range(3)]
     st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
                    budget_ms=300.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
-    _time(port, cands, b"original", {}, st, Deadline.after(2.4, start=0.0))
+    time_portfolio(port, cands, b"original", {}, st, Deadline.after(2.4, start=0.0, clock=clock), timers)
     confirmed = [c for c in cands if c.confirm_rounds]
     assert len(confirmed) == 1
     if reserve:

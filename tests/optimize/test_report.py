@@ -1,74 +1,31 @@
-"""`graphsub optimize --report`: a self-contained HTML report, also when the optimized model is not written."""
+"""The HTML report of ``optimize`` (``graphsub optimize --report``, tested in tests/cli/test_cli_optimize.py): a
+self-contained page, also when the optimized model is not written."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 
 import onnx
 import pytest
-from typer.testing import CliRunner
 
-from graphsub.cli import app
 from graphsub.optimize import OptimizeResult, optimize
 from graphsub.optimize.report import render_report, write_report
 from graphsub.rules.rule import Rule
 from graphsub.search import Budget
-from helpers import _node_count, install_timing, small_model
+from helpers import ReportPage, _node_count, fake_timers, parse_report, small_model
 
 FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "seeds": 1, "peers": "none", "eqsat_s": 0}
 SECTIONS = {"summary", "performance", "histogram", "substitutions", "trace", "regions"}
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-class Page(HTMLParser):
-    """What the tests look at: section ids, image sources, every URL-ish attribute, tags, and the
-    rows of the substitutions table."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sections: list[str] = []
-        self.images: list[str] = []
-        self.urls: list[str] = []
-        self.tags: set[str] = set()
-        self.rows: list[str] = []  # class of each body row of the substitutions table
-        self._section = ""
-        self._in_body = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        self.tags.add(tag)
-        if tag == "section":
-            self._section = a.get("id") or ""
-            self.sections.append(self._section)
-        if tag == "img":
-            self.images.append(a.get("src") or "")
-        self.urls += [v or "" for k, v in attrs if k in ("src", "href", "srcset", "action", "data", "poster")]
-        if tag == "tbody":
-            self._in_body = True
-        if tag == "tr" and self._in_body and self._section == "substitutions":
-            self.rows.append(a.get("class") or "")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "tbody":
-            self._in_body = False
-
-
-def parse(text: str) -> Page:
-    page = Page()
-    page.feed(text)
-    page.close()
-    return page
-
-
-def assert_self_contained(text: str) -> Page:
-    page = parse(text)
+def assert_self_contained(text: str) -> ReportPage:
+    page = parse_report(text)
     assert set(page.sections) == SECTIONS
     assert "http://" not in text and "https://" not in text
     assert not {"script", "link", "iframe", "object", "embed"} & page.tags
@@ -80,7 +37,7 @@ def assert_self_contained(text: str) -> Page:
     return page
 
 
-def n_pictures(page: Page) -> int:
+def n_pictures(page: ReportPage) -> int:
     return len(page.images) - 2  # the histogram and the trace come first
 
 
@@ -89,9 +46,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Opti
     """The small model of conftest, optimized once (fake timing: the optimized model is faster)."""
     path = tmp_path_factory.mktemp("report") / "small.onnx"
     onnx.save(small_model(), str(path))
-    with pytest.MonkeyPatch.context() as mp:
-        install_timing(mp, _node_count)
-        yield path, optimize(path, **FAST)  # type: ignore[arg-type]
+    yield path, optimize(path, timers=fake_timers(_node_count), **FAST)  # type: ignore[arg-type]
 
 
 def test_sections_images_and_rows(small: tuple[Path, OptimizeResult]) -> None:
@@ -110,7 +65,7 @@ def test_sections_images_and_rows(small: tuple[Path, OptimizeResult]) -> None:
 
 def test_pictures_are_capped(small: tuple[Path, OptimizeResult]) -> None:
     _, res = small
-    page = parse(text := render_report(res, max_pictures=1))
+    page = parse_report(text := render_report(res, max_pictures=1))
     n = len(res.search.sequence)
     assert n_pictures(page) == 1 and len(page.rows) == n
     assert f"{n - 1} more substitution(s) not drawn" in text
@@ -172,23 +127,6 @@ def test_report_without_substitutions(model_path: Path, fake_timing: Callable[..
     page = assert_self_contained(text)
     assert not res.search.sequence and page.rows == [] and n_pictures(page) == 0
     assert "No cheaper equivalent graph" in text and "Nothing changed" in text
-
-
-def test_cli_report_flag(model_path: Path, tmp_path: Path, fake_timing: Callable[..., None]) -> None:
-    runner = CliRunner()
-    out, rep = tmp_path / "o.onnx", tmp_path / "r.html"
-    args = ["optimize", str(model_path), "-o", str(out), "--cost", "roofline:cpu", "--budget", "5", "--k", "4"]
-    r = runner.invoke(app, [*args, "--report", str(rep), "--json"])
-    assert r.exit_code == 0, r.stdout
-    d = json.loads(r.stdout)
-    assert d["report"] == str(rep) and d["written"] == str(out)
-    assert len(parse(rep.read_text(encoding="utf-8")).rows) == len(d["applied"])
-    rep.unlink()
-    r = runner.invoke(app, [*args, "--report", str(rep)])
-    assert r.exit_code == 0 and rep.exists() and "wrote the report" in " ".join(r.stdout.split())
-    assert runner.invoke(app, [*args, "--report", str(out)]).exit_code == 2  # not the output
-    assert runner.invoke(app, [*args, "--report", str(model_path)]).exit_code == 2  # never the input
-    assert runner.invoke(app, [*args, "--report", str(tmp_path / "no" / "r.html")]).exit_code == 4
 
 
 def test_import_stays_light() -> None:

@@ -4,13 +4,14 @@ luck is not read as the model's speed; a model too big for copies gets one."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from graphsub.optimize import timing
-from graphsub.optimize.timing import SessionPool, pool_size, time_candidates, time_pair
+from graphsub.optimize.timing import POOL_MAX_BYTES, SessionPool, Timers, pool_size, time_candidates, time_pair
 
 
 def _fake(made: list[str], latency: dict[str, list[float]]) -> Callable[..., Callable[[float], float]]:
@@ -32,34 +33,37 @@ def test_a_pool_uses_its_sessions_in_turn() -> None:
         SessionPool([])
 
 
-def test_side_by_side_rounds_rotate_copies_of_each_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_side_by_side_rounds_rotate_copies_of_each_model() -> None:
     made: list[str] = []
-    monkeypatch.setattr(timing, "session_timer", _fake(made, {"a": [10.0, 12.0, 14.0], "b": [11.0, 11.0, 11.0]}))
-    out = time_candidates({"a": b"a", "b": b"b"}, {}, threads=1, budget_ms=1.0, rounds=6, copies=3)
+    timers = Timers(session=_fake(made, {"a": [10.0, 12.0, 14.0], "b": [11.0, 11.0, 11.0]}))
+    out = time_candidates({"a": b"a", "b": b"b"}, {}, threads=1, budget_ms=1.0, rounds=6, copies=3, timers=timers)
     assert sorted(made) == ["a"] * 3 + ["b"] * 3
     assert out["a"] == [10.0, 12.0, 14.0, 10.0, 12.0, 14.0]  # one lucky session no longer decides a's speed
     assert out["b"] == [11.0] * 6
     made.clear()
-    assert time_candidates({"a": b"a"}, {}, threads=1, budget_ms=1.0, rounds=2) == {"a": [10.0, 10.0]}
+    assert time_candidates({"a": b"a"}, {}, threads=1, budget_ms=1.0, rounds=2, timers=timers) == {"a": [10.0, 10.0]}
     assert made == ["a"]  # one session by default
 
 
-def test_paired_rounds_rotate_copies_of_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_paired_rounds_rotate_copies_of_both_sides() -> None:
     made: list[str] = []
-    monkeypatch.setattr(timing, "confirm_timer", _fake(made, {"x": [5.0, 6.0], "y": [7.0, 8.0]}))
-    a, b = time_pair("x", "y", {}, threads=1, budget_ms=1.0, rounds=4, copies=2)
+    timers = Timers(confirm=_fake(made, {"x": [5.0, 6.0], "y": [7.0, 8.0]}))
+    a, b = time_pair("x", "y", {}, threads=1, budget_ms=1.0, rounds=4, copies=2, timers=timers)
     assert sorted(made) == ["x", "x", "y", "y"]
     assert a == [5.0, 6.0, 5.0, 6.0] and b == [7.0, 8.0, 7.0, 8.0]
 
 
-def test_a_big_model_gets_one_session(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_big_model_gets_one_session(tmp_path: Path) -> None:
     assert pool_size(b"small", 3) == 3 and pool_size(b"small", 0) == 1
-    monkeypatch.setattr(timing, "POOL_MAX_BYTES", 4)
-    assert pool_size(b"too big", 3) == 1
-    assert pool_size("/no/such/file.onnx", 3) == 3  # unknown size: as asked (loading it fails later, clearly)
+    assert pool_size(b"too big", 3, max_bytes=4) == 1 and pool_size(b"fits", 3, max_bytes=4) == 3
+    assert pool_size("/no/such/file.onnx", 3, max_bytes=4) == 3  # unknown size: as asked (loading it fails later)
+    big = tmp_path / "big.onnx"
+    big.touch()
+    os.truncate(big, POOL_MAX_BYTES + 1)  # sparse: no memory, no disk
+    assert pool_size(str(big), 3) == 1  # the default limit
 
 
-def test_real_sessions_in_a_pool_time_the_same_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_real_sessions_in_a_pool_time_the_same_model() -> None:
     """Against onnxruntime: three sessions of a tiny model, each timed, all positive."""
     from onnx import TensorProto, helper
 

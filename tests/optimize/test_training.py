@@ -1,58 +1,24 @@
-"""`graphsub optimize --training` and the training entry points: the joint graph is verified (gradients included),
-written with its step-0 weights, reported with max_grad_abs_diff / speedup_train; the forward-first candidate keeps
+"""The training entry points (their command line: tests/cli/test_cli_optimize_training.py): the joint graph is
+verified (gradients included) and reported with max_grad_abs_diff / speedup_train; the forward-first candidate keeps
 every gradient; a PyTorch module optimized for training trains like the module."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from graphsub import zoo
-from graphsub.cli import app
 from graphsub.data import materialize
+from graphsub.optimize.timing import Timers
 from graphsub.optimize.training import forward_first, optimize_training
 from graphsub.optimize.verification import check_seeds
 from graphsub.search import Budget
 from graphsub.training import build_training
-
-runner = CliRunner()
-FAST = ("--cost", "roofline:cpu", "--budget", "20", "--k", "4", "--peers", "none", "--eqsat-budget", "0",
-        "--threads", "1")
-
-
-def test_cli_training_json_and_output(tmp_path: Path, fake_timing: Callable[..., None]) -> None:
-    out = tmp_path / "train.onnx"
-    r = runner.invoke(app, ["optimize", "zoo:resnet:blocks=1", "-o", str(out), "--training", "--loss", "mse",
-                            *FAST, "--json"])
-    assert r.exit_code == 0, r.stdout
-    d = json.loads(r.stdout)
-    assert d["verified"] and d["training"] and d["loss"] == "mse" and d["params"] == 3
-    assert d["max_grad_abs_diff"] is not None and d["max_grad_abs_diff"] <= 1e-4 * max(d["max_abs_grad"], 1.0)
-    assert "speedup_train" in d
-    m = onnx.load(str(out))
-    names = [o.name for o in m.graph.output]
-    assert names[0] == "loss" and all(n.startswith("grad.") for n in names[1:])
-    inits = {t.name for t in m.graph.initializer}
-    assert {n.removeprefix("grad.") for n in names[1:]} <= inits  # step-0 weights travel with the model
-
-
-def test_cli_training_usage_and_refusal(model_path: Path, tmp_path: Path) -> None:
-    out = tmp_path / "o.onnx"
-    r = runner.invoke(app, ["optimize", "zoo:resnet:blocks=1", "-o", str(out), "--training", "--loss", "hinge",
-                            *FAST, "--json"])
-    assert r.exit_code == 2 and "--loss" in json.loads(r.stdout)["error"]
-    # the fixture model has an op graphsub keeps opaque (Hardmax) between a weight and the output
-    r = runner.invoke(app, ["optimize", str(model_path), "-o", str(out), "--training", "--loss", "mse", *FAST,
-                            "--json"])
-    assert r.exit_code == 3, r.stdout
-    assert "no gradient" in json.loads(r.stdout)["error"] and not out.exists()
+from helpers import favour_optimized as _favour
 
 
 def test_forward_first_candidate_keeps_every_gradient() -> None:
@@ -75,7 +41,12 @@ def test_optimize_training_without_timing_reports_gradients() -> None:
     assert r.to_dict()["max_grad_abs_diff"] == r.max_grad_abs_diff
 
 
-def test_optimize_module_for_training_trains_like_the_module() -> None:
+@pytest.mark.parametrize("faster", [True, False])
+def test_optimize_module_for_training_trains_like_the_module(faster: bool) -> None:
+    """The chosen module (``r.module``) trains like the module: when the optimized one is faster, it is a newly
+    emitted module (a different object, with the emitted module's weight map and class source) whose SGD step gives
+    the module's loss and weights; when it is not, it is the module itself. The timing is injected, so that each
+    branch is taken for sure."""
     from graphsub.optimize import optimize_module
     from graphsub.optimize.torch_training import TrainedModule, one_hot
 
@@ -85,13 +56,18 @@ def test_optimize_module_for_training_trains_like_the_module() -> None:
                                  torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 5))
     x = torch.randn(4, 3, 12, 12)
     labels = one_hot(4, 5, 0)
-    r = optimize_module(module, [x], training=True, labels=labels, budget_s=3, cost="roofline:cpu", rounds=1,
-                        steps=1, min_speedup=0.0)  # min_speedup 0: the optimized module is kept unless it is slower
+    r = optimize_module(module, [x], training=True, labels=labels, budget_s=3, cost="roofline:cpu",
+                        timers=Timers(train_steps=_favour(faster)))
     assert isinstance(r, TrainedModule)
     assert r.verified and r.max_grad_abs_diff <= 1e-5 and len(r.params) == len(list(module.parameters()))
-    assert r.speedup_train is not None and r.speedup_emitted_original is not None
+    assert r.speedup_train == pytest.approx(2.0 if faster else 0.5) and r.speedup_emitted_original is not None
+    assert r.applied and r.optimized == faster  # the search found something; kept only when faster
     emitted = r.module
-    assert emitted is not module or not r.optimized
+    if faster:  # a new module emitted from the optimized graph, holding the module's weights
+        assert emitted is not module and not isinstance(emitted, torch.nn.Sequential)
+        assert set(r.params) <= set(emitted.graph_names) and "class GraphModule" in r.source
+    else:
+        assert emitted is module and r.source == ""
     # one SGD step from the same weights gives the same loss and weights (dropout left out, as in the export)
     import copy
 
@@ -121,7 +97,7 @@ def test_bad_training_options_are_graphsub_errors(bad: dict) -> None:
         build_training(materialize(zoo.get("resnet", blocks=1), 0), **bad)
 
 
-def test_training_graphs_are_timed_on_a_real_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_graphs_are_timed_on_a_real_step() -> None:
     """The candidates are timed on one-hot labels and the model's weights (``training_feeds``), not random draws:
     a training graph's kernels run at data-dependent speeds."""
     seen: list[dict] = []
@@ -131,88 +107,15 @@ def test_training_graphs_are_timed_on_a_real_step(monkeypatch: pytest.MonkeyPatc
         n = len(onnx.load_from_string(model).graph.node) if isinstance(model, bytes) else 1
         return lambda budget_ms: float(n)
 
-    monkeypatch.setattr("graphsub.optimize.timing.session_timer", timer)
-    monkeypatch.setattr("graphsub.optimize.timing.confirm_timer", timer)
     fwd = materialize(zoo.get("resnet", blocks=1), 0)
     r = optimize_training(fwd, rules="training", cost="fused", budget=Budget(time_s=10, k=2), time_s=60, peers=(),
-                          eqsat_s=0, threads=1, forward_s=0)
+                          eqsat_s=0, threads=1, forward_s=0, timers=Timers(session=timer, confirm=timer))
     assert r.verified and seen, r.result.decision
     labels = seen[0][r.spec.label_input]
     assert set(np.unique(labels)) == {0.0, 1.0} and np.all(labels.sum(axis=1) == 1)  # one-hot, every timing call
     assert all(np.array_equal(f[r.spec.label_input], labels) for f in seen)
     w = r.spec.params[0]
     assert np.array_equal(seen[0][w], fwd.params[w])  # the model's own weights
-
-
-NET = '''
-import torch
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.pool = torch.nn.AvgPool2d(3, stride=1, padding=1)
-        self.fc = torch.nn.Linear(8, 5)
-
-    def forward(self, x):
-        y = self.pool(torch.relu(self.conv(x)))
-        return self.fc(y.mean(dim=(2, 3)))
-'''
-
-
-def _net(tmp_path: Path) -> str:
-    path = tmp_path / "net.py"
-    path.write_text(NET)
-    return f"{path}:Net"
-
-
-def test_cli_training_pytorch_route_usage(tmp_path: Path) -> None:
-    spec = _net(tmp_path)
-    for extra, words in ((["-o", str(tmp_path / "m.txt")], "-o OUT.py"),
-                         (["-o", str(tmp_path / "m.py"), "--loss", "mse"], "--loss")):
-        r = runner.invoke(app, ["optimize", spec, "--training", "--input-shape", "x=4x3x8x8", *extra, "--json"])
-        assert r.exit_code == 2 and words in json.loads(r.stdout)["error"], r.stdout
-    assert not list(tmp_path.glob("m.*"))
-
-
-def test_cli_training_pytorch_route_writes_the_emitted_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                               ) -> None:
-    """FILE.py:Class --training -o OUT.py: the faster emitted module's class and its weights, which load and train
-    like the module (the timing is faked: the emitted module is declared faster, to exercise the writing)."""
-    from graphsub.optimize import train_step
-
-    real = train_step.time_interleaved
-
-    def favour_optimized(runners: dict, **kw: object) -> train_step.Timed:
-        t = real(runners, rounds=1, steps=1)
-        t.rounds_ms["optimized"] = [0.5 * v for v in t.rounds_ms["module"]]
-        return t
-
-    monkeypatch.setattr(train_step, "time_interleaved", favour_optimized)
-    out = tmp_path / "fast.py"
-    r = runner.invoke(app, ["optimize", _net(tmp_path), "--training", "--input-shape", "x=4x3x8x8", "-o", str(out),
-                            "--cost", "launches", "--budget", "20", "--threads", "1", "--json"])
-    assert r.exit_code == 0, r.stdout
-    d = json.loads(r.stdout)
-    assert d["runtime"] == "pytorch" and d["verified"] and d["optimized"], d["decision"]
-    assert "alg_conv_bias_relu_fuse" in d["applied"] and d["written"] == [str(out), str(out.with_suffix(".pt"))]
-    ns: dict = {}
-    exec(compile(out.read_text(), str(out), "exec"), ns)
-    m = ns["GraphModule"]()
-    m.load_state_dict(torch.load(out.with_suffix(".pt")))
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("net", tmp_path / "net.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    torch.manual_seed(0)
-    ref = mod.Net()  # the user's module with the same weights: the state dict names are its own
-    assert {k for k, _ in ref.named_parameters()} <= set(m.state_dict())
-    ref.load_state_dict({k: v for k, v in m.state_dict().items() if k in ref.state_dict()}, strict=False)
-    x = torch.randn(4, 3, 8, 8)
-    np.testing.assert_allclose(m.train()(x).detach().numpy(), ref.train()(x).detach().numpy(), atol=1e-5)
 
 
 def test_backward_rules_candidate_rewrites_the_gradient_kernels_it_prices_cheaper() -> None:

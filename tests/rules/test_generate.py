@@ -1,4 +1,5 @@
-"""Rule generation (TASO Algorithm 1): enumeration, fingerprints, pruning, emission, CLI."""
+"""Rule generation (TASO Algorithm 1): enumeration, fingerprints, pruning, emission (its command line,
+`graphsub rules generate`, is tested in tests/cli/test_cli_rules.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from graphsub.cli import app
 from graphsub.rules.generate.emit import load_generated_json, load_substitutions
 from graphsub.rules.generate.enumerate import EnumConfig, GraphCode, decode, enumerate_shard, first_choices
 from graphsub.rules.generate.parallel import merge, run_shards
@@ -18,7 +17,6 @@ from graphsub.rules.generate.prune import Pair, canonical_key, pair_text
 from graphsub.rules.generate.templates import TEMPLATES, conv_mod, pool_mod, relu_poly, resolve_ops
 from graphsub.rules.soundness.numeric import verify_rule
 
-runner = CliRunner()
 SMALL = EnumConfig(templates=("matmul", "add", "transpose", "concat0_2d", "concat1_2d", "split0", "split1"),
                    max_ops=2)
 
@@ -183,32 +181,11 @@ def test_malformed_rules_files_are_rejected(tmp_path: Path) -> None:
         load_generated_json(f)
 
 
-def test_cli_generate_and_errors(tmp_path: Path) -> None:
-    out = tmp_path / "rules.json"
-    r = runner.invoke(app, ["rules", "generate", "--ops", "matmul,transpose", "--max-ops", "2", "--shards", "2",
-                            "--executor", "serial", "-o", str(out), "--json"])
-    assert r.exit_code == 0, r.stdout
-    summary = json.loads(r.stdout)
-    assert summary["counts"]["emitted"] == len(json.loads(out.read_text())["substitutions"]) > 0
-    assert load_generated_json(out)
-    r = runner.invoke(app, ["rules", "generate", "--ops", "matmul,frobnicate", "-o", str(out), "--json"])
-    assert r.exit_code == 2 and "frobnicate" in json.loads(r.stdout)["error"]
-    r = runner.invoke(app, ["rules", "generate", "--max-ops", "9", "-o", str(out), "--json"])
-    assert r.exit_code == 2
-    r = runner.invoke(app, ["rules", "generate", "--executor", "mpi", "--ops", "add", "--max-ops", "1",
-                            "-o", str(out), "--json"])
-    assert r.exit_code == 2 and "executor" in json.loads(r.stdout)["error"]
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"format": "graphsub-generated-rules", "version": 7}))
-    r = runner.invoke(app, ["rules", "prove", "--file", str(bad), "--json"])
-    assert r.exit_code == 3 and "version" in json.loads(r.stdout)["error"]
-
-
 def test_generated_set_is_registered_and_verified() -> None:
     from graphsub.rules.library import GENERATED_JSON, get_set
 
     if not GENERATED_JSON.is_file():
-        pytest.skip("generated.json not produced yet (benchmarks/rulegen.py --install)")
+        pytest.skip("generated.json not produced yet (experiments/rules/rulegen.py --install)")
     rules = get_set("generated")
     assert len(rules) > 100 and all(r.origin == "generated" for r in rules)
     rng = np.random.default_rng(1)

@@ -1,19 +1,14 @@
-"""Z3 proofs from TASO's operator axioms, and the axioms' concrete check."""
+"""Z3 proofs from TASO's operator axioms, and the axioms' concrete check (the command line, `graphsub rules prove`,
+is tested in tests/cli/test_cli_rules.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from typer.testing import CliRunner
 
-from graphsub.cli import app
 from graphsub.rules.library import get_set
 from graphsub.rules.rule import Example, make_rule
 from graphsub.rules.soundness.axioms import AXIOMS, Axiom, check_axiom, check_axioms
 from graphsub.rules.soundness.smt import prove_rule
-
-runner = CliRunner()
 
 
 def _rule(name: str, src_op: str, dst_op: str):  # type: ignore[no-untyped-def]
@@ -47,7 +42,9 @@ def test_true_rules_are_proven() -> None:
 
 
 def test_wrong_rule_is_refuted() -> None:
-    r = prove_rule(_rule("add_is_mul", "add", "mul"), timeout_ms=5000)
+    # Z3 does not settle add == mul within seconds (5 s cost 5 s here): the refutation is the numeric counterexample
+    # found after its timeout, so a short timeout refutes the same way
+    r = prove_rule(_rule("add_is_mul", "add", "mul"), timeout_ms=1000)
     assert r.status == "refuted", r
     assert "counterexample" in r.reason
 
@@ -67,17 +64,6 @@ def test_ops_without_axioms_are_unknown_with_a_reason() -> None:
 def test_taso_pb_rules_are_proven(index: int) -> None:
     rules = get_set("taso-pb")
     assert prove_rule(rules[index], timeout_ms=5000).status == "proven"
-
-
-def test_cli_prove_json() -> None:
-    r = runner.invoke(app, ["rules", "prove", "metaflow", "--timeout-ms", "2000", "--json"])
-    data = json.loads(r.stdout)
-    assert r.exit_code == (1 if data["summary"]["refuted"] else 0)
-    assert data["summary"]["total"] == len(data["rules"]) > 0
-    assert {x["status"] for x in data["rules"]} <= {"proven", "refuted", "unknown"}
-    assert all(x["reason"] for x in data["rules"] if x["status"] != "proven")
-    r = runner.invoke(app, ["rules", "prove", "no_such_set", "--json"])
-    assert r.exit_code == 2  # an unknown rule set is a usage error in every command
 
 
 def test_spelling_rules_are_proven() -> None:

@@ -46,7 +46,10 @@ def test_equal_graphs_have_equal_fingerprints_whatever_the_order() -> None:
     assert fingerprint(ab) == fingerprint(ba)
 
 
-@pytest.mark.parametrize(("algo", "model"), [("taso", "nasrnn"), ("taso", "bert"), ("metaflow", "nasrnn")])
+# taso on nasrnn takes 16 s (two full searches of 25 expansions on 230 ops): in the `slow` set; taso-bert and
+# metaflow-nasrnn (1-2 s) check the same deduplication with the same algorithm and on the same model
+@pytest.mark.parametrize(("algo", "model"), [pytest.param("taso", "nasrnn", marks=pytest.mark.slow), ("taso", "bert"),
+                                             ("metaflow", "nasrnn")])
 def test_search_same_as_with_full_hashes_only(algo: str, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     g, rules, cost = zoo.get(model), get_set("ocggs157"), get_model("roofline:p100")
     budget = Budget(time_s=None, expansions=25, k=10)

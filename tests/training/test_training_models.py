@@ -43,7 +43,7 @@ def _torch_reference(fwd, params, feeds, labels, loss_name):  # type: ignore[no-
                                   for n, v in grads.items()}
 
 
-#: one seed per family here (the per-op test runs two; benchmarks/training_grads.py runs every zoo model at two)
+#: one seed per family here (the per-op test runs two; experiments/training/training_grads.py runs each zoo model at 2)
 @pytest.mark.parametrize(("name", "kwargs", "seed"), [(*z, i % 2) for i, z in enumerate(ZOO)], ids=[z[0] for z in ZOO])
 def test_zoo_gradients_match_torch_autograd(name: str, kwargs: dict, seed: int) -> None:
     fwd = materialize(zoo.get(name, **kwargs), seed)

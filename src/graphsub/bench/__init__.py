@@ -1,4 +1,4 @@
-"""Experiment drivers: what ``graphsub bench``, ``graphsub dynamic bench`` and the scripts in ``benchmarks/`` run.
+"""Experiment drivers: what ``graphsub bench``, ``graphsub dynamic bench`` and the scripts in ``experiments/`` run.
 
 * :mod:`.harness` -- grids of searches (algorithm x model x cost model x K x repeat), one process per run;
   :mod:`.presets` -- the seeds' grids (OCGGS Table 3, Figs. 4-5, ...); :mod:`.records` -- the resumable JSONL

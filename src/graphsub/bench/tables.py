@@ -358,8 +358,8 @@ def plot_scaling(rows: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[s
 def write_summary(source: str | os.PathLike[str] | Sequence[Mapping[str, Any]], out_dir: str | os.PathLike[str] | None
                  = None, name: str | None = None, *, plots: bool = True) -> dict[str, list[str]]:
     """Summary CSV, Table-3 tables, plots and ``<name>_report.md`` from a results ``.jsonl`` (or
-    its records).  ``out_dir`` defaults to the file's directory, ``name`` to its stem.  Returns
-    the written paths by kind."""
+    its records).  ``out_dir`` defaults to the file's directory (for records: ``results/`` in the current
+    directory), ``name`` to its stem.  Returns the written paths by kind."""
     records: Sequence[Mapping[str, Any]]
     if isinstance(source, str | os.PathLike):
         path = Path(source)
@@ -368,7 +368,7 @@ def write_summary(source: str | os.PathLike[str] | Sequence[Mapping[str, Any]], 
         name = name or path.stem
     else:
         records = list(source)
-        out = Path(out_dir if out_dir is not None else "benchmarks/results")
+        out = Path(out_dir if out_dir is not None else "results")
         name = name or "bench"
     out.mkdir(parents=True, exist_ok=True)
     rows = summarize(records)

@@ -104,8 +104,9 @@ def bench_cmd(
                                                              "variant is timed on and graphsub decides on: cpu, or "
                                                              "cuda (needs onnxruntime-gpu and an NVIDIA GPU).")
                         ] = "cpu",
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default benchmarks/results; "
-                                                               "for a .jsonl: its directory).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default: results/ in the "
+                                                               "current directory; for a .jsonl: its directory).")
+                       ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Results file stem (default: the preset's name).")] = None,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Skip runs already recorded (default) or "
                                                                       "start the results file over.")] = True,
@@ -167,7 +168,7 @@ def bench_cmd(
         fail(Exit.USAGE, str(e), as_json)
     _check_runs(runs, as_json)
     name = name or preset
-    out_path = out_dir or Path("benchmarks/results")
+    out_path = out_dir or Path("results")
     if dry_run:
         _dry_run(runs, out_path, name, resume, as_json)
     elif report_only:

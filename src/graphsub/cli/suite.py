@@ -71,7 +71,7 @@ def suite(*, models: str | None, peers: str | None, compose: bool = True, thread
     tools = _tools(peers, as_json, compose)
     chosen = _models(models, build, as_json)
     name = name or "suite"
-    out_path = out_dir or Path("benchmarks/results")
+    out_path = out_dir or Path("results")
     if dry_run:
         listing = [{"model": m.id, "path": str(m.path), "tools": tools, "threads": counts} for m in chosen]
         if as_json:

@@ -53,6 +53,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -124,8 +125,9 @@ def measure_cpu(repeats: int = 5) -> Device:
                   f"measured on {machine_key()}: numpy 1024^3 sgemm, 64 MB copy")
 
 
-def cpu_device(path: Path | None = None, refresh: bool = False) -> Device:
-    """This CPU's preset, measured once and cached in ``path`` (default ``cache_dir()/devices.json``)."""
+def cpu_device(path: Path | None = None, refresh: bool = False, measure: Callable[[], Device] | None = None) -> Device:
+    """This CPU's preset, measured once and cached in ``path`` (default ``cache_dir()/devices.json``); ``measure``
+    takes the measurement (None: :func:`measure_cpu`; a test passes a fake)."""
     path = path or cache_dir() / "devices.json"
     key = machine_key()
     data: dict[str, dict[str, object]] = {}
@@ -139,7 +141,7 @@ def cpu_device(path: Path | None = None, refresh: bool = False) -> Device:
             return Device(**entry)  # type: ignore[arg-type]
         except TypeError:
             pass
-    dev = measure_cpu()
+    dev = (measure or measure_cpu)()
     data[key] = asdict(dev)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ which inputs are constants -- and :class:`SumCostModel` turns that into graph co
 
 * ``graph_cost(g) = base + sum(cost of every node that is neither a leaf nor weight-only)``.
   Weight-only nodes (``concat`` of two kernels, ``enlarge``, ...) are folded before run time
-  (DESIGN.md, "weights are data, not cost"), so they are free; so are inputs and weights
+  (docs/architecture.md, "weights are data, not cost"), so they are free; so are inputs and weights
   (:func:`graphsub.ir.analysis.is_free`).
 * ``delta(parent, child)`` for a child made by one edit (``child.edit_info()``) re-costs only
   the added, removed and touched nodes (and, for context-dependent models, their

@@ -237,7 +237,7 @@ class MeasuredCostModel(SumCostModel):
     (thread CPU time with one thread, else wall time; see :func:`resolve_clock`), ``wall`` or
     ``cpu``; ``statistic``: ``median`` (default) or ``min`` of the repeats -- both are stored, so
     switching needs no re-measurement (on a machine shared with other VMs the minimum is far
-    more repeatable, see ``benchmarks/results/cost_summary.md``); ``cold_weights``: in a graph
+    more repeatable, see ``experiments/results/cost_summary.md``); ``cold_weights``: in a graph
     whose weights exceed ``llc_bytes`` (default: the last-level cache), a node costs at least the
     time to stream its constant inputs from memory (:meth:`cold_weight_ms`); ``node_cost`` is the
     warm-cache cost of the op alone.  ``stats`` counts lookups.

@@ -23,11 +23,11 @@ This model asks onnxruntime instead:
    memory (not a gather, which reads a few rows of its table).
 4. **The estimate**: ``scale * sum(kernel times) + per_kernel_ms * kernels + call overhead``, where ``scale``
    and ``per_kernel_ms`` (what isolated timings miss: the scheduling of kernels, caches evicted between them)
-   are fitted on the suite's models (``benchmarks/cost_ranking.py``; :data:`CALIBRATION`).
+   are fitted on the suite's models (``experiments/cost/cost_ranking.py``; :data:`CALIBRATION`).
 
 How well it ranks ``optimize``'s candidates, against ``fused``, is measured in
-``benchmarks/results/cost_ranking.md``: neither ranks candidates that differ by a few percent reliably (about
-two pairs in three ordered as measured, for both), which is why ``optimize`` decides by timing them.
+``experiments/results/cost_ranking.md``: neither ranks candidates that differ by a few percent reliably (585 and 671
+of 1,064 candidate pairs ordered as measured, 2026-11-27), which is why ``optimize`` decides by timing them.
 
 It prices any model onnxruntime can run -- a peer's output full of contrib ops included -- but a whole model
 at a time: it is for ranking finished candidates (:mod:`graphsub.optimize`), not for a search's O(change)
@@ -50,7 +50,8 @@ from graphsub.errors import ExecutionError
 
 METHOD = "ortkernel-v1"
 #: (scale, per-kernel ms) per thread count, fitted on the suite's originals on this project's 2-core machine
-#: (``benchmarks/results/cost_ranking.json``: 14 models at 2 threads, median error 14% in sample, 22% unscaled);
+#: (14 models at 2 threads, median error 14% in sample, 22% unscaled; fitted 2026-11-26 at 40d5e7b, see git history
+#: -- ``experiments/results/cost_ranking.json``, rerun 2026-11-27 on the rebuilt suite, fits 0.896 and 0.0202);
 #: a thread count not fitted gets (1, 0): the plain sum
 CALIBRATION: dict[int, tuple[float, float]] = {2: (0.574, 0.0313)}
 #: weights at least this large are assumed to come from memory, not cache, in a model whose weights do not fit

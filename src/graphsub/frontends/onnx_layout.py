@@ -4,8 +4,8 @@ PyTorch models written channels-last between convolutions -- ConvNeXt's block is
 ``dwconv -> permute(0, 2, 3, 1) -> LayerNorm -> Linear -> GELU -> Linear -> permute(0, 3, 1, 2) -> * gamma`` --
 export as ``Transpose -> LayerNormalization -> MatMul -> Add -> (GELU) -> MatMul -> Add -> Transpose -> Mul``.
 onnxruntime runs its convolutions in the blocked NCHWc layout, but a MatMul over the last axis of an NHWC tensor is
-outside that layout, so every block pays a ReorderOutput, two transposes and a ReorderInput (suite25: 18
-ReorderInput and 22 ReorderOutput in ConvNeXt-T's optimized graph).
+outside that layout, so every block pays a ReorderOutput, two transposes and a ReorderInput (18
+ReorderInput and 22 ReorderOutput in ConvNeXt-T's optimized graph, ``experiments/results/channels_first.json``).
 
 A ``MatMul`` by a constant ``W`` over the channel axis is a 1x1 convolution: ``transpose(x @ W, (0, 3, 1, 2)) ==
 conv(transpose(x, (0, 3, 1, 2)), W^T[:, :, None, None])``, and so is the bias ``Add`` after it (the conv's bias).
@@ -17,9 +17,10 @@ as ``Conv``; a layer scale ``Mul`` by a constant ``[C, 1, 1]`` right after the r
 ``Conv``'s weights and bias. The arithmetic is the same up to float rounding (a conv sums in another order), and
 every candidate is verified against the original before it is timed.
 
-Measured (``benchmarks/results/channels_first.json``): ConvNeXt-T exported by TorchScript, ORT_ENABLE_ALL at 2
-threads, 1.18x faster; keeping the LayerNormalization channels-last beat a hand-written channel-axis
-normalisation (ReduceMean / Sub / Mul / Sqrt / Div, 1.14x). Whether it pays depends on the model and the machine, so
+Measured (``experiments/results/channels_first.json``): ConvNeXt-T exported by TorchScript, ORT_ENABLE_ALL at 2
+threads, 1.17x faster (1.20x the dynamo export; 1.10x / 1.12x at 1 thread); keeping the LayerNormalization
+channels-last beat a hand-written channel-axis normalisation (ReduceMean / Sub / Mul / Sqrt / Div: 1.14x against
+1.18x, measured 2026-11-27 at 675f4c4, see git history). Whether it pays depends on the model and the machine, so
 it only makes candidates: the portfolio times them and keeps one only when it is faster.
 
 Regions are accepted only when every tensor in them is used inside the region (or by its closing transpose) and

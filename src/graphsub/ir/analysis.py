@@ -1,7 +1,7 @@
 """Graph analyses shared by the cost models, the rule matcher and reports.
 
 * **Weight-only status** -- does a value depend on weights/constants only (no graph input)?
-  Such values are folded before run time (DESIGN.md, "weights are data, not cost"), so the
+  Such values are folded before run time (docs/architecture.md, "weights are data, not cost"), so the
   nodes computing them, like leaves, are *free* (:func:`is_free`).  One definition
   (:func:`_status`), one per-graph cache, two access patterns: the whole-graph map
   (:func:`weight_only_map`, :func:`weight_only_update`) for the cost models and a per-value

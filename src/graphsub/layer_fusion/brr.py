@@ -1,5 +1,5 @@
 """Buffer-Requirement-Reduction (BRR) cost model, after the public Optimus code
-(``SheaCai/optimus``, ``fusion/scheduling/interlayer.py``; reference notes §1.3).
+(``SheaCai/optimus``, ``fusion/scheduling/interlayer.py``).
 
 Execution is in full-width row stripes of the group output.  For a group ``phi``:
 

@@ -1,7 +1,7 @@
 """Line-Buffer Depth-First (LBDF) cost model: ``F_beta`` and ``F_D`` of a fusion group.
 
-The model proposed in ``shared/reference/layer_fusion_cost_models.md`` §1.2 (the paper gives
-no equations).  With ``b`` bytes per element, for a group ``phi``::
+The paper gives no equations for ``F_beta`` or ``F_D``; this model is graphsub's own, after the paper's
+Fig. 1 and DeFiNES's depth-first line buffering.  With ``b`` bytes per element, for a group ``phi``::
 
     F_beta = b * [ sum_v Wt(v)                                   # all weights stay on chip
                  + sum_t C_t * W_t * min(H_t, max_c r_c)         # line buffers (rows kept)

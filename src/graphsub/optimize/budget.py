@@ -28,7 +28,7 @@ The overshoot past the deadline is bounded by the longest step that cannot be in
 search (one expansion; on large graphs matching is polled every few hundred candidates), one ONNX Runtime session
 creation or verification run, one timing round of one model, one measurement of the cost model, and writing the
 output, plus work that grows with the weights and is never interrupted (random weights for a zoo model,
-serializing them, onnxruntime loading them, writing them: about 15 s per GB here). ``benchmarks/results/
+serializing them, onnxruntime loading them, writing them: about 15 s per GB here). ``experiments/results/
 budget_overshoot.md`` measures it: within 3 s on chains of up to 5,000 ops and on the zoo except the weight-bound
 VGG-16/19 (0.55 GB, +8.5/+9 s) and ResNet-50 (+4 s) on this 2-core machine. A command also has the interpreter's
 start and imports before its budget starts (about 1 s). On a large model a budget smaller than one verification
@@ -99,7 +99,7 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, r
     measured: its timing budget, or one run when a run is longer), a quarter again for warm-ups. The side-by-side
     rounds stop that much before the deadline, so that the budget cannot leave the best candidate unconfirmed: on
     ConvNeXt-T at 1 thread (about 100 ms a run, 12 candidates of 110 MB) they used the whole timing share, and
-    candidates 1.13-1.24x faster were kept out for want of their paired rounds (suite35_whole).
+    candidates 1.13-1.24x faster were kept out for want of their paired rounds (``experiments/results/suite.jsonl``).
 
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 5), 2)
     5.0

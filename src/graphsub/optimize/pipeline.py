@@ -9,7 +9,8 @@
 3. fold weight-only subgraphs and **verify** the result against the input in onnxruntime on random
    inputs with several seeds; on failure, bisect the substitution sequence to name the first
    substitution that breaks equivalence (:mod:`graphsub.optimize.verification`);
-4. **time** input and output end to end in onnxruntime and decide (:mod:`graphsub.optimize.timing`);
+4. **time** input and output end to end in onnxruntime and decide (:mod:`graphsub.optimize.race`, on
+   :mod:`graphsub.optimize.timing`);
 5. **write** the chosen model atomically, never over the input (:mod:`graphsub.optimize.output`).
 
 The result (:class:`~graphsub.optimize.result.OptimizeResult`) says what each step did and how long it
@@ -34,7 +35,7 @@ The result's ``stopped_by`` is then ``"interrupt"``.
 
 The default cost model is ``fused`` (fusion-aware measured costs for ``ORT_ENABLE_ALL``): of the
 cost models, it ranks measured ``ORT_ENABLE_ALL`` latencies best (Spearman 0.994 in
-``benchmarks/results/cost_calibration.json``).
+``experiments/results/cost_calibration.json``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,9 +52,10 @@ from graphsub.deadline import NO_DEADLINE, Deadline, check_seconds
 from graphsub.errors import GraphsubError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
-from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, confirm_reserve_s, plan, verify_estimate_s
+from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
+from graphsub.optimize.race import MIN_CONFIRM_ROUNDS, time_portfolio
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.timing import consistent, decide, time_candidates, time_pair
+from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, consistent, decide, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
@@ -67,20 +68,6 @@ DEFAULT_RULES = "default"
 DEFAULT_BUDGET_S = 12.0  # the main search without a total budget (time_s=None); with one, its share of it
 DEFAULT_EQSAT_S = 5.0
 DEFAULT_ON_TOP_S = 2.0
-#: with more verified candidates than this, one short screening round picks the ones timed side by side
-FINALISTS = 5
-#: at most this many leaders are re-timed paired with the original before the original is kept
-CONFIRM = 2
-#: a model slower than this (ms a run) gets fewer finalists, one leader confirmed in 5 rounds (the time to result)
-SLOW_MS = 50.0
-#: a candidate the screening leaves out still runs side by side when onnxruntime's graph of it has at most this share
-#: of the original's kernels (the :data:`LEAN_PICKS` leanest such ones)
-LEAN_SHARE = 0.9
-LEAN_PICKS = 2
-#: a confirmation the budget cut to fewer paired rounds than this confirms nothing
-MIN_CONFIRM_ROUNDS = 3
-#: the per-round timing budget never shrinks below this to fit the deadline (ms)
-MIN_ROUND_MS = 5.0
 
 #: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write
 ProgressFn = Callable[[str, float, float | None], None]
@@ -91,8 +78,9 @@ class _Run:
     """The state one :func:`optimize` call threads through its steps."""
 
     note: ProgressFn
+    timers: Timers = DEFAULT_TIMERS  # what every step is timed with: its clock is the deadline's and t0's
     timings: dict[str, float] = field(default_factory=dict)
-    t0: float = field(default_factory=time.perf_counter)
+    t0: float = 0.0
     deadline: Deadline = NO_DEADLINE
     cut: str = ""  # "time" once the budget cut a step short or left it out
     notes: list[str] = field(default_factory=list)  # what the budget changed, for the result's notes
@@ -105,12 +93,12 @@ class _Run:
     @contextmanager
     def step(self, phase: str, key: str, best: float | None = None) -> Iterator[None]:
         """Report ``phase`` and record its wall time under ``timings[key]``."""
-        t = time.perf_counter()
+        t = self.timers.clock()
         self.note(phase, 0.0, best)
         try:
             yield
         finally:
-            self.timings[key] = time.perf_counter() - t
+            self.timings[key] = self.timers.clock() - t
 
 
 def load_input(model: str | os.PathLike[str] | Graph, input_shapes: Shapes | None = None) -> tuple[str, Graph]:
@@ -149,14 +137,18 @@ def optimize(
     provider: str = "cpu",
     extra_candidates: Sequence[tuple[str, Graph, tuple[Any, ...]]] = (),
     timing_feeds: Mapping[str, Any] | None = None,
+    timers: Timers | None = None,
     **search_params: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
     verified, write the chosen model there.
 
     ``time_s``: the wall-time budget of the whole call (None: unbounded), counted from ``started`` (a
-    ``time.perf_counter()`` reading; default: the call; the command line passes the time it started,
-    :func:`graphsub.deadline.command_started`); ``budget``: the main search's own limits
+    reading of ``timers.clock``, by default ``time.perf_counter()``; default: the call; the command line passes the
+    time it started, :func:`graphsub.deadline.command_started`); ``timers``
+    (:class:`~graphsub.optimize.timing.Timers`; None: :func:`~graphsub.optimize.timing.current_timers`, the real
+    ones unless a ``using_timers`` block says otherwise): every latency, confirmation and budget clock of the call
+    (the seam through which tests fake time); ``budget``: the main search's own limits
     (``k``, ``expansions``, ``memory_mb``; its ``time_s`` caps the search's share of ``time_s``, and without
     ``time_s`` it is the search's time, default :data:`DEFAULT_BUDGET_S`). NaN, infinite or negative times, and
     non-positive ``timing_budget_ms``, ``min_speedup``, ``seeds`` or ``threads`` raise GraphsubError before any work.
@@ -185,9 +177,10 @@ def optimize(
     from graphsub.optimize.portfolio import resolve_peers
     from graphsub.search import search
 
-    run = _Run(progress or (lambda phase, elapsed, best: None))
+    tm = resolve_timers(timers)
+    run = _Run(progress or (lambda phase, elapsed, best: None), tm, t0=tm.clock())
     run.deadline = Deadline.after(_check_args(time_s, eqsat_s, on_top_s, timing_budget_ms, min_speedup, seeds, threads,
-                                              rtol, atol), start=run.t0 if started is None else started)
+                                              rtol, atol), start=run.t0 if started is None else started, clock=tm.clock)
     threads = threads or default_threads()
     if provider != "cpu":
         from graphsub.frontends.ort import require_provider
@@ -218,9 +211,9 @@ def optimize(
         final = finalize(ref, result.best, seed) if result.sequence else ref
         ok, diff, worst, done = (True, 0.0, "", seed_list)
         if result.sequence:
-            t = time.perf_counter()
+            t = tm.clock()
             ok, diff, worst, done = check_seeds(ref, final, seed_list, rtol=rtol, atol=atol, stop=run.deadline.expired)
-            run.seed_s = (time.perf_counter() - t) / len(done)
+            run.seed_s = (tm.clock() - t) / len(done)
         if ok and len(done) < len(seed_list):  # the budget ran out: the candidates are checked on the same draws
             run.notes.append(f"verification: on {len(done)} of {len(seed_list)} random input draws (no time left in "
                              "the budget for more)")
@@ -352,8 +345,8 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     timed = [c for c in port.distinct if c.verified]
     if timed:
         with run.step("time", "time_s"):
-            if _time(port, timed, source, feeds[0][1] if st.timing_feeds is None else st.timing_feeds, st,
-                     run.deadline):
+            if time_portfolio(port, timed, source, feeds[0][1] if st.timing_feeds is None else st.timing_feeds, st,
+                              run.deadline, run.timers):
                 run.cut_short()
     res.provider = st.provider
     res.candidates = port.candidates
@@ -379,136 +372,6 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     res.graph = ref if chosen is None else (chosen.graph or ref)
     return None if chosen is None else chosen.data
 
-
-def _round_ms(budget_ms: float, left_s: float, n_timed: int) -> float:
-    """The per-round timing budget (ms) that lets the timing fit in ``left_s`` seconds: ``budget_ms``, or less (at
-    least :data:`MIN_ROUND_MS`). Counted: the screening race, five side-by-side rounds, two leaders confirmed in 7
-    paired rounds (half again for warm-ups and session creation)."""
-    n = min(n_timed, FINALISTS + LEAN_PICKS) + 1  # the finalists, the lean ones (_lean) and the original
-    units = 5 * n + 2 * 14 + (1.5 * (n_timed + 1) if n_timed > FINALISTS else 0.0)
-    return max(MIN_ROUND_MS, min(budget_ms, left_s * 1000.0 / (1.5 * units)))
-
-
-def _time(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any], st: _Settings,
-          deadline: Deadline = NO_DEADLINE) -> bool:
-    """Time the verified candidates ``timed`` against the original (a screening race first when there are many),
-    then confirm the leaders in rounds paired with the original (:mod:`graphsub.optimize.timing`); in ``port``.
-    Every round fits in what is left before ``deadline`` (shorter rounds when little is left, none after it or a
-    stop request); whether the deadline cut the timing short -- then only a candidate confirmed in at least
-    :data:`MIN_CONFIRM_ROUNDS` paired rounds may be chosen (without ``keep_slower``)."""
-    from graphsub.optimize import portfolio as pf
-
-    def stop(need_s: float = 0.0) -> bool:  # no time left, or not for a round like the last one
-        return deadline.expired() or deadline.remaining() < need_s
-
-    budget_ms = _round_ms(st.budget_ms, deadline.remaining(), len(timed))
-    sessions: dict[str, Any] = {}  # created once: screening and the side-by-side rounds share them
-    twins: dict[str, str] = {}  # candidates onnxruntime runs exactly as the original or an earlier candidate
-    models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
-    slow = False
-    biggest = max((c.data for c in timed), key=len, default=b"")
-
-    def keeping(n_models: int) -> Callable[[float], bool]:  # rounds of n models: keep the leader's confirmation
-        def check(need_s: float) -> bool:
-            if need_s <= 0:
-                return stop(0.0)
-            side_s = max(need_s / n_models, budget_ms / 1000.0)
-            return stop(need_s + confirm_reserve_s(source, biggest, side_s, 5 if slow else 7))
-
-        return check
-
-    if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
-        screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
-                                 provider=st.provider, sessions=sessions, stop=keeping(len(models)), twins=twins)
-        if not screen.get(pf.ORIGINAL):
-            return _cut(port, st)
-        timed = _untwin(port, timed, twins)
-        left_out = [c.name for c in timed if not screen.get(c.name)]
-        if left_out:
-            port.notes.append(f"timing: {len(left_out)} candidate(s) not timed, the budget left no time to load them "
-                              f"({', '.join(left_out)})")
-        timed = [c for c in timed if screen.get(c.name)]
-        for c in timed:  # the best of three short rounds: robust to a transient disturbance
-            c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
-        slow = statistics.median(screen[pf.ORIGINAL]) > SLOW_MS
-        ranked = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))
-        timed = ranked[:3 if slow else FINALISTS] + _lean(ranked[3 if slow else FINALISTS:], sessions)
-        for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
-            del sessions[name]  # the memory of the sessions that are out of the race
-    finalists = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
-    rounds = time_candidates(finalists, feeds, threads=st.threads, budget_ms=budget_ms, provider=st.provider,
-                             sessions=sessions, stop=keeping(len(finalists)), twins=twins)
-    sessions.clear()
-    timed = _untwin(port, timed, twins)
-    if rounds.get(pf.ORIGINAL) and not timed:
-        return False  # every candidate runs as the original: nothing to time against it
-    if not rounds.get(pf.ORIGINAL) or len(rounds) < 2:
-        return _cut(port, st)
-    if len(rounds) < len(timed) + 1:
-        port.notes.append("timing: " + ", ".join(c.name for c in timed if c.name not in rounds)
-                          + ": not timed, the budget left no time to load them")
-    pf.record_timing(port, rounds)
-    if st.keep_slower:
-        return len(rounds[pf.ORIGINAL]) < 5
-    cut = len(rounds[pf.ORIGINAL]) < 5
-    slow = slow or statistics.median(port.original_rounds) > SLOW_MS
-
-    def inconclusive(before: list[float], after: list[float]) -> bool:  # faster, but not often enough
-        pairs = list(zip(before, after, strict=True))
-        return statistics.median(b / a for b, a in pairs) > st.min_speedup and not consistent(pairs)
-
-    for c in pf.leaders(port, 1 if slow else CONFIRM):  # fresh paired rounds: the pick's luck does not count
-        before, after = time_pair(source, c.data, feeds, threads=st.threads, budget_ms=budget_ms,
-                                  rounds=5 if slow else 7, provider=st.provider, extend_if=inconclusive, stop=stop)
-        if len(before) < (5 if slow else 7) and stop():
-            cut = True
-            if len(before) < MIN_CONFIRM_ROUNDS:
-                port.confirming = True  # nothing unconfirmed may be chosen, and this confirmation is too short
-                port.notes.append(f"{c.name}: confirmation cut to {len(before)} paired round(s) by the budget; "
-                                  "not confirmed")
-                break
-        pf.record_confirmation(port, c, before, after)
-        if pf.passes(port, c, st.min_speedup):
-            break
-    if cut and stop():
-        port.confirming = True  # a candidate the deadline kept from its confirmation is not chosen
-    return cut
-
-
-def _lean(out: list[Any], sessions: Mapping[str, Any]) -> list[Any]:
-    """Of the candidates the screening left ``out``, the :data:`LEAN_PICKS` whose graphs onnxruntime runs with the
-    fewest kernels, when those are at most :data:`LEAN_SHARE` of the original's: finalists the screening's noise
-    cannot drop.  (Measured: in suite26_cnn the screening ranked ConvNeXt-T's channels-first candidate, 1.20x faster
-    in longer A/B runs and 269 -> 171 kernels, fourth of seven at 1.02x, behind three candidates no faster than the
-    original.  In suite29_tf it dropped distilbert.dynamo's onnxscript+spelling, 43 kernels against the original's
-    ~150, at 1.07x against leaders at 1.17-1.27x; its twin on bert.dynamo was kept there and confirmed at 1.29x,
-    while onnxscript alone -- the one lean place then -- took the place.)"""
-    from graphsub.optimize import portfolio as pf
-
-    base = getattr(sessions.get(pf.ORIGINAL), "kernels", 0)
-    counts = {c.name: getattr(sessions.get(c.name), "kernels", 0) for c in out}
-    lean = [c for c in out if base and 0 < counts[c.name] <= LEAN_SHARE * base]
-    return sorted(lean, key=lambda c: counts[c.name])[:LEAN_PICKS]
-
-
-def _untwin(port: Any, timed: list[Any], twins: Mapping[str, str]) -> list[Any]:
-    """``timed`` without the candidates onnxruntime runs exactly as the original or an earlier candidate (their
-    ``runs_as`` set, a note each, once): a tie by construction is not timed, so noise cannot pass it off as a gain."""
-    for c in timed:
-        if c.name in twins and not c.runs_as:
-            c.runs_as = twins[c.name]
-            port.notes.append(f"timing: {c.name} not timed: onnxruntime runs it exactly as {c.runs_as} (the same "
-                              "graph after its own optimizations)")
-    return [c for c in timed if not c.runs_as]
-
-
-def _cut(port: Any, st: _Settings) -> bool:
-    """The deadline left no time for a single round: nothing is chosen but the original (or with keep_slower, the
-    fastest timed candidate, of which there is none)."""
-    port.notes.append("timing: skipped: no time left in the budget" if not stop_requested()
-                      else "timing: skipped: interrupted")
-    port.confirming = not st.keep_slower
-    return True
 
 
 def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
@@ -586,7 +449,7 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
 
 
 def _finish(res: OptimizeResult, run: _Run) -> OptimizeResult:
-    run.timings["total_s"] = time.perf_counter() - run.t0
+    run.timings["total_s"] = run.timers.clock() - run.t0
     if stop_requested():
         res.budget_stop = "interrupt"
     elif run.cut:

@@ -3,7 +3,7 @@ original and timed end to end, side by side, in ONNX Runtime as the user will ru
 
 A cost model ranks graphs well within what it models, but ONNX Runtime rewrites every graph again at session
 creation (``ORT_ENABLE_ALL``), and some of its fusions are slower than what they replace on a given machine and
-thread count (``benchmarks/results/ort_fusion_ablation.json``). So :func:`collect` makes candidates from several
+thread count (``experiments/results/ort_fusion_ablation.json``). So :func:`collect` makes candidates from several
 sources and lets the clock decide:
 
 * ``search``: graphsub's search (the ``--algo`` and ``--cost`` given), already verified by the pipeline;

@@ -8,6 +8,18 @@ that timing noise does not pass for a gain.
 
 >>> consistent([(2.0, 1.0)] * 4 + [(1.0, 2.0)]), consistent([(2.0, 1.0)] * 3 + [(1.0, 2.0)] * 2)
 (True, False)
+
+**The timing seam.** Everything graphsub measures goes through one :class:`Timers`: the sessions the side-by-side
+rounds time (``session``), the fresh sessions of the confirmation rounds (``confirm``), the clock that the deadline,
+the rounds' durations and the step timings read (``clock``), and the PyTorch training-step timer (``train_steps``).
+The functions that time take ``timers=`` (None: :func:`current_timers`, which is :data:`DEFAULT_TIMERS` -- the real
+onnxruntime sessions and ``time.perf_counter`` -- unless a :func:`using_timers` block says otherwise, for callers
+that cannot pass it, such as a command line under test). A test fakes time by passing fakes, never by patching
+module attributes:
+
+>>> fake = Timers(session=lambda model, feeds, **kw: lambda budget_ms: float(len(model)))
+>>> time_candidates({"original": b"abc", "c": b"ab"}, {}, threads=1, budget_ms=1.0, rounds=2, timers=fake)
+{'original': [3.0, 3.0], 'c': [2.0, 2.0]}
 """
 
 from __future__ import annotations
@@ -16,7 +28,10 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,13 +84,14 @@ class SessionPool:
 POOL_MAX_BYTES = 256 << 20
 
 
-def pool_size(model: bytes | str, copies: int) -> int:
-    """How many sessions of ``model`` to rotate: ``copies``, or 1 for a model over :data:`POOL_MAX_BYTES`."""
+def pool_size(model: bytes | str, copies: int, max_bytes: int | None = None) -> int:
+    """How many sessions of ``model`` to rotate: ``copies``, or 1 for a model over ``max_bytes`` (None:
+    :data:`POOL_MAX_BYTES`)."""
     try:
         size = len(model) if isinstance(model, bytes) else os.path.getsize(model)
     except OSError:
         size = 0
-    return max(1, copies) if size <= POOL_MAX_BYTES else 1
+    return max(1, copies) if size <= (POOL_MAX_BYTES if max_bytes is None else max_bytes) else 1
 
 
 def _scratch_dir() -> str | None:
@@ -108,16 +124,102 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
 
 def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
                   provider: str = "cpu") -> Callable[[float], float]:
-    """The timer of the confirmation rounds (:func:`time_pair`): a :func:`session_timer` on a session of its own,
-    created for the confirmation (under a name of its own, so that a test can fake the two steps apart)."""
+    """A timer of the confirmation rounds: a :func:`session_timer` on a session of its own, created for the
+    confirmation (what :data:`DEFAULT_TIMERS` gives :func:`time_pair`; a test fakes the two steps apart with
+    :class:`Timers`' ``session`` and ``confirm``)."""
     return session_timer(model, feeds, threads=threads, provider=provider)
+
+
+#: ``(model, feeds, *, threads, provider="cpu", ...) -> timer``: a new session of ``model`` (ONNX bytes or a path) as a
+#: timer: called with a budget in ms, it runs the model for that long and gives its median latency in ms
+SessionFactory = Callable[..., Callable[[float], float]]
+
+
+def _train_steps(runners: Mapping[str, Any], **kw: Any) -> Any:
+    """:func:`graphsub.optimize.train_step.time_interleaved` (imported when a training route times)."""
+    from graphsub.optimize.train_step import time_interleaved
+
+    return time_interleaved(runners, **kw)
+
+
+@dataclass(frozen=True)
+class Timers:
+    """How graphsub measures time: every latency, confirmation and budget clock goes through one of these (the seam
+    of the module docstring). Each field is one way of measuring; a test replaces the ones it fakes.
+
+    * ``session`` -- ``(model, feeds, *, threads, provider="cpu", fingerprint=False) -> timer``
+      (:data:`SessionFactory`): the sessions of the side-by-side rounds (:func:`time_candidates`); default
+      :func:`session_timer`. A timer may carry ``signature`` and ``kernels`` (:class:`SessionTimer`; read with
+      ``getattr``: a fake need not).
+    * ``confirm`` -- the fresh sessions of the confirmation rounds (:func:`time_pair`), called without
+      ``fingerprint``; None (the default): ``session``'s (with the default, what :func:`confirm_timer` makes), so that
+      faking ``session`` alone fakes every onnxruntime session.
+    * ``clock`` -- seconds, any origin: the clock of the deadline (:class:`graphsub.deadline.Deadline`), of the
+      rounds' and session creations' durations that say whether one more fits, and of the steps' recorded times;
+      default ``time.perf_counter``.
+    * ``train_steps`` -- ``(runners, *, rounds, steps, clock) -> Timed``: full training steps timed in interleaved
+      rounds, for the PyTorch training route; default :func:`graphsub.optimize.train_step.time_interleaved`.
+    """
+
+    session: SessionFactory = session_timer
+    confirm: SessionFactory | None = None
+    clock: Callable[[], float] = time.perf_counter
+    train_steps: Callable[..., Any] = _train_steps
+
+    def new_session(self, model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, provider: str = "cpu",
+                    fingerprint: bool = False) -> Callable[[float], float]:
+        """A timer on a new session of the side-by-side rounds (``session``; ``fingerprint`` passed only when
+        asked, so that a fake may ignore it)."""
+        return self.session(model, feeds, threads=threads, provider=provider,
+                            **({"fingerprint": True} if fingerprint else {}))
+
+    def confirm_session(self, model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
+                        provider: str = "cpu") -> Callable[[float], float]:
+        """A timer on a new session of the confirmation rounds (``confirm``, else ``session``)."""
+        make = self.session if self.confirm is None else self.confirm
+        return make(model, feeds, threads=threads, provider=provider)
+
+
+#: the real thing: onnxruntime sessions, ``time.perf_counter``, real training steps
+DEFAULT_TIMERS = Timers()
+_CURRENT: ContextVar[Timers] = ContextVar("graphsub_timers", default=DEFAULT_TIMERS)
+
+
+def current_timers() -> Timers:
+    """The timers of a call not given ``timers=``: those of the innermost :func:`using_timers` block of this context,
+    else :data:`DEFAULT_TIMERS`."""
+    return _CURRENT.get()
+
+
+def resolve_timers(timers: Timers | None) -> Timers:
+    """``timers``, or :func:`current_timers` for None (what every ``timers=None`` parameter means)."""
+    return current_timers() if timers is None else timers
+
+
+@contextmanager
+def using_timers(timers: Timers) -> Iterator[Timers]:
+    """Within the block (in this thread or task: a context variable), calls not given ``timers=`` use ``timers``: the
+    injection point for callers that cannot pass them, such as a test of a command line.
+
+    >>> with using_timers(Timers(clock=lambda: 42.0)):
+    ...     current_timers().clock()
+    42.0
+    >>> current_timers() is DEFAULT_TIMERS
+    True
+    """
+    token = _CURRENT.set(timers)
+    try:
+        yield timers
+    finally:
+        _CURRENT.reset(token)
 
 
 def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarray], *, threads: int,
                     budget_ms: float, rounds: int = 5, provider: str = "cpu",
                     sessions: dict[str, Callable[[float], float]] | None = None,
                     stop: Callable[[float], bool] | None = None,
-                    twins: dict[str, str] | None = None, copies: int = 1) -> dict[str, list[float]]:
+                    twins: dict[str, str] | None = None, copies: int = 1,
+                    timers: Timers | None = None) -> dict[str, list[float]]:
     """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
     rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
     created once, before the first round (and kept in ``sessions`` by name when given, to be reused by a later
@@ -133,7 +235,11 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     model, and the model is missing from the result (a tie by construction is not measured as noise).
 
     With ``copies`` > 1, each model gets that many sessions (:func:`pool_size`), used in turn from round to round
-    (:class:`SessionPool`): rounds a multiple of ``copies`` give each session as many rounds."""
+    (:class:`SessionPool`): rounds a multiple of ``copies`` give each session as many rounds.
+
+    ``timers`` (None: :func:`current_timers`): the sessions are ``timers.session``'s, and the durations that ``stop``
+    is asked about are read on ``timers.clock``."""
+    tm = resolve_timers(timers)
     cache = {} if sessions is None else sessions
     names = [n for n in models if twins is None or n not in twins]
     out: dict[str, list[float]] = {n: [] for n in names}
@@ -145,20 +251,19 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
                 if made == 0.0 or len(cache) < 2:
                     return out
                 break  # the models without a session are left out of the rounds (and of ``out``)
-            t = time.perf_counter()
-            timer: Callable[[float], float] = session_timer(
-                models[name], feeds, threads=threads, provider=provider,
-                **({"fingerprint": True} if twins is not None else {}))
+            t = tm.clock()
+            timer = tm.new_session(models[name], feeds, threads=threads, provider=provider,
+                                   fingerprint=twins is not None)
             sig = getattr(timer, "signature", "")
             if twins is not None and sig in seen:
                 twins[name] = seen[sig]  # its session is dropped: the twin's serves
-                made = time.perf_counter() - t
+                made = tm.clock() - t
                 continue
             n = pool_size(models[name], copies)
             if n > 1:
-                timer = SessionPool([timer, *(session_timer(models[name], feeds, threads=threads, provider=provider)
+                timer = SessionPool([timer, *(tm.new_session(models[name], feeds, threads=threads, provider=provider)
                                               for _ in range(n - 1))])
-            made = time.perf_counter() - t
+            made = tm.clock() - t
             if sig:
                 seen[sig] = name
             cache[name] = timer
@@ -168,20 +273,22 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     for r in range(rounds):
         if stop is not None and stop(need):
             break
-        t = time.perf_counter()
+        t = tm.clock()
         k = r % len(names)
         for name in names[k:] + names[:k]:
             out[name].append(cache[name](budget_ms))
-        need = time.perf_counter() - t
+        need = tm.clock() - t
     return out
 
 
 def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
               rounds: int = 7, provider: str = "cpu",
               extend_if: Callable[[list[float], list[float]], bool] | None = None,
-              stop: Callable[[float], bool] | None = None, copies: int = 1) -> tuple[list[float], list[float]]:
+              stop: Callable[[float], bool] | None = None, copies: int = 1,
+              timers: Timers | None = None) -> tuple[list[float], list[float]]:
     """Per round, the median latency (ms) of ``a`` and of ``b``, each timed for ``budget_ms`` in a block of its own
-    (which one goes first alternates by round), on two sessions created now (:func:`confirm_timer`); as many
+    (which one goes first alternates by round), on two sessions created now (``timers``' confirmation sessions,
+    :meth:`Timers.confirm_session`; None: :func:`current_timers`, whose ``clock`` times the rounds); as many
     rounds again when ``extend_if(a's rounds, b's rounds)`` says the first ones were inconclusive. No round starts
     once ``stop(need_s)`` (``need_s``: what the last round took) says so (both lists have the same length, maybe 0).
 
@@ -189,30 +296,31 @@ def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, t
     would otherwise favour whichever candidate was lucky (the winner's curse). Blocks, not finer interleaving:
     alternating single runs or short bursts of two sessions at several threads leaves one session's worker
     threads spinning (onnxruntime's default) while the other runs, which measured a 4% slower EfficientNet 17%
-    faster (``benchmarks/results/suite21_b1.jsonl``, 2 threads).
+    faster (2 threads; the suite run suite21_b1 of 2026-11-26 at 9b48708, in git history).
 
     With ``copies`` > 1, each side gets that many sessions, used in turn (:class:`SessionPool`): the comparison is
     then of the two models, not of two sessions' luck."""
+    tm = resolve_timers(timers)
     out: tuple[list[float], list[float]] = ([], [])
-    timers: list[Callable[[float], float]] = []
+    sides: list[Callable[[float], float]] = []
     n = min(pool_size(a, copies), pool_size(b, copies))
     for m in (a, b):
         made: list[Callable[[float], float]] = []
         for _ in range(n):
             if stop is not None and stop(0.0):
                 return out
-            made.append(confirm_timer(m, feeds, threads=threads, provider=provider))
-        timers.append(made[0] if n == 1 else SessionPool(made))
+            made.append(tm.confirm_session(m, feeds, threads=threads, provider=provider))
+        sides.append(made[0] if n == 1 else SessionPool(made))
     need = 0.0
     for r in range(2 * rounds):
         if r == rounds and (extend_if is None or not extend_if(*out)):
             break
         if stop is not None and stop(need):
             break
-        t = time.perf_counter()
+        t = tm.clock()
         for i in (0, 1) if r % 2 == 0 else (1, 0):
-            out[i].append(timers[i](budget_ms))
-        need = time.perf_counter() - t
+            out[i].append(sides[i](budget_ms))
+        need = tm.clock() - t
     return out
 
 
@@ -242,5 +350,6 @@ def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower:
                   "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
 
 
-__all__ = ["POOL_MAX_BYTES", "SessionPool", "SessionTimer", "confirm_timer", "consistent", "decide", "pool_size",
-           "session_timer", "time_candidates", "time_pair"]
+__all__ = ["DEFAULT_TIMERS", "POOL_MAX_BYTES", "SessionFactory", "SessionPool", "SessionTimer", "Timers",
+           "confirm_timer", "consistent", "current_timers", "decide", "pool_size", "resolve_timers", "session_timer",
+           "time_candidates", "time_pair", "using_timers"]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ import numpy as np
 
 from graphsub.errors import VerificationError
 from graphsub.ir.graph import Graph
+from graphsub.optimize.timing import Timers, resolve_timers
 from graphsub.training import freeze_params, trainable_forward
 
 
@@ -107,23 +107,27 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
                              rules: str = "default", cost: str = "fused[min]", algo: str = "taso",
                              budget_s: float = 12.0, seed: int = 0, threads: int | None = None,
                              min_speedup: float = 1.03, rounds: int = 5, steps: int = 3, lr: float = 0.01,
-                             rtol: float = 1e-4, atol: float = 1e-5) -> TrainedModule:
+                             rtol: float = 1e-4, atol: float = 1e-5, timers: Timers | None = None) -> TrainedModule:
     """See the module docstring. ``labels``: one-hot (or soft) targets of the module's output for the timing and
-    the gradient check (default: random one-hot). Raises VerificationError when the optimized module's loss or
-    gradients differ from the module's."""
+    the gradient check (default: random one-hot). ``timers`` (:class:`~graphsub.optimize.timing.Timers`; None: the
+    current ones): the training steps are timed by its ``train_steps`` on its ``clock``, which also times the steps
+    of ``timings_s``. Raises VerificationError when the optimized module's loss or gradients differ from the
+    module's."""
     import torch
 
     from graphsub.cost import get_model
     from graphsub.data import materialize
     from graphsub.frontends.torch_emit import module_source, to_module
     from graphsub.frontends.torch_export import export_module
-    from graphsub.optimize.train_step import TorchTrainer, time_interleaved
+    from graphsub.optimize.train_step import TorchTrainer
     from graphsub.optimize.verification import check_seeds
     from graphsub.rules.library import resolve_rules
     from graphsub.search import Budget, search
     from graphsub.spec import ModelSpec
 
-    t0 = time.perf_counter()
+    tm = resolve_timers(timers)
+    clock = tm.clock
+    t0 = clock()
     timings: dict[str, float] = {}
     xs = [x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x)) for x in example_inputs]
     with tempfile.TemporaryDirectory(prefix="graphsub-train-") as tmp:
@@ -134,12 +138,12 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     trained = [n for n, p in module.named_parameters() if p.requires_grad]
     names = tuple(n for n in trained if n in {fwd.nodes[i].sig.attr["name"] for i in fwd.ops_of("weight")})
     graph, names = trainable_forward(fwd, params=names)
-    timings["export_s"] = time.perf_counter() - t0
-    t = time.perf_counter()
+    timings["export_s"] = clock() - t0
+    t = clock()
     cm = get_model(cost, threads=threads, progress=False)
     result = search(graph, resolve_rules(rules), cm, Budget(time_s=budget_s), seed, algo=algo)
-    timings["search_s"] = time.perf_counter() - t
-    t = time.perf_counter()
+    timings["search_s"] = clock() - t
+    t = clock()
     best = result.best if result.sequence else graph
     ok = True
     if result.sequence:
@@ -147,7 +151,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
                                   atol=atol)
         if not ok:
             best = graph
-    timings["verify_s"] = time.perf_counter() - t
+    timings["verify_s"] = clock() - t
     values = {n: state[n] for n in names}
     emitted = {k: to_module(freeze_params(g, values), trainable=names) for k, g in (("original", graph),
                                                                                      ("optimized", best))}
@@ -165,17 +169,17 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
         if grad_d > atol + 10 * rtol * scale or loss_d > atol + rtol * abs(loss_ref):
             raise VerificationError(f"the optimized module's gradients differ from the module's: max abs diff "
                                     f"{grad_d:.3g} (largest gradient {scale:.3g}), loss diff {loss_d:.3g}")
-        timings["check_s"] = time.perf_counter() - t
-        t = time.perf_counter()
+        timings["check_s"] = clock() - t
+        t = clock()
         x_np, y_np = [x.numpy() for x in xs], labels_t.numpy()
         runners = {"module": TorchTrainer(module, x_np, y_np, lr=lr, threads=threads),
                    "emitted_original": TorchTrainer(emitted["original"], x_np, y_np, lr=lr, threads=threads),
                    "optimized": TorchTrainer(emitted["optimized"], x_np, y_np, lr=lr, threads=threads),
                    "module_again": TorchTrainer(copy.deepcopy(module), x_np, y_np, lr=lr, threads=threads)}
         module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})  # timing steps moved it
-        timed = time_interleaved(runners, rounds=rounds, steps=steps)
+        timed = tm.train_steps(runners, rounds=rounds, steps=steps, clock=clock)
         module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        timings["time_s"] = time.perf_counter() - t
+        timings["time_s"] = clock() - t
     finally:
         for m in dropped:
             m.train()
@@ -191,7 +195,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     decision = (f"optimized module {speedup:.3f}x faster per training step (faster in {faster:.0%} of the rounds)"
                 if chosen else f"kept the module: the optimized one is {speedup:.3f}x per step (faster in {faster:.0%}"
                                f" of the rounds; {min_speedup:g}x and 80% needed)")
-    timings["total_s"] = time.perf_counter() - t0
+    timings["total_s"] = clock() - t0
     return TrainedModule(final, chosen, ok, grad_d, loss_d, speedup,
                          timed.speedup("module", "emitted_original"), faster,
                          [s.rule for s in result.sequence], decision, timed.rounds_ms, best, names, timings, aa,

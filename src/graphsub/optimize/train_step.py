@@ -117,10 +117,11 @@ class Timed:
 
 
 def time_interleaved(runners: Mapping[str, Trainer], *, rounds: int = 5, steps: int = 3, warmup: int = 2,
-                     stop: Callable[[], bool] | None = None) -> Timed:
+                     stop: Callable[[], bool] | None = None, clock: Callable[[], float] = time.perf_counter) -> Timed:
     """Each round runs ``steps`` steps of every runner, one step of each in turn (the order rotating per round), and
     records each one's median step; ``warmup`` steps of each first. ``stop`` ends the rounds early (at least one is
-    run). Give the same model twice under two names (an A/A control) to measure the noise floor of a ratio."""
+    run). Give the same model twice under two names (an A/A control) to measure the noise floor of a ratio. Steps
+    are timed on ``clock`` (seconds; :class:`graphsub.optimize.timing.Timers` passes its own)."""
     import os
 
     names = list(runners)
@@ -133,9 +134,9 @@ def time_interleaved(runners: Mapping[str, Trainer], *, rounds: int = 5, steps: 
         ts: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(steps):
             for n in order:
-                t = time.perf_counter()
+                t = clock()
                 runners[n].step()
-                ts[n].append((time.perf_counter() - t) * 1e3)
+                ts[n].append((clock() - t) * 1e3)
         for n in names:
             out.rounds_ms[n].append(statistics.median(ts[n]))
         if stop is not None and stop():

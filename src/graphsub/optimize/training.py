@@ -32,6 +32,7 @@ from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DEFAULT_TIME_S
 from graphsub.optimize.pipeline import load_input, optimize
 from graphsub.optimize.result import OptimizeResult
+from graphsub.optimize.timing import Timers, resolve_timers
 from graphsub.training import GRAD_PREFIX, TrainingSpec, build_training, initial_params
 
 
@@ -169,18 +170,20 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
                       loss: str = "cross_entropy", params: Collection[str] | None = None,
                       loss_output: str | None = None, batchnorm: str = "batch", seed: int = 0,
                       input_shapes: Mapping[str, tuple[int, ...]] | None = None, forward_s: float | None = None,
-                      **kwargs: Any) -> TrainingResult:
+                      timers: Timers | None = None, **kwargs: Any) -> TrainingResult:
     """Build the training graph of ``model`` and optimize it (``kwargs`` go to :func:`graphsub.optimize.optimize`);
     see the module docstring. ``forward_s``: seconds of the :func:`forward_first` search (default: the main search's
-    share of ``time_s``; 0 leaves that candidate out); it counts in ``time_s``. Raises GradientError when the model
-    cannot be differentiated (naming the ops)."""
-    import time
-
+    share of ``time_s``; 0 leaves that candidate out); it counts in ``time_s``. ``timers``
+    (:class:`~graphsub.optimize.timing.Timers`; None: the current ones): how the candidates are timed and the budget's
+    clock (``started``, when given, is a reading of it), passed on to :func:`~graphsub.optimize.optimize`. Raises
+    GradientError when the model cannot be differentiated (naming the ops)."""
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.frontends.onnx_io import attach_initializers
     from graphsub.optimize.pipeline import DEFAULT_BUDGET_S
 
-    started = kwargs.pop("started", None) or time.perf_counter()
+    tm = resolve_timers(timers)
+    started = kwargs.pop("started", None)
+    started = tm.clock() if started is None else started
     _, fwd = load_input(model, dict(input_shapes) if input_shapes is not None else None)
     fwd = materialize(fwd, seed)
     joint, spec = build_training(fwd, loss=loss, params=params, output=loss_output, batchnorm=batchnorm)
@@ -199,7 +202,7 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
         extra += [cand] if cand is not None else []
     feeds = training_feeds(joint, spec, init, seed)
     kwargs.setdefault("timing_feeds", feeds)
-    res = optimize(joint, output=output, seed=seed, started=started, extra_candidates=extra, **kwargs)
+    res = optimize(joint, output=output, seed=seed, started=started, extra_candidates=extra, timers=tm, **kwargs)
     loss_d = grad_d = scale = float("nan")
     if res.verified:
         original = export_graph(res.original).SerializeToString()

@@ -29,6 +29,7 @@ from graphsub.bench.records import load_avg
 from graphsub.cost.env import all_cores
 from graphsub.optimize.peers import OutputCheck, check_feeds
 from graphsub.optimize.peers import checker_verdict as checker
+from graphsub.optimize.timing import Timers, time_candidates
 
 
 def parse_threads(text: str) -> list[int]:
@@ -134,17 +135,17 @@ SESSIONS = 3
 
 
 def time_variants(paths: Mapping[str, Path | bytes], feeds: Mapping[str, np.ndarray], *, threads: int, rounds: int = 7,
-                  budget_ms: float = 300.0, provider: str = "cpu", copies: int = SESSIONS) -> TimingRun:
+                  budget_ms: float = 300.0, provider: str = "cpu", copies: int = SESSIONS,
+                  timers: Timers | None = None) -> TimingRun:
     """Time every model of ``paths`` (variant name -> ONNX file or serialized model) on ``feeds`` under
     ``ORT_ENABLE_ALL`` with ``threads`` intra-op threads on ``provider`` (numpy feeds in, numpy outputs out, as
     users call a session), in ``rounds`` alternating rounds (see the module docstring).  Raises ExecutionError when
-    a model cannot be loaded or run (check loading first)."""
-    from graphsub.optimize.timing import time_candidates
-
+    a model cannot be loaded or run (check loading first). ``timers``: how the sessions are timed
+    (:class:`~graphsub.optimize.timing.Timers`; None: the current ones)."""
     before = load_avg()
     per_round = time_candidates({name: p if isinstance(p, bytes) else str(p) for name, p in paths.items()},
                                 dict(feeds), threads=threads, budget_ms=budget_ms, rounds=rounds,
-                                provider=provider, copies=copies)
+                                provider=provider, copies=copies, timers=timers)
     return TimingRun(threads, per_round, before, load_avg())
 
 

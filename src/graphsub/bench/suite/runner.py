@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import os
 import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from graphsub.bench.records import append_record, load_avg, load_records, machine_info, timestamp, versions
 from graphsub.bench.suite.measure import MIN_FASTER_ROUNDS, MIN_RATIO, make_feeds, time_variants
 from graphsub.optimize.budget import DEFAULT_TIME_S
+from graphsub.optimize.timing import Timers, resolve_timers, time_pair
 
 GRAPHSUB = "graphsub"
 BASELINE = "ort"
@@ -157,8 +157,11 @@ def _digest(path: Path) -> str:
 
 
 def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Sequence[int], *, rounds: int,
-             budget_ms: float, seed: int, provider: str = "cpu") -> dict[str, Any]:
+             budget_ms: float, seed: int, provider: str = "cpu", timers: Timers | None = None) -> dict[str, Any]:
     """Time the verified variants side by side at each thread count (in place); returns the load averages.
+    ``timers`` (:class:`~graphsub.optimize.timing.Timers`; None: the current ones) time every session: the
+    side-by-side rounds' (:func:`~graphsub.bench.suite.measure.time_variants`) and the head-to-head's
+    (:func:`head_to_head`).
 
     Byte-identical outputs (graphsub keeping the peer's model it was given, a peer that changed nothing) are one model:
     timed once, and the others say ``same_as``; so differences in the table are never noise between equal files.  So
@@ -184,7 +187,8 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
     loads: dict[str, Any] = {}
     for n in threads:  # graphsub@N is timed at N threads only
         mine = {t: p for t, p in paths.items() if not t.startswith(f"{GRAPHSUB}@") or t == at_threads(n)}
-        run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms, provider=provider)
+        run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms, provider=provider,
+                            timers=timers)
         for tool, s in run.summary(BASELINE).items():
             outcomes[tool].setdefault("timing", {})[str(n)] = s
         loads[str(n)] = [run.load_avg_before, run.load_avg_after]
@@ -193,7 +197,7 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
             o["timing"] = dict(outcomes[o["same_as"]]["timing"])
     for n in threads:  # the side-by-side rounds rounded up to a multiple of the sessions a side (7 -> 9)
         head_to_head(outcomes, paths, feeds, n, budget_ms=budget_ms, provider=provider,
-                     rounds=-(-rounds // H2H_SESSIONS) * H2H_SESSIONS)
+                     rounds=-(-rounds // H2H_SESSIONS) * H2H_SESSIONS, timers=timers)
     fold_threads(outcomes)
     return loads
 
@@ -212,7 +216,7 @@ def _paired(ours: list[float], theirs: list[float]) -> tuple[float, float]:
 def _inconclusive(ours: list[float], theirs: list[float]) -> bool:
     """Whether the median says one side is faster by the table's margin but too few rounds agree: then the
     head-to-head runs as many rounds again (measured in suite30_tf: ~10% gains came out faster in only 7 of 9 rounds
-    on this VM's noise).
+    on this VM's noise; a suite run of 2026-11-27, in git history).
 
     >>> _inconclusive([1.0] * 7 + [2.0] * 2, [1.2] * 9), _inconclusive([1.0] * 9, [1.2] * 9)
     (True, False)
@@ -227,18 +231,18 @@ def _inconclusive(ours: list[float], theirs: list[float]) -> bool:
 
 
 def head_to_head(outcomes: dict[str, dict[str, Any]], paths: Mapping[str, Path], feeds: dict[str, Any], n: int, *,
-                 budget_ms: float, provider: str = "cpu", rounds: int = H2H_ROUNDS) -> None:
+                 budget_ms: float, provider: str = "cpu", rounds: int = H2H_ROUNDS,
+                 timers: Timers | None = None) -> None:
     """graphsub's output at ``n`` threads against the peer with the highest side-by-side speedup there, timed again
     in fresh rounds paired between the two alone (:func:`~graphsub.optimize.timing.time_pair`, three sessions a
     side used in turn); stored as graphsub's ``timing[n]["head_to_head"]`` (in place).
 
     Why: the side-by-side table names the best of about seven peers on the same noisy rounds, and the maximum of
-    seven ties is a few percent up (the winner's curse): in suite27_tf and suite28_tf a different model was "behind"
-    a peer by ~3% in each run, and the gap did not reproduce when rerun.  A pairing the pick did not see does not
-    favour the lucky peer -- the step ``graphsub optimize`` itself applies before it keeps a candidate.  As there,
-    as many rounds again when the first ones are inconclusive (:func:`_inconclusive`)."""
-    from graphsub.optimize.timing import time_pair
-
+    seven ties is a few percent up (the winner's curse): in suite27_tf and suite28_tf (2026-11-27, in git history) a
+    different model was "behind" a peer by ~3% in each run, and the gap did not reproduce when rerun.  A pairing the
+    pick did not see does not favour the lucky peer -- the step ``graphsub optimize`` itself applies before it keeps
+    a candidate.  As there, as many rounds again when the first ones are inconclusive (:func:`_inconclusive`).
+    ``timers``: the sessions' (their confirmation sessions; None: the current ones)."""
     mine = at_threads(n) if at_threads(n) in outcomes else GRAPHSUB
     ours = outcomes.get(mine, {})
     key = str(n)
@@ -259,7 +263,7 @@ def head_to_head(outcomes: dict[str, dict[str, Any]], paths: Mapping[str, Path],
         rec.update(same_file=True, ratio=1.0, faster_rounds=None, rounds_graphsub_ms=[], rounds_peer_ms=[])
     else:
         g, p = time_pair(str(a), str(b), feeds, threads=n, budget_ms=budget_ms, rounds=rounds, provider=provider,
-                         copies=H2H_SESSIONS, extend_if=_inconclusive)
+                         copies=H2H_SESSIONS, extend_if=_inconclusive, timers=timers)
         ratio, faster = _paired(g, p) if g else (None, None)
         rec.update(same_file=False, rounds_graphsub_ms=g, rounds_peer_ms=p, ratio=ratio, faster_rounds=faster)
     ours["timing"][key] = {**ours["timing"][key], "head_to_head": rec}
@@ -287,9 +291,12 @@ def fold_threads(outcomes: dict[str, dict[str, Any]]) -> None:
 
 def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], work: Path, *,
               graphsub_budget_s: float = DEFAULT_TIME_S, rounds: int = 7, budget_ms: float = 300.0, seed: int = 0,
-              provider: str = "cpu") -> dict[str, Any]:
-    """One model's record (see the module docstring)."""
-    t0 = time.perf_counter()
+              provider: str = "cpu", timers: Timers | None = None) -> dict[str, Any]:
+    """One model's record (see the module docstring). ``timers`` (:class:`~graphsub.optimize.timing.Timers`; None:
+    the current ones): how the variants are timed (:func:`time_all`) and the clock of ``wall_time_s``; the tools
+    themselves run in processes of their own, with the real ones."""
+    clock = resolve_timers(timers).clock
+    t0 = clock()
     rec: dict[str, Any] = {"id": model.id, "model": model.id, "path": str(model.path), "family": model.family,
                            "transformer": model.transformer, "meta": model.meta, "tools_requested": list(tools),
                            "threads": list(threads), "provider": provider, "started_at": timestamp(),
@@ -298,9 +305,9 @@ def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], w
                        threads=threads, provider=provider)
     inspect(model, outcomes, seed)
     rec["timing_load_avg"] = time_all(model, outcomes, threads, rounds=rounds, budget_ms=budget_ms, seed=seed,
-                                      provider=provider)
+                                      provider=provider, timers=timers)
     rec["tools"] = outcomes
-    rec["wall_time_s"] = time.perf_counter() - t0
+    rec["wall_time_s"] = clock() - t0
     rec["finished_at"] = timestamp()
     rec["machine"], rec["versions"] = machine_info(), versions()
     return rec

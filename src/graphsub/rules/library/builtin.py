@@ -1,7 +1,7 @@
 """TASO's and OCGGS's hand-written rules, in exact versions.
 
 Both peers add a fixed list of hand-written graph transfers in front of the 133 rules of
-``graph_subst.pb`` (see ``shared/reference/peers_taso_ocggs_metaflow.md`` section 2):
+``graph_subst.pb`` (their ``Graph::optimize_*`` functions in ``src/core/ops.cc``):
 
 * **OCGGS** (157 = 24 + 133): for strides {(1,1), (2,2)} x padding {SAME, VALID}: conv_relu,
   conv_batch, conv_mul, conv_add; then enlarge_convs (NONE, RELU), merge_convs (NONE, RELU) and

@@ -2,7 +2,7 @@
 ``"ort-spelling"``).
 
 onnxruntime rewrites a graph at session creation (``ORT_ENABLE_ALL``); some of those fusions make CPU models
-slower. Measured on this project's suite (``benchmarks/results/ort_fusion_ablation.json``): its
+slower. Measured on this project's suite (``experiments/results/ort_fusion_ablation.json``): its
 ``SkipLayerNormFusion``, which turns ``Add -> LayerNormalization`` into ``SkipLayerNormalization``, costs
 1.10-1.13x on BERT-family encoders at 1 and 2 threads. Users cannot switch it off in the file they ship, but the
 fusion looks for the op ``Add``: the same sum spelled as ONNX ``Sum`` (:mod:`graphsub.ops.elementwise`'s ``sum``)
@@ -30,7 +30,7 @@ The attention packings fire only where a graph already has MultiHeadAttention (a
 ``optimize_for_ort``), so they add no new contrib-op dependency. onnxruntime's CPU Attention kernel pre-packs the
 weight and runs the three projections as one GEMM: on the suite's ViT (vit.ts.b1 through onnxscript, 2 threads) it
 was about 4% faster than MultiHeadAttention on separate projections (1.041x and 1.044x in two runs of 15 paired
-rounds); whole-model results are in ``benchmarks/results/suite32_tf.md``. They hold through batched matmuls
+rounds); whole-model results are in ``experiments/results/suite.md``. They hold through batched matmuls
 and softmax, outside the 2-D axioms of :mod:`graphsub.rules.soundness.smt`: proof "unknown", checked numerically on
 their examples like every rule.
 

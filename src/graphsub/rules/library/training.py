@@ -4,7 +4,7 @@ Reverse-mode differentiation writes each convolution's gradients as the two kern
 (``conv2d_grad_x``: ConvBackpropInput, ``conv2d_grad_w``: ConvBackpropFilter), which is the natural
 output of autodiff but not always the fastest spelling in a given runtime. ONNX has no ConvBackpropFilter,
 so ``conv2d_grad_w`` exports as a Conv with the output gradient as a huge kernel; ONNX Runtime runs that
-2-6x slower than one GEMM over the same numbers (``benchmarks/results/training_kernels.json``). These rules
+2-6x slower than one GEMM over the same numbers (``experiments/results/training_kernels.json``). These rules
 give the search the GEMM spellings; the cost model (measured per op) and the end-to-end timing decide
 where they pay:
 

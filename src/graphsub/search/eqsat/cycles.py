@@ -1,4 +1,4 @@
-"""Cycle filtering (Tensat §1.3 of the reference notes, ``remove_cycle_by_order``).
+"""Cycle filtering (Tensat's ``remove_cycle_by_order`` in its ``src/rewrites.rs``).
 
 Rewrites such as ``x -> split(concat(x, y))#0`` put an e-node into a class its own descendants
 belong to, so the e-graph has cycles, and an extraction that picks such nodes is not a graph.

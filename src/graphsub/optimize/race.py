@@ -1,0 +1,183 @@
+"""The timing step of :func:`graphsub.optimize.optimize`: the verified candidates against the original, in
+onnxruntime, within the deadline (:func:`time_portfolio`).
+
+With many candidates, a short screening race picks the finalists (the fastest few, and the leanest ones onnxruntime
+runs with clearly fewer kernels, :func:`_lean`); the finalists and the original are timed side by side in rotating
+rounds (:func:`graphsub.optimize.timing.time_candidates`); then the leaders are re-timed in fresh rounds paired
+with the original (:func:`graphsub.optimize.timing.time_pair`), and only a leader those rounds confirm faster may be
+chosen. Every round fits in what is left before the deadline, and the side-by-side rounds leave the leader the time
+of its confirmation (:func:`graphsub.optimize.budget.confirm_reserve_s`).
+
+All of it is measured through one :class:`~graphsub.optimize.timing.Timers` (the ``timers`` argument): its
+sessions, its confirmation sessions and its clock, which must be the deadline's clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from graphsub.deadline import NO_DEADLINE, Deadline
+from graphsub.interrupt import stop_requested
+from graphsub.optimize.budget import confirm_reserve_s
+from graphsub.optimize.timing import Timers, consistent, resolve_timers, time_candidates, time_pair
+
+if TYPE_CHECKING:
+    from graphsub.optimize.pipeline import _Settings
+
+#: with more verified candidates than this, one short screening round picks the ones timed side by side
+FINALISTS = 5
+#: at most this many leaders are re-timed paired with the original before the original is kept
+CONFIRM = 2
+#: a model slower than this (ms a run) gets fewer finalists, one leader confirmed in 5 rounds (the time to result)
+SLOW_MS = 50.0
+#: a candidate the screening leaves out still runs side by side when onnxruntime's graph of it has at most this share
+#: of the original's kernels (the :data:`LEAN_PICKS` leanest such ones)
+LEAN_SHARE = 0.9
+LEAN_PICKS = 2
+#: a confirmation the budget cut to fewer paired rounds than this confirms nothing
+MIN_CONFIRM_ROUNDS = 3
+#: the per-round timing budget never shrinks below this to fit the deadline (ms)
+MIN_ROUND_MS = 5.0
+
+
+def _round_ms(budget_ms: float, left_s: float, n_timed: int) -> float:
+    """The per-round timing budget (ms) that lets the timing fit in ``left_s`` seconds: ``budget_ms``, or less (at
+    least :data:`MIN_ROUND_MS`). Counted: the screening race, five side-by-side rounds, two leaders confirmed in 7
+    paired rounds (half again for warm-ups and session creation)."""
+    n = min(n_timed, FINALISTS + LEAN_PICKS) + 1  # the finalists, the lean ones (_lean) and the original
+    units = 5 * n + 2 * 14 + (1.5 * (n_timed + 1) if n_timed > FINALISTS else 0.0)
+    return max(MIN_ROUND_MS, min(budget_ms, left_s * 1000.0 / (1.5 * units)))
+
+
+def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any], st: _Settings,
+                   deadline: Deadline = NO_DEADLINE, timers: Timers | None = None) -> bool:
+    """Time the verified candidates ``timed`` against the original (a screening race first when there are many),
+    then confirm the leaders in rounds paired with the original (:mod:`graphsub.optimize.timing`); in ``port``.
+    Every round fits in what is left before ``deadline`` (shorter rounds when little is left, none after it or a
+    stop request); whether the deadline cut the timing short -- then only a candidate confirmed in at least
+    :data:`MIN_CONFIRM_ROUNDS` paired rounds may be chosen (without ``keep_slower``). ``timers`` (None: the
+    current ones) time every round; their clock is the one ``deadline`` reads."""
+    from graphsub.optimize import portfolio as pf
+
+    tm = resolve_timers(timers)
+
+    def stop(need_s: float = 0.0) -> bool:  # no time left, or not for a round like the last one
+        return deadline.expired() or deadline.remaining() < need_s
+
+    budget_ms = _round_ms(st.budget_ms, deadline.remaining(), len(timed))
+    sessions: dict[str, Any] = {}  # created once: screening and the side-by-side rounds share them
+    twins: dict[str, str] = {}  # candidates onnxruntime runs exactly as the original or an earlier candidate
+    models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
+    slow = False
+    biggest = max((c.data for c in timed), key=len, default=b"")
+
+    def keeping(n_models: int) -> Callable[[float], bool]:  # rounds of n models: keep the leader's confirmation
+        def check(need_s: float) -> bool:
+            if need_s <= 0:
+                return stop(0.0)
+            side_s = max(need_s / n_models, budget_ms / 1000.0)
+            return stop(need_s + confirm_reserve_s(source, biggest, side_s, 5 if slow else 7))
+
+        return check
+
+    if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
+        screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
+                                 provider=st.provider, sessions=sessions, stop=keeping(len(models)), twins=twins,
+                                 timers=tm)
+        if not screen.get(pf.ORIGINAL):
+            return _cut(port, st)
+        timed = _untwin(port, timed, twins)
+        left_out = [c.name for c in timed if not screen.get(c.name)]
+        if left_out:
+            port.notes.append(f"timing: {len(left_out)} candidate(s) not timed, the budget left no time to load them "
+                              f"({', '.join(left_out)})")
+        timed = [c for c in timed if screen.get(c.name)]
+        for c in timed:  # the best of three short rounds: robust to a transient disturbance
+            c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
+        slow = statistics.median(screen[pf.ORIGINAL]) > SLOW_MS
+        ranked = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))
+        timed = ranked[:3 if slow else FINALISTS] + _lean(ranked[3 if slow else FINALISTS:], sessions)
+        for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
+            del sessions[name]  # the memory of the sessions that are out of the race
+    finalists = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
+    rounds = time_candidates(finalists, feeds, threads=st.threads, budget_ms=budget_ms, provider=st.provider,
+                             sessions=sessions, stop=keeping(len(finalists)), twins=twins, timers=tm)
+    sessions.clear()
+    timed = _untwin(port, timed, twins)
+    if rounds.get(pf.ORIGINAL) and not timed:
+        return False  # every candidate runs as the original: nothing to time against it
+    if not rounds.get(pf.ORIGINAL) or len(rounds) < 2:
+        return _cut(port, st)
+    if len(rounds) < len(timed) + 1:
+        port.notes.append("timing: " + ", ".join(c.name for c in timed if c.name not in rounds)
+                          + ": not timed, the budget left no time to load them")
+    pf.record_timing(port, rounds)
+    if st.keep_slower:
+        return len(rounds[pf.ORIGINAL]) < 5
+    cut = len(rounds[pf.ORIGINAL]) < 5
+    slow = slow or statistics.median(port.original_rounds) > SLOW_MS
+
+    def inconclusive(before: list[float], after: list[float]) -> bool:  # faster, but not often enough
+        pairs = list(zip(before, after, strict=True))
+        return statistics.median(b / a for b, a in pairs) > st.min_speedup and not consistent(pairs)
+
+    for c in pf.leaders(port, 1 if slow else CONFIRM):  # fresh paired rounds: the pick's luck does not count
+        before, after = time_pair(source, c.data, feeds, threads=st.threads, budget_ms=budget_ms,
+                                  rounds=5 if slow else 7, provider=st.provider, extend_if=inconclusive, stop=stop,
+                                  timers=tm)
+        if len(before) < (5 if slow else 7) and stop():
+            cut = True
+            if len(before) < MIN_CONFIRM_ROUNDS:
+                port.confirming = True  # nothing unconfirmed may be chosen, and this confirmation is too short
+                port.notes.append(f"{c.name}: confirmation cut to {len(before)} paired round(s) by the budget; "
+                                  "not confirmed")
+                break
+        pf.record_confirmation(port, c, before, after)
+        if pf.passes(port, c, st.min_speedup):
+            break
+    if cut and stop():
+        port.confirming = True  # a candidate the deadline kept from its confirmation is not chosen
+    return cut
+
+
+def _lean(out: list[Any], sessions: Mapping[str, Any]) -> list[Any]:
+    """Of the candidates the screening left ``out``, the :data:`LEAN_PICKS` whose graphs onnxruntime runs with the
+    fewest kernels, when those are at most :data:`LEAN_SHARE` of the original's: finalists the screening's noise
+    cannot drop.  (Measured: in suite26_cnn the screening ranked ConvNeXt-T's channels-first candidate, 1.20x faster
+    in longer A/B runs and 269 -> 171 kernels, fourth of seven at 1.02x, behind three candidates no faster than the
+    original.  In suite29_tf it dropped distilbert.dynamo's onnxscript+spelling, 43 kernels against the original's
+    ~150, at 1.07x against leaders at 1.17-1.27x; its twin on bert.dynamo was kept there and confirmed at 1.29x,
+    while onnxscript alone -- the one lean place then -- took the place; both suite runs of 2026-11-27 are in git
+    history.)"""
+    from graphsub.optimize import portfolio as pf
+
+    base = getattr(sessions.get(pf.ORIGINAL), "kernels", 0)
+    counts = {c.name: getattr(sessions.get(c.name), "kernels", 0) for c in out}
+    lean = [c for c in out if base and 0 < counts[c.name] <= LEAN_SHARE * base]
+    return sorted(lean, key=lambda c: counts[c.name])[:LEAN_PICKS]
+
+
+def _untwin(port: Any, timed: list[Any], twins: Mapping[str, str]) -> list[Any]:
+    """``timed`` without the candidates onnxruntime runs exactly as the original or an earlier candidate (their
+    ``runs_as`` set, a note each, once): a tie by construction is not timed, so noise cannot pass it off as a gain."""
+    for c in timed:
+        if c.name in twins and not c.runs_as:
+            c.runs_as = twins[c.name]
+            port.notes.append(f"timing: {c.name} not timed: onnxruntime runs it exactly as {c.runs_as} (the same "
+                              "graph after its own optimizations)")
+    return [c for c in timed if not c.runs_as]
+
+
+def _cut(port: Any, st: _Settings) -> bool:
+    """The deadline left no time for a single round: nothing is chosen but the original (or with keep_slower, the
+    fastest timed candidate, of which there is none)."""
+    port.notes.append("timing: skipped: no time left in the budget" if not stop_requested()
+                      else "timing: skipped: interrupted")
+    port.confirming = not st.keep_slower
+    return True
+
+
+__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_CONFIRM_ROUNDS", "MIN_ROUND_MS", "SLOW_MS",
+           "time_portfolio"]
