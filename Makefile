@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 OUT := out
 
-.PHONY: demo test test-all lint docs bench-ir clean
+.PHONY: demo test test-all lint docs wheel wheel-smoke bench-ir clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "graphsub needs Python 3.11, found " + sys.version' 
@@ -40,8 +40,19 @@ test: $(STAMP) lint docs
 test-all: $(STAMP) lint docs
 	$(BIN)/pytest $(PYTEST_XDIST) -m ''
 
+# the package as a wheel in dist/; wheel-smoke installs it alone (no extras) in a fresh venv and runs the CLI
+wheel: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --wheel --outdir dist .
+
+wheel-smoke: wheel
+	rm -rf /tmp/graphsub-wheel-smoke && $(PYTHON) -m venv /tmp/graphsub-wheel-smoke/venv
+	/tmp/graphsub-wheel-smoke/venv/bin/pip install --quiet --disable-pip-version-check dist/graphsub-*.whl
+	cd /tmp/graphsub-wheel-smoke && venv/bin/graphsub --version && \
+		venv/bin/graphsub optimize zoo:squeezenet -o x.onnx && venv/bin/graphsub verify zoo:squeezenet x.onnx
+
 bench-ir: $(STAMP)
 	$(BIN)/python experiments/infra/ir_micro.py
 
 clean:
-	rm -rf $(OUT) site .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(OUT) site dist build .pytest_cache .ruff_cache .mypy_cache
