@@ -23,7 +23,7 @@ demo: $(STAMP)
 		--report $(OUT)/encoder_report.html
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests experiments tools examples
+	$(BIN)/ruff check src tests experiments tools examples docs
 	$(BIN)/mypy
 
 # the documentation site (docs/, mkdocs.yml) into site/; a warning fails the build

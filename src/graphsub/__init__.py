@@ -6,9 +6,13 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__version__ = "0.2.0"
+try:
+    __version__ = version("graphsub")  # pyproject.toml's, as installed (`make` reinstalls when it changes)
+except PackageNotFoundError:  # the source tree on sys.path without an installation
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

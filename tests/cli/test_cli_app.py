@@ -144,3 +144,17 @@ def test_console_script_entry_point() -> None:
     exe = Path(sys.executable).with_name("graphsub")
     out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.startswith("graphsub ")
+
+
+def test_version_is_pyprojects_and_the_changelogs_newest() -> None:
+    """One version: pyproject.toml's, as installed, is what `--version` prints and the newest CHANGELOG section."""
+    import tomllib
+
+    import graphsub
+
+    root = Path(graphsub.__file__).resolve().parents[2]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    assert graphsub.__version__ == declared
+    assert invoke("--version") == (0, f"graphsub {declared}\n")
+    newest = next(line for line in (root / "CHANGELOG.md").read_text().splitlines() if line.startswith("## "))
+    assert newest.startswith(f"## {declared} ")
