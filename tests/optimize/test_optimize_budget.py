@@ -187,15 +187,18 @@ def test_stop_during_timing_writes_nothing_unconfirmed(model_path: Path, tmp_pat
 
 
 def test_stop_after_a_confirmed_gain_writes_it(model_path: Path, tmp_path: Path) -> None:
-    """Ctrl-C after the candidate was confirmed faster in its paired rounds: the confirmed candidate is written."""
+    """Ctrl-C after the candidate was confirmed faster in its session groups: the confirmed candidate is written."""
+    from graphsub.optimize import decide
+
     calls = [0]
+    blocks = decide.GROUPS * decide.ROUNDS_PER_GROUP * 3  # the whole confirmation: three blocks a round
 
     def confirm_timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
         v = 1.0 if isinstance(model, str) else 0.5
 
         def once(budget_ms: float) -> float:
             calls[0] += 1
-            if calls[0] == 14:  # the last of 7 paired rounds
+            if calls[0] == blocks:  # the last block of the last session group
                 interrupt.request_stop()
             return v
 
@@ -205,7 +208,8 @@ def test_stop_after_a_confirmed_gain_writes_it(model_path: Path, tmp_path: Path)
     out = tmp_path / "out.onnx"
     res = optimize(model_path, output=out, timers=timers, **FAST)  # type: ignore[arg-type]
     assert res.interrupted and res.chosen == "search" and res.written == str(out) and out.is_file()
-    assert len(res.chosen_candidate.confirm_rounds) == 7
+    v = res.chosen_candidate.confirmation
+    assert v.faster and v.groups == decide.GROUPS and v.rounds == decide.GROUPS * decide.ROUNDS_PER_GROUP
 
 
 def peer_sleeps(src: Path, dst: Path, meta: PeerInput) -> None:
@@ -320,20 +324,21 @@ def test_a_session_timer_counts_the_kernels_onnxruntime_runs() -> None:
 @pytest.mark.parametrize("reserve", [True, False])
 def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: pytest.MonkeyPatch,
                                                                    reserve: bool) -> None:
-    """A slow model (a run of 100 ms, longer than the timing budget's rounds) and a tight deadline: the side-by-side
-    rounds stop early enough for the leader's paired rounds, so the 1.25x faster candidate is confirmed in all 5.
-    Without that reserve (the control), the side-by-side rounds take the time and the confirmation gets 2 rounds,
-    too few to confirm anything. A fake clock, moved by the fake runs, makes it exact."""
+    """A slow model (a run of 100 ms) and a tight deadline: the side-by-side rounds stop early enough for the
+    leader's confirmation, so the 1.25x faster candidate is confirmed in enough session groups. Without that reserve
+    (the control), the side-by-side rounds take the time and the confirmation gets fewer than MIN_GROUPS groups, too
+    few to decide anything. A fake clock, moved by the fake runs, makes it exact."""
     import graphsub.optimize.budget as budget
     from graphsub.deadline import Deadline
+    from graphsub.optimize import decide
     from graphsub.optimize import portfolio as pf
     from graphsub.optimize.pipeline import _Settings
-    from graphsub.optimize.race import MIN_CONFIRM_ROUNDS, time_portfolio
+    from graphsub.optimize.race import time_portfolio
 
     clock = _Clock()
     if not reserve:  # the budget's rule, not a timer: no parameter of its own
         monkeypatch.setattr("graphsub.optimize.race.confirm_reserve_s", lambda *a: 0.0)
-    assert budget.confirm_reserve_s(b"o", b"c", 0.1, 7) > 1.75  # seven paired rounds of two 0.1 s runs, and more
+    assert budget.confirm_reserve_s(b"o", b"c", 0.1, decide.MIN_GROUPS) > 1.8  # 3 groups x 2 rounds x 3 runs
 
     def timer(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
         ms = 100.0 if model == b"original" else 80.0
@@ -348,12 +353,14 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
     port = pf.Portfolio()
     cands = [port.add(pf.Candidate(f"c{i}", bytes([i]) * 8, verified=True)) for i in range(3)]
     st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
-                   budget_ms=300.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
-    time_portfolio(port, cands, b"original", {}, st, Deadline.after(2.4, start=0.0, clock=clock), timers)
-    confirmed = [c for c in cands if c.confirm_rounds]
-    assert len(confirmed) == 1
+                   budget_ms=100.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
+    time_portfolio(port, cands, b"original", {}, st, Deadline.after(2.8, start=0.0, clock=clock), timers)
+    confirmed = [c for c in cands if c.confirmation is not None]
+    assert len(confirmed) == 1  # a slow model: one leader
+    v = confirmed[0].confirmation
     if reserve:
-        assert len(confirmed[0].confirm_rounds) == 5 and confirmed[0].confirm_speedup == pytest.approx(1.25)
+        assert v.groups >= decide.MIN_GROUPS and v.faster and v.speedup == pytest.approx(1.25)
         assert len(port.original_rounds) == 1  # one side-by-side round: the rest was kept for the confirmation
     else:
-        assert len(confirmed[0].confirm_rounds) < MIN_CONFIRM_ROUNDS
+        assert v.groups < decide.MIN_GROUPS and not v.faster
+        assert pf.choose(port) is None

@@ -358,20 +358,22 @@ def _print_candidates(res: OptimizeResult) -> None:
     table = Table(title=f"candidates under ORT_ENABLE_ALL, {res.threads} thread(s) "
                         f"(original: {res.latency_ms['all']['before']:.3f} ms)" if res.latency_ms else "candidates")
     table.add_column("candidate", no_wrap=True)
-    for head in ("substitutions", "verified", "ms", "speedup", "faster rounds", "confirmed (paired)"):
+    for head in ("substitutions", "verified", "ms", "side by side", "confirmed (interval; A/A)"):
         table.add_column(head, justify="right")
     for c in res.candidates:
         d = c.to_dict()
         if c.same_as:
-            speed = (f"same file as {c.same_as}", "", "", "")
+            speed = (f"same file as {c.same_as}", "", "")
         elif d["ms"] is not None:
-            conf = (f"{c.confirm_speedup:.3f}x, {c.confirm_faster_rounds:.0%}" if c.confirm_speedup is not None
-                    and c.confirm_faster_rounds is not None else "")
-            speed = (f"{d['ms']:.3f}", f"{c.speedup:.3f}x", f"{c.faster_rounds:.0%}", conf)
+            v = c.confirmation
+            conf = ("" if v is None or v.speedup is None or v.speedup_ci is None or v.aa_ratio is None else
+                    f"{v.speedup:.3f}x ({v.speedup_ci[0]:.3f}-{v.speedup_ci[1]:.3f}; {v.aa_ratio:.3f}x)"
+                    + (" faster" if v.faster else ""))
+            speed = (f"{d['ms']:.3f}", f"{c.speedup:.3f}x", conf)
         elif c.screen_ratio is not None:
-            speed = ("", f"~{c.screen_ratio:.2f}x", "screened", "")
+            speed = ("", f"~{c.screen_ratio:.2f}x (screened)", "")
         else:
-            speed = ("", "", "", "")
+            speed = ("", "", "")
         mark = "[green]yes[/]" if c.verified else ("[red]no[/]" if c.verified is False else "")
         name = f"[bold]{c.name}[/]" if c.name == res.chosen else c.name
         table.add_row(name, str(len(c.steps)), mark, *speed)

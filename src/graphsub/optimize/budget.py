@@ -93,19 +93,23 @@ def _model_mb(model: bytes | str) -> float:
     return (len(model) if isinstance(model, bytes) else os.path.getsize(model)) / 1e6
 
 
-def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, rounds: int) -> float:
-    """What confirming one leader will take (:func:`graphsub.optimize.timing.time_pair`): two fresh sessions and
-    ``rounds`` paired rounds of two blocks, each about ``side_s`` (one model's share of a side-by-side round, as
-    measured: its timing budget, or one run when a run is longer), a quarter again for warm-ups. The side-by-side
-    rounds stop that much before the deadline, so that the budget cannot leave the best candidate unconfirmed: on
-    ConvNeXt-T at 1 thread (about 100 ms a run, 12 candidates of 110 MB) they used the whole timing share, and
-    candidates 1.13-1.24x faster were kept out for want of their paired rounds (``experiments/results/suite.jsonl``).
+def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, groups: int) -> float:
+    """What confirming one leader in ``groups`` session groups will take (:func:`graphsub.optimize.decide.measure`):
+    per group three fresh sessions (the original twice, the leader once) and
+    :data:`~graphsub.optimize.decide.ROUNDS_PER_GROUP` rounds of three blocks, each about ``side_s`` (one model's
+    share of a side-by-side round, as measured: its timing budget, or one run when a run is longer), a quarter again
+    for warm-ups. The side-by-side rounds stop that much before the deadline, so that the budget cannot leave the
+    best candidate unconfirmed: on ConvNeXt-T at 1 thread (about 100 ms a run, 12 candidates of 110 MB) they used
+    the whole timing share, and candidates 1.13-1.24x faster were kept out for want of their paired rounds
+    (``experiments/results/suite.jsonl``).
 
-    >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 5), 2)
-    5.0
+    >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3), 2)
+    18.15
     """
-    sessions = 2 * SESSION_BASE_S + SESSION_S_PER_MB * (_model_mb(source) + _model_mb(leader))
-    return sessions + 1.25 * rounds * 2 * side_s
+    from graphsub.optimize.decide import ROUNDS_PER_GROUP
+
+    sessions = groups * (3 * SESSION_BASE_S + SESSION_S_PER_MB * (2 * _model_mb(source) + _model_mb(leader)))
+    return sessions + 1.25 * groups * ROUNDS_PER_GROUP * 3 * side_s
 
 
 @dataclass(frozen=True)

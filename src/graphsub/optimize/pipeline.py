@@ -53,9 +53,9 @@ from graphsub.errors import GraphsubError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
-from graphsub.optimize.race import MIN_CONFIRM_ROUNDS, time_portfolio
+from graphsub.optimize.race import time_portfolio
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, consistent, decide, resolve_timers
+from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
@@ -230,10 +230,11 @@ def optimize(
         return _finish(res, run)
     source = _source(spec, ref)
     exported = _export(final) if result.sequence else None
-    if not measure_latency:
+    if not measure_latency:  # nothing timed: the search's verified result is the answer
         res.portfolio_notes.extend(run.notes)
-        res.kept_original, res.decision = decide(bool(result.sequence), {}, keep_slower=keep_slower,
-                                                 min_speedup=min_speedup)
+        res.kept_original = not result.sequence
+        res.decision = ("no cheaper equivalent graph found; kept the original" if res.kept_original else
+                        "kept the optimized model (latency not measured)")
         res.graph = ref if res.kept_original else final
         chosen_data: Any = exported
     else:
@@ -246,7 +247,7 @@ def optimize(
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
-    if _interrupted(res) and not _confirmed(res, min_speedup):
+    if _interrupted(res) and not _confirmed(res):
         res.decision += "; interrupted: nothing written (only a candidate confirmed faster is written then)"
         return _finish(res, run)
     if output is not None:
@@ -273,12 +274,10 @@ def _check_args(time_s: float | None, eqsat_s: float, on_top_s: float, timing_bu
     return check_seconds("time_s (the optimize budget)", time_s, allow_none=True, positive=True)
 
 
-def _confirmed(res: OptimizeResult, min_speedup: float) -> bool:
-    """Whether the chosen candidate was confirmed faster than the original in paired rounds by the usual rule
-    (:func:`graphsub.optimize.portfolio.passes`, at least :data:`MIN_CONFIRM_ROUNDS` rounds)."""
+def _confirmed(res: OptimizeResult) -> bool:
+    """Whether the chosen candidate's confirmation declared it faster (:mod:`graphsub.optimize.decide`)."""
     c = res.chosen_candidate
-    return (c is not None and len(c.confirm_rounds) >= MIN_CONFIRM_ROUNDS and c.confirm_speedup is not None
-            and c.confirm_speedup > min_speedup and consistent(c.confirm_rounds))
+    return c is not None and c.confirmation is not None and c.confirmation.faster
 
 
 def _interrupted(res: OptimizeResult) -> bool:
@@ -351,13 +350,19 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     res.provider = st.provider
     res.candidates = port.candidates
     res.portfolio_notes = port.notes
-    chosen = pf.best_timed(port) if st.keep_slower else pf.choose(port, st.min_speedup)
-    confirmed = [c for c in port.distinct if c.confirm_rounds]
+    chosen = pf.best_timed(port) if st.keep_slower else pf.choose(port)
+    confirmed = [c for c in port.distinct if c.confirmation is not None]
     shown = chosen or max(confirmed, key=lambda c: c.confirm_speedup or 0.0, default=None) or pf.best_timed(port)
     if shown is not None:
-        pairs = shown.confirm_rounds or list(zip(port.original_rounds, shown.rounds_ms, strict=True))
-        res.latency_ms = {"all": {"before": statistics.median(b for b, _ in pairs),
-                                  "after": statistics.median(a for _, a in pairs), "rounds": pairs}}
+        res.verdict = shown.confirmation
+        if shown.confirmation is not None and shown.confirmation.rounds:
+            m = shown.confirmation.measured
+            res.latency_ms = {"all": {"before": statistics.median(m.a), "after": statistics.median(m.b),
+                                      "rounds": list(zip(m.a, m.b, strict=True))}}
+        else:
+            pairs = list(zip(port.original_rounds, shown.rounds_ms, strict=True))
+            res.latency_ms = {"all": {"before": statistics.median(b for b, _ in pairs),
+                                      "after": statistics.median(a for _, a in pairs), "rounds": pairs}}
     res.kept_original = chosen is None
     res.chosen = "original" if chosen is None else chosen.name
     res.decision = (_decision(chosen, shown, st) if shown is not None or not timed else
@@ -375,18 +380,22 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
 
 
 def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
+    """One line: what was kept and the measurement behind it (:meth:`graphsub.optimize.decide.Verdict.details`), or
+    why the original was kept (the verdict's reason)."""
+    where = f"under ORT_ENABLE_ALL at {st.threads} thread(s)"
     if chosen is not None:
-        extra = " (--keep-slower)" if st.keep_slower and (chosen.speedup or 0) <= st.min_speedup else ""
-        how = (f"{chosen.confirm_speedup:.3f}x faster (confirmed in rounds paired with the original)"
-               if chosen.confirm_rounds else f"{chosen.speedup:.3f}x faster")
-        return f"kept {chosen.name}: {how} under ORT_ENABLE_ALL at {st.threads} thread(s){extra}"
+        v = chosen.confirmation
+        if v is None or v.speedup is None:  # keep_slower without a confirmation
+            return f"kept {chosen.name}: {chosen.speedup:.3f}x side by side {where}, not confirmed (--keep-slower)"
+        extra = ", --keep-slower" if st.keep_slower and not v.faster else ""
+        return f"kept {chosen.name}: {v.speedup:.3f}x faster {where} ({v.details()}{extra})"
     if shown is None:
         return "no verified candidate differs from the original; kept the original"
-    how = (f"{shown.speedup:.3f}x side by side, {shown.confirm_speedup:.3f}x in rounds paired with the original"
-           if shown.confirm_rounds else f"{shown.speedup:.3f}x")
-    return (f"no candidate is faster under ORT_ENABLE_ALL at {st.threads} thread(s) (best: {shown.name}, "
-            f"{how}; needed > {st.min_speedup:g}x and faster in 80% of the rounds); kept the "
-            "original (--keep-slower writes the fastest candidate anyway)")
+    v = shown.confirmation
+    why = (v.reason if v is not None else
+           f"{shown.speedup:.3f}x side by side, not confirmed" if shown.speedup is not None else "not timed")
+    return (f"no candidate is faster {where} (best: {shown.name}, {why}); kept the original (--keep-slower writes "
+            "the fastest candidate anyway)")
 
 
 def _spelling_rules() -> list[Rule]:

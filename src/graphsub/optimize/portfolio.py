@@ -32,11 +32,12 @@ tail, and is skipped (with a note) when that is less than its minimum (:mod:`gra
 timeout ends where the tail begins, and a stop request (the first Ctrl-C) stops them and skips what has not run.
 :func:`verify` leaves the candidates it reaches after the deadline unverified (never timed, never chosen).
 
-The pipeline times the verified candidates side by side (:func:`record_timing`), then re-times the
-:func:`leaders` one at a time paired with the original (:func:`record_confirmation`): picking the best of several
-noisy measurements favours a lucky candidate, and fresh paired rounds do not. :func:`choose` keeps the fastest
-confirmed candidate that is faster than the original by more than ``min_speedup`` in at least 80% of its rounds
-(:func:`graphsub.optimize.timing.consistent`), else the original.
+The pipeline times the verified candidates side by side (:func:`record_timing`), then confirms the
+:func:`leaders` one at a time against the original in fresh session groups with an A/A control
+(:func:`graphsub.optimize.decide.compare`, :func:`record_confirmation`): picking the best of several noisy
+measurements favours a lucky candidate, and fresh measurements do not. :func:`choose` keeps the fastest candidate
+whose confirmation says faster (its interval above 1.0x, its speedup above ``min_speedup`` and above what the A/A
+control reads), else the original.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import numpy as np
 from graphsub.deadline import NO_DEADLINE, Deadline
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
+from graphsub.optimize.decide import Verdict
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Step
 
@@ -89,9 +91,12 @@ class Candidate:
     speedup: float | None = None
     faster_rounds: float | None = None
     screen_ratio: float | None = None  # original / candidate in the screening round, when there was one
-    confirm_rounds: list[tuple[float, float]] = field(default_factory=list)  # (original, this) ms, paired rounds
-    confirm_speedup: float | None = None
-    confirm_faster_rounds: float | None = None
+    confirmation: Verdict | None = None  # the decision on it in fresh session groups with an A/A control
+
+    @property
+    def confirm_speedup(self) -> float | None:
+        """The speedup its confirmation measured (None: not confirmed)."""
+        return None if self.confirmation is None else self.confirmation.speedup
 
     @property
     def digest(self) -> str:
@@ -109,8 +114,8 @@ class Candidate:
                 "error": self.error, "same_as": self.same_as or None, "runs_as": self.runs_as or None, "ms": ms,
                 "speedup": self.speedup,
                 "faster_rounds": self.faster_rounds, "screen_ratio": self.screen_ratio, "rounds_ms": self.rounds_ms,
-                "confirm_speedup": self.confirm_speedup, "confirm_faster_rounds": self.confirm_faster_rounds,
-                "confirm_rounds_ms": [list(r) for r in self.confirm_rounds],
+                "confirm_speedup": self.confirm_speedup,
+                "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
                 "seconds": self.seconds,
                 "substitutions": len(self.steps), "rules": self.rules,
                 "ops": None if self.graph is None else self.graph.num_ops}
@@ -194,7 +199,6 @@ class Portfolio:
     candidates: list[Candidate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     original_rounds: list[float] = field(default_factory=list)  # the original's per-round times (ms)
-    confirming: bool = False  # a leader was re-timed paired with the original: only confirmed ones may be kept
 
     def add(self, cand: Candidate) -> Candidate:
         for other in self.candidates:
@@ -524,38 +528,18 @@ def leaders(portfolio: Portfolio, limit: int = 2) -> list[Candidate]:
     return sorted(timed, key=lambda c: -(c.speedup or 0.0))[:limit]
 
 
-def record_confirmation(portfolio: Portfolio, candidate: Candidate, original_ms: Sequence[float],
-                        candidate_ms: Sequence[float]) -> None:
-    """Store the paired confirmation rounds of ``candidate`` (:func:`graphsub.optimize.timing.time_pair`), with
-    their median ratio and the share of rounds it was faster. From then on :func:`choose` only considers
-    confirmed candidates."""
-    pairs = [(b, a) for b, a in zip(original_ms, candidate_ms, strict=True) if a > 0]
-    candidate.confirm_rounds = pairs
-    candidate.confirm_speedup = statistics.median(b / a for b, a in pairs) if pairs else None
-    candidate.confirm_faster_rounds = sum(a < b for b, a in pairs) / len(pairs) if pairs else None
-    portfolio.confirming = True
+def record_confirmation(portfolio: Portfolio, candidate: Candidate, verdict: Verdict) -> None:
+    """Store the decision on ``candidate`` measured in fresh session groups with an A/A control
+    (:func:`graphsub.optimize.decide.compare`); :func:`choose` only considers confirmed candidates."""
+    candidate.confirmation = verdict
 
 
-def passes(portfolio: Portfolio, candidate: Candidate, min_speedup: float) -> bool:
-    """Whether ``candidate`` beats the original by more than ``min_speedup`` (median of the per-round ratios) in at
-    least 80% of the rounds: its confirmation rounds once the portfolio confirms (an unconfirmed candidate then
-    does not pass), else its side-by-side rounds."""
-    from graphsub.optimize.timing import consistent
-
-    if portfolio.confirming:
-        return (candidate.confirm_speedup is not None and candidate.confirm_speedup > min_speedup
-                and consistent(candidate.confirm_rounds))
-    return (candidate.speedup is not None and candidate.speedup > min_speedup
-            and consistent(list(zip(portfolio.original_rounds, candidate.rounds_ms, strict=True))))
-
-
-def choose(portfolio: Portfolio, min_speedup: float) -> Candidate | None:
-    """The fastest verified candidate that beats the original by more than ``min_speedup`` in at least 80% of the
-    rounds -- of the confirmed candidates, with their confirmation rounds, once any was confirmed; None (keep the
-    original) when there is none."""
-    conf = portfolio.confirming
-    ok = [c for c in portfolio.distinct if c.verified and passes(portfolio, c, min_speedup)]
-    return max(ok, key=lambda c: (c.confirm_speedup if conf else c.speedup) or 0.0, default=None)
+def choose(portfolio: Portfolio) -> Candidate | None:
+    """The candidate to keep: of the candidates whose confirmation says faster
+    (:attr:`graphsub.optimize.decide.Verdict.faster`), the one with the highest confirmed speedup; None (keep the
+    original) when there is none. Side-by-side rounds only pick which candidates are confirmed: they never decide."""
+    ok = [c for c in portfolio.distinct if c.verified and c.confirmation is not None and c.confirmation.faster]
+    return max(ok, key=lambda c: c.confirm_speedup or 0.0, default=None)
 
 
 def best_timed(portfolio: Portfolio) -> Candidate | None:
@@ -565,5 +549,5 @@ def best_timed(portfolio: Portfolio) -> Candidate | None:
 
 
 __all__ = ["ORIGINAL", "PEER_MODULES", "Candidate", "Portfolio", "Sources", "best_timed", "choose", "collect",
-           "export_bytes", "installed_peers", "leaders", "passes", "record_confirmation", "record_timing",
+           "export_bytes", "installed_peers", "leaders", "record_confirmation", "record_timing",
            "resolve_peers", "rewrite_everywhere", "verify"]

@@ -3,10 +3,12 @@ onnxruntime, within the deadline (:func:`time_portfolio`).
 
 With many candidates, a short screening race picks the finalists (the fastest few, and the leanest ones onnxruntime
 runs with clearly fewer kernels, :func:`_lean`); the finalists and the original are timed side by side in rotating
-rounds (:func:`graphsub.optimize.timing.time_candidates`); then the leaders are re-timed in fresh rounds paired
-with the original (:func:`graphsub.optimize.timing.time_pair`), and only a leader those rounds confirm faster may be
-chosen. Every round fits in what is left before the deadline, and the side-by-side rounds leave the leader the time
-of its confirmation (:func:`graphsub.optimize.budget.confirm_reserve_s`).
+rounds (:func:`graphsub.optimize.timing.time_candidates`): they only pick the leaders. Each leader is then measured
+anew against the original in fresh session groups with an A/A control, and decided by the one decision procedure
+(:func:`graphsub.optimize.decide.compare`); only a leader it declares faster may be chosen. With ``k`` leaders
+each gets ``alpha / k``, so that a portfolio of candidates no faster than the original is declared faster at most
+``alpha`` of the time. Every round fits in what is left before the deadline, and the side-by-side rounds leave the
+leader the time of its confirmation (:func:`graphsub.optimize.budget.confirm_reserve_s`).
 
 All of it is measured through one :class:`~graphsub.optimize.timing.Timers` (the ``timers`` argument): its
 sessions, its confirmation sessions and its clock, which must be the deadline's clock.
@@ -20,45 +22,47 @@ from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
 from graphsub.interrupt import stop_requested
+from graphsub.optimize import decide
 from graphsub.optimize.budget import confirm_reserve_s
-from graphsub.optimize.timing import Timers, consistent, resolve_timers, time_candidates, time_pair
+from graphsub.optimize.timing import Timers, resolve_timers, time_candidates
 
 if TYPE_CHECKING:
     from graphsub.optimize.pipeline import _Settings
 
 #: with more verified candidates than this, one short screening round picks the ones timed side by side
 FINALISTS = 5
-#: at most this many leaders are re-timed paired with the original before the original is kept
+#: at most this many leaders are confirmed (each at ``alpha / CONFIRM``) before the original is kept
 CONFIRM = 2
-#: a model slower than this (ms a run) gets fewer finalists, one leader confirmed in 5 rounds (the time to result)
+#: a model slower than this (ms a run) gets fewer finalists and one leader confirmed (the time to result)
 SLOW_MS = 50.0
 #: a candidate the screening leaves out still runs side by side when onnxruntime's graph of it has at most this share
 #: of the original's kernels (the :data:`LEAN_PICKS` leanest such ones)
 LEAN_SHARE = 0.9
 LEAN_PICKS = 2
-#: a confirmation the budget cut to fewer paired rounds than this confirms nothing
-MIN_CONFIRM_ROUNDS = 3
 #: the per-round timing budget never shrinks below this to fit the deadline (ms)
 MIN_ROUND_MS = 5.0
 
 
 def _round_ms(budget_ms: float, left_s: float, n_timed: int) -> float:
     """The per-round timing budget (ms) that lets the timing fit in ``left_s`` seconds: ``budget_ms``, or less (at
-    least :data:`MIN_ROUND_MS`). Counted: the screening race, five side-by-side rounds, two leaders confirmed in 7
-    paired rounds (half again for warm-ups and session creation)."""
+    least :data:`MIN_ROUND_MS`). Counted: the screening race, five side-by-side rounds, two leaders confirmed in
+    :data:`~graphsub.optimize.decide.GROUPS` session groups of three blocks a round (half again for warm-ups and
+    session creation)."""
     n = min(n_timed, FINALISTS + LEAN_PICKS) + 1  # the finalists, the lean ones (_lean) and the original
-    units = 5 * n + 2 * 14 + (1.5 * (n_timed + 1) if n_timed > FINALISTS else 0.0)
+    confirm = CONFIRM * decide.GROUPS * decide.ROUNDS_PER_GROUP * 3
+    units = 5 * n + confirm + (1.5 * (n_timed + 1) if n_timed > FINALISTS else 0.0)
     return max(MIN_ROUND_MS, min(budget_ms, left_s * 1000.0 / (1.5 * units)))
 
 
 def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict[str, Any], st: _Settings,
                    deadline: Deadline = NO_DEADLINE, timers: Timers | None = None) -> bool:
     """Time the verified candidates ``timed`` against the original (a screening race first when there are many),
-    then confirm the leaders in rounds paired with the original (:mod:`graphsub.optimize.timing`); in ``port``.
-    Every round fits in what is left before ``deadline`` (shorter rounds when little is left, none after it or a
-    stop request); whether the deadline cut the timing short -- then only a candidate confirmed in at least
-    :data:`MIN_CONFIRM_ROUNDS` paired rounds may be chosen (without ``keep_slower``). ``timers`` (None: the
-    current ones) time every round; their clock is the one ``deadline`` reads."""
+    then confirm the leaders with :mod:`graphsub.optimize.decide` (fresh session groups, an A/A control); in
+    ``port``. Every round fits in what is left before ``deadline`` (shorter rounds when little is left, none after
+    it or a stop request); returns whether the deadline cut the timing short. A confirmation cut to fewer than
+    :data:`~graphsub.optimize.decide.MIN_GROUPS` session groups decides nothing, so an unconfirmed candidate is
+    never chosen (without ``keep_slower``). ``timers`` (None: the current ones) time every round; their clock is
+    the one ``deadline`` reads."""
     from graphsub.optimize import portfolio as pf
 
     tm = resolve_timers(timers)
@@ -78,7 +82,7 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
             if need_s <= 0:
                 return stop(0.0)
             side_s = max(need_s / n_models, budget_ms / 1000.0)
-            return stop(need_s + confirm_reserve_s(source, biggest, side_s, 5 if slow else 7))
+            return stop(need_s + confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS))
 
         return check
 
@@ -118,27 +122,21 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
         return len(rounds[pf.ORIGINAL]) < 5
     cut = len(rounds[pf.ORIGINAL]) < 5
     slow = slow or statistics.median(port.original_rounds) > SLOW_MS
-
-    def inconclusive(before: list[float], after: list[float]) -> bool:  # faster, but not often enough
-        pairs = list(zip(before, after, strict=True))
-        return statistics.median(b / a for b, a in pairs) > st.min_speedup and not consistent(pairs)
-
-    for c in pf.leaders(port, 1 if slow else CONFIRM):  # fresh paired rounds: the pick's luck does not count
-        before, after = time_pair(source, c.data, feeds, threads=st.threads, budget_ms=budget_ms,
-                                  rounds=5 if slow else 7, provider=st.provider, extend_if=inconclusive, stop=stop,
-                                  timers=tm)
-        if len(before) < (5 if slow else 7) and stop():
+    leaders = pf.leaders(port, 1 if slow else CONFIRM)
+    for c in leaders:  # fresh session groups with an A/A control: the pick's luck does not count
+        original, candidate = decide.session_makers(source, c.data, feeds, threads=st.threads, provider=st.provider,
+                                                    timers=tm)
+        rounds_ = decide.measure(original, candidate, budget_ms=budget_ms, clock=tm.clock, stop=stop)
+        v = decide.verdict(rounds_, min_speedup=st.min_speedup, alpha=decide.ALPHA / len(leaders))
+        pf.record_confirmation(port, c, v)
+        if rounds_.groups < decide.GROUPS and stop():
             cut = True
-            if len(before) < MIN_CONFIRM_ROUNDS:
-                port.confirming = True  # nothing unconfirmed may be chosen, and this confirmation is too short
-                port.notes.append(f"{c.name}: confirmation cut to {len(before)} paired round(s) by the budget; "
+            if rounds_.groups < decide.MIN_GROUPS:
+                port.notes.append(f"{c.name}: confirmation cut to {rounds_.groups} session group(s) by the budget; "
                                   "not confirmed")
                 break
-        pf.record_confirmation(port, c, before, after)
-        if pf.passes(port, c, st.min_speedup):
+        if v.faster:
             break
-    if cut and stop():
-        port.confirming = True  # a candidate the deadline kept from its confirmation is not chosen
     return cut
 
 
@@ -175,9 +173,7 @@ def _cut(port: Any, st: _Settings) -> bool:
     fastest timed candidate, of which there is none)."""
     port.notes.append("timing: skipped: no time left in the budget" if not stop_requested()
                       else "timing: skipped: interrupted")
-    port.confirming = not st.keep_slower
     return True
 
 
-__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_CONFIRM_ROUNDS", "MIN_ROUND_MS", "SLOW_MS",
-           "time_portfolio"]
+__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_ROUND_MS", "SLOW_MS", "time_portfolio"]

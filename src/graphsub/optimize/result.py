@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphsub.ir.graph import Graph
+from graphsub.optimize.decide import Verdict
 from graphsub.rules.rule import Rule
 from graphsub.search.base import SearchResult
 
@@ -68,6 +69,8 @@ class OptimizeResult:
     # what ended the call early: "interrupt" (a stop request, the first Ctrl-C), "time" (the budget cut a phase
     # short or left no time for it), "" (every phase ran as planned)
     budget_stop: str = ""
+    # the decision on the candidate shown (the chosen one, else the best confirmed): its speedup, interval, A/A ratio
+    verdict: Verdict | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -81,7 +84,10 @@ class OptimizeResult:
         return "interrupt" if self.interrupted else (self.budget_stop or self.search.stopped_by)
 
     def speedup(self, level: str) -> float | None:
-        """``before / after`` latency under ``level`` (``all`` or ``disable``); None if not timed."""
+        """The speedup under ``level`` (``all`` or ``disable``): for ``all``, the confirmed speedup of the candidate
+        shown (:attr:`verdict`) when there is one, else ``before / after`` latency; None if not timed."""
+        if level == "all" and self.verdict is not None and self.verdict.speedup is not None:
+            return self.verdict.speedup
         lat = self.latency_ms.get(level)
         return lat["before"] / lat["after"] if lat and lat["after"] > 0 else None
 
@@ -100,6 +106,7 @@ class OptimizeResult:
         lat_all = self.latency_ms.get("all", {})
         lat_dis = self.latency_ms.get("disable", {})
         r = self.search
+        v = self.verdict
         return {
             "model": self.model,
             "verified": self.verified,
@@ -112,6 +119,13 @@ class OptimizeResult:
             "speedup_ort_all": self.speedup("all"),
             "speedup_ort_disabled": self.speedup("disable"),
             "latency_rounds_ms": {lv: v.get("rounds") for lv, v in self.latency_ms.items()},
+            "speedup": self.speedup("all"),
+            "speedup_ci": None if v is None or v.speedup_ci is None else list(v.speedup_ci),
+            "ci_level": None if v is None else v.ci_level,
+            "aa_ratio": None if v is None else v.aa_ratio,
+            "rounds": None if v is None else v.rounds,
+            "sessions": None if v is None else v.groups,
+            "confirmation": None if v is None else v.to_dict(),
             "kept_original": self.kept_original,
             "decision": self.decision,
             "written": self.written,

@@ -142,10 +142,17 @@ def _performance(res: OptimizeResult) -> str:
         why = "verification failed" if not res.verified else "timing was switched off"
         note = f'<p class="muted">Latency was not measured ({why}).</p>'
     else:
-        rounds = len(res.latency_ms.get("all", {}).get("rounds") or [])
-        note = (f'<p class="muted small">onnxruntime, {res.threads} thread(s); median of repeats'
-                + (f", median over {rounds} alternating rounds" if rounds else "") + ". Speedup = before / after."
-                "</p>")
+        v = res.verdict
+        if v is not None and v.speedup is not None and v.speedup_ci is not None and v.aa_ratio is not None:
+            note = (f'<p class="small">Confirmed speedup <b>{v.speedup:.3f}x</b>, {v.ci_level:.0%} interval '
+                    f"{v.speedup_ci[0]:.3f}-{v.speedup_ci[1]:.3f}x; A/A control (the original against fresh "
+                    f"sessions of itself) {v.aa_ratio:.3f}x; {v.rounds} rounds in {v.groups} session groups "
+                    f"(onnxruntime, {res.threads} thread(s)). {_e(v.reason)}.</p>")
+        else:
+            rounds = len(res.latency_ms.get("all", {}).get("rounds") or [])
+            note = (f'<p class="muted small">onnxruntime, {res.threads} thread(s); median of repeats'
+                    + (f", median over {rounds} alternating rounds" if rounds else "")
+                    + ". Speedup = before / after (not confirmed).</p>")
     table = _table(["", "before", "after", "speedup"], cost_rows + lat_rows, numeric=(1, 2, 3))
     return f'<section id="performance"><h2>Cost and latency</h2>{table}{note}{_candidates(res)}</section>'
 
@@ -160,12 +167,14 @@ def _candidates(res: OptimizeResult) -> str:
         name = f"<b>{_e(c.name)}</b>" if c.name == res.chosen else _e(c.name)
         verdict = "same file as " + _e(c.same_as) if c.same_as else {True: "yes", False: "no: " + _e(c.error),
                                                                       None: ""}[c.verified]
+        v = c.confirmation
+        interval = ("" if v is None or v.speedup_ci is None else f"{v.speedup_ci[0]:.3f}-{v.speedup_ci[1]:.3f}x")
         rows.append([name, _e(", ".join(c.rules[:6]) + (" ..." if len(c.rules) > 6 else "")), verdict,
                      _num(d["ms"], ".4g") if d["ms"] is not None else "", _ratio(c.speedup),
-                     "" if c.faster_rounds is None else f"{c.faster_rounds:.0%}", _ratio(c.confirm_speedup),
-                     "" if c.confirm_faster_rounds is None else f"{c.confirm_faster_rounds:.0%}"])
-    table = _table(["candidate", "graphsub rules", "verified", "ms", "speedup", "faster rounds",
-                    "confirmed (paired)", "faster paired rounds"], rows, numeric=(3, 4, 5, 6, 7))
+                     _ratio(c.confirm_speedup), interval, _ratio(None if v is None else v.aa_ratio),
+                     "" if v is None else _e(v.reason)])
+    table = _table(["candidate", "graphsub rules", "verified", "ms", "side by side", "confirmed", "interval",
+                    "A/A", "decision"], rows, numeric=(3, 4, 5, 6, 7))
     notes = "".join(f"<li>{_e(n)}</li>" for n in res.portfolio_notes)
     return f"<h3>Candidates</h3>{table}" + (f'<ul class="muted small">{notes}</ul>' if notes else "")
 
