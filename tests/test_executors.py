@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,22 @@ def _die_once(marker_dir: str, x: int) -> tuple[int, int]:
         marker.write_text(str(os.getpid()))
         os._exit(1)
     return x * 10, os.getpid()
+
+
+def _timed(marker_dir: str, x: int) -> tuple[str, float, float]:
+    """A stand-in for timing a model: says it started (a marker file), holds its node for 2 s; (node, start, end)."""
+    import ray
+
+    start = time.time()
+    (Path(marker_dir) / f"started-{x}").write_text("")
+    time.sleep(2.0)
+    return ray.get_runtime_context().get_node_id(), start, time.time()
+
+
+def _cpu_work() -> tuple[str, float]:
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), time.time()
 
 
 @pytest.mark.parametrize("executor", ["serial", "process"])
@@ -77,3 +95,26 @@ def test_rule_generation_on_ray_writes_the_same_file(ray_cluster: str, monkeypat
     monkeypatch.setattr(prune, "CONFIRM_CHUNK", 50)  # several tasks per stage
     monkeypatch.setattr(pipeline, "VERIFY_CHUNK", 8)
     assert json.dumps(generate(cfg, num_shards=4, executor="ray", ray_address=ray_cluster).doc) == serial
+
+
+def test_timing_on_ray_holds_every_cpu_of_its_node(ray_cluster: str, tmp_path: Path) -> None:
+    """Two models timed on the two-node cluster (one CPU each), and a CPU task submitted while they are timed: it
+    cannot start beside a timing task on either node, only once one of them is done."""
+    import ray
+
+    with ThreadPoolExecutor(1) as pool:
+        timing = pool.submit(map_ordered, _timed, [0, 1], executor="ray", context=str(tmp_path),
+                             ray_address=ray_cluster, timing=True)
+        while len(list(tmp_path.glob("started-*"))) < 2:  # both models are being timed
+            time.sleep(0.05)
+        node, started = ray.get(ray.remote(num_cpus=1)(_cpu_work).remote())
+        spans = timing.result()
+    assert {n for n, _, _ in spans} == set(ray_cluster_nodes())  # one timing task on each node
+    same_node = [(s, e) for n, s, e in spans if n == node]
+    assert same_node and all(started >= e for s, e in same_node)  # never beside a timing task
+
+
+def ray_cluster_nodes() -> list[str]:
+    import ray
+
+    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]

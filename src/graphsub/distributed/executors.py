@@ -30,8 +30,6 @@ RAY_RETRIES = 3
 #: the Ray resource that serialises timing on a node: every node offers one unit, every task that times holds one
 #: (``ray start ... --resources '{"graphsub_timing": 1}'``; the local Ray graphsub starts offers it)
 TIMING_RESOURCE = "graphsub_timing"
-#: Ray options of a task that times models: no CPU claimed (it pins its own threads), the node's one timing unit
-TIMING_TASK = {"num_cpus": 0, "resources": {TIMING_RESOURCE: 1}}
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -99,6 +97,22 @@ def node_name() -> str:
     return socket.gethostname()
 
 
+def timing_nodes(ray: Any) -> dict[str, float]:
+    """The alive nodes that offer :data:`TIMING_RESOURCE`, each with its CPU count (``node id -> CPUs``)."""
+    return {n["NodeID"]: float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get(TIMING_RESOURCE)}
+
+
+def timing_options(node_id: str, cpus: float) -> dict[str, Any]:
+    """Ray options of a task that times models on node ``node_id``: every one of its ``cpus`` CPUs and its one
+    timing unit, so that no other task -- graphsub's or anyone's -- runs beside the timing on that machine (soft
+    affinity: if the node dies, the retry may run on another node with as many CPUs)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"num_cpus": cpus, "resources": {TIMING_RESOURCE: 1},
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=True)}
+
+
 def require_timing(ray: Any) -> None:
     """A GraphsubError unless the connected cluster offers :data:`TIMING_RESOURCE` (else tasks would wait forever)."""
     if not ray.cluster_resources().get(TIMING_RESOURCE):
@@ -116,11 +130,14 @@ def ray_error(e: BaseException) -> BaseException:
 def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str = "serial", context: Any = None,
                 workers: int | None = None, ray_address: str | None = None,
                 on_done: Callable[[int, R], None] | None = None,
-                timing: bool | Callable[[T], bool] = False) -> list[R]:
+                timing: bool | Callable[[T], bool] = False,
+                on_error: Callable[[int, BaseException], R] | None = None) -> list[R]:
     """``[fn(context, x) for x in items]`` on ``executor`` (module docstring); ``workers``: processes of the
     ``process`` executor (default: every core). ``timing`` (for all items, or per item): the task times models, so
-    none may run beside another on one machine: refused on ``process``; on Ray it holds the node's
-    :data:`TIMING_RESOURCE` (the other tasks claim one CPU each)."""
+    nothing may run beside it on its machine: refused on ``process``; on Ray each timing task holds every CPU of the
+    node it runs on and the node's :data:`TIMING_RESOURCE` (:func:`timing_options`), one at a time per node, while
+    the other tasks claim one CPU each. ``on_error(index, exception)`` (Ray only): the result of a task lost past its
+    retries or failed in ``fn``, instead of raising."""
     check_executor(executor)
     times = [timing(x) if callable(timing) else timing for x in items]
     if any(times) and executor == "process":
@@ -143,23 +160,43 @@ def map_ordered(fn: Callable[[Any, T], R], items: Sequence[T], *, executor: str 
             for f in as_completed(futs):
                 done(futs[f], f.result())
     else:
-        ray = init_ray(ray_address, resources={TIMING_RESOURCE: 1})
-        if any(times):
-            require_timing(ray)
-        ctx = ray.put(context)
-        task = ray.remote(max_retries=RAY_RETRIES)(fn)
-        timed = task.options(**TIMING_TASK)
-        pending = {(timed if t else task).remote(ctx, x): i for i, (x, t) in enumerate(zip(items, times, strict=True))}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                i = pending.pop(ref)
-                try:
-                    r = ray.get(ref)
-                except ray.exceptions.RayTaskError as e:
-                    raise ray_error(e) from None
-                done(i, r)
+        _map_ray(fn, items, times, context, ray_address, done, on_error)
     return [results[i] for i in range(len(items))]
+
+
+def _map_ray(fn: Callable[[Any, T], R], items: Sequence[T], times: Sequence[bool], context: Any,
+             ray_address: str | None, done: Callable[[int, R], None],
+             on_error: Callable[[int, BaseException], R] | None = None) -> None:
+    """:func:`map_ordered` on Ray: the other tasks are submitted at once; the timing tasks are dispatched to the
+    nodes offering :data:`TIMING_RESOURCE`, one per node at a time, each holding all of its node's CPUs."""
+    ray = init_ray(ray_address, resources={TIMING_RESOURCE: 1})
+    nodes: dict[str, float] = {}
+    if any(times):
+        require_timing(ray)
+        nodes = timing_nodes(ray)
+    ctx = ray.put(context)
+    task = ray.remote(max_retries=RAY_RETRIES)(fn)
+    pending = {task.remote(ctx, x): (i, "") for i, (x, t) in enumerate(zip(items, times, strict=True)) if not t}
+    queue = [i for i, t in enumerate(times) if t]
+    busy: set[str] = set()
+    while pending or queue:
+        for node in [n for n in nodes if n not in busy]:
+            if not queue:
+                break
+            i = queue.pop(0)
+            pending[task.options(**timing_options(node, nodes[node])).remote(ctx, items[i])] = (i, node)
+            busy.add(node)
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            i, node = pending.pop(ref)
+            busy.discard(node)
+            try:
+                r = ray.get(ref)
+            except Exception as e:  # fn raised, or the task was lost past its retries
+                if on_error is None:
+                    raise ray_error(e) from None
+                r = on_error(i, ray_error(e))
+            done(i, r)
 
 
 def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
@@ -167,5 +204,5 @@ def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
     return [items[k:k + size] for k in range(0, len(items), max(1, size))]
 
 
-__all__ = ["EXECUTORS", "RAY_RETRIES", "TIMING_RESOURCE", "TIMING_TASK", "check_executor", "chunks", "init_ray",
+__all__ = ["EXECUTORS", "RAY_RETRIES", "TIMING_RESOURCE", "check_executor", "chunks", "init_ray",
            "map_ordered", "node_name", "ray_error", "ray_module", "require_timing"]

@@ -4,13 +4,14 @@
 order given. A model that fails (a malformed file, an unsupported shape, a budget exceeded, a worker lost) gives a
 record with its error, never an exception that loses the others' results.
 
-Timing is never run beside other timing: each ``optimize`` call times its candidates in ONNX Runtime at ``threads``
-threads, so on Ray every task holds one unit of the custom resource :data:`TIMING_RESOURCE`, which each node offers
-once (``ray start --resources '{"graphsub_timing": 1}'``; the local Ray graphsub starts and the test cluster do it):
-a node optimizes one model at a time, the nodes in parallel. Each record says which node ran it (``node``: host name
-and Ray node id) and when (``started``/``finished``, wall-clock seconds), so overlaps can be checked. A task whose
-worker dies is rerun (:data:`~graphsub.distributed.executors.RAY_RETRIES`). ``serial`` runs the models one after
-another here.
+Timing is never run beside other work: each ``optimize`` call times its candidates in ONNX Runtime at ``threads``
+threads, so on Ray every task holds all the CPUs of its node and the node's one unit of the custom resource
+:data:`TIMING_RESOURCE` (``ray start --resources '{"graphsub_timing": 1}'``; the local Ray graphsub starts and the
+test cluster offer it; :func:`graphsub.distributed.executors.map_ordered` with ``timing``): a node optimizes one
+model at a time and runs nothing else meanwhile, the nodes in parallel. Each record says which node ran it
+(``node``: host name and Ray node id) and when (``started``/``finished``, wall-clock seconds), so overlaps can be
+checked. A task whose worker dies is rerun (:data:`~graphsub.distributed.executors.RAY_RETRIES`). ``serial`` runs
+the models one after another here.
 """
 
 from __future__ import annotations
@@ -21,16 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphsub.distributed.executors import (
-    RAY_RETRIES,
-    TIMING_RESOURCE,
-    TIMING_TASK,
-    check_executor,
-    init_ray,
-    node_name,
-    ray_error,
-    require_timing,
-)
+from graphsub.distributed.executors import TIMING_RESOURCE, check_executor, map_ordered, node_name
 from graphsub.errors import GraphsubError
 
 #: what ``optimize_many`` passes on to ``optimize`` (the rest of its keywords are refused)
@@ -114,26 +106,13 @@ def optimize_many(models: Sequence[str], out_dir: str | os.PathLike[str], *, exe
 
 def _on_ray(context: dict[str, Any], jobs: list[tuple[int, str]], address: str | None,
             on_done: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
-    ray = init_ray(address, resources={TIMING_RESOURCE: 1})
-    require_timing(ray)
-    task = ray.remote(max_retries=RAY_RETRIES, **TIMING_TASK)(optimize_one)
-    ctx = ray.put(context)
-    pending = {task.remote(ctx, job): job for job in jobs}
-    recs: dict[int, dict[str, Any]] = {}
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            index, model = pending.pop(ref)
-            try:
-                rec = ray.get(ref)
-            except Exception as e:  # a task lost past its retries: that model's record
-                err = ray_error(e)
-                rec = {"index": index, "model": model, "ok": False, "error": f"{type(err).__name__}: {err}",
-                       "error_type": type(err).__name__, "node": None}
-            recs[index] = rec
-            if on_done is not None:
-                on_done(rec)
-    return [recs[i] for i, _ in jobs]
+    def lost(i: int, err: BaseException) -> dict[str, Any]:  # a task lost past its retries: that model's record
+        index, model = jobs[i]
+        return {"index": index, "model": model, "ok": False, "error": f"{type(err).__name__}: {err}",
+                "error_type": type(err).__name__, "node": None}
+
+    return map_ordered(optimize_one, jobs, executor="ray", context=context, ray_address=address, timing=True,
+                       on_done=None if on_done is None else (lambda i, rec: on_done(rec)), on_error=lost)
 
 
 __all__ = ["OPTIMIZE_KEYS", "TIMING_RESOURCE", "expand_models", "node_name", "optimize_many", "optimize_one",
