@@ -97,7 +97,7 @@ def fake_timers(fn: Callable[[bytes | str], float], paired: Callable[[bytes | st
                 **fields: Any) -> Timers:
     """:class:`~graphsub.optimize.timing.Timers` without onnxruntime: a model's latency is ``fn(model)`` in the
     side-by-side rounds and ``paired(model)`` (default ``fn``) in the paired confirmation rounds, computed once per
-    session (timers are called thousands of times); ``fields`` replace other fields (``clock``, ``train_steps``)."""
+    session (timers are called thousands of times); ``fields`` replace other fields (``clock``, ``step_timer``)."""
 
     def side(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
         v = fn(model)
@@ -363,15 +363,37 @@ def python_blocks(page: Path) -> list[str]:
 # ----------------------------------------------------------------------------- training-step timing
 
 
-def favour_optimized(optimized: bool) -> Callable[..., Any]:
-    """A ``train_steps`` timer (:class:`~graphsub.optimize.timing.Timers`) that runs the real steps (one round of one
-    step), then declares the optimized module twice as fast as the module (``optimized``) or twice as slow."""
+def step_timers(step_timer: Callable[..., Any], **fields: Any) -> Timers:
+    """:class:`~graphsub.optimize.timing.Timers` whose ``step_timer`` (the training-step seam) is ``step_timer``;
+    ``fields`` replace other fields."""
+    return Timers(step_timer=step_timer, **fields)
 
-    def steps(runners: dict, **kw: object) -> Any:
-        from graphsub.optimize import train_step
 
-        t = train_step.time_interleaved(runners, rounds=1, steps=1)
-        t.rounds_ms["optimized"] = [(0.5 if optimized else 2.0) * v for v in t.rounds_ms["module"]]
-        return t
+def fake_step_timer(ms: dict[str, float], *, noise: float = 0.01, seed: int = 0, run: bool = True
+                    ) -> Callable[..., Any]:
+    """A fake ``step_timer``: a unit of variant ``name`` (``module``, ``optimized``, ``emitted_original``) reports
+    ``ms[name]`` (default ``ms["module"]``) times ``1 + noise * N(0, 1)`` (a seeded stream, the same for every run)
+    per round; with ``run``, a unit's first round also runs one real step of its trainer (the fresh copies train)."""
+    import random
 
-    return steps
+    rng = random.Random(seed)
+
+    def make(trainer: Any, *, name: str = "", **kw: object) -> Callable[[float], float]:
+        base = ms.get(name, ms["module"])
+        calls = [0]
+
+        def timer(budget_ms: float) -> float:
+            if run and not calls[0]:
+                trainer.step()
+            calls[0] += 1
+            return base * (1.0 + noise * rng.gauss(0.0, 1.0))
+
+        return timer
+
+    return make
+
+
+def favour_optimized(optimized: bool) -> Timers:
+    """Timers whose training steps (a real one per fresh unit) are timed as the optimized module's twice as fast as
+    the module's (``optimized``) or twice as slow, 1% noise."""
+    return step_timers(fake_step_timer({"module": 10.0, "optimized": 5.0 if optimized else 20.0}))

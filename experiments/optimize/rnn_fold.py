@@ -2,8 +2,8 @@
 
 For ``rnn(Linear(x))`` exported by torch (TorchScript exporter, opset 17, sequence-first, batch 1), the rules are
 applied everywhere (:func:`graphsub.optimize.portfolio.rewrite_everywhere`), the outputs compared, and the original and
-folded models timed in paired alternating blocks (:func:`graphsub.optimize.timing.time_pair`, ORT_ENABLE_ALL) at
-1 and 2 threads. Writes ``experiments/results/rnn_fold.json``; run it alone.
+folded models timed by :func:`graphsub.optimize.decide.compare` (fresh session groups, an A/A control,
+ORT_ENABLE_ALL) at 1 and 2 threads. Writes ``experiments/results/rnn_fold.json``; run it alone.
 
     .venv/bin/python experiments/optimize/rnn_fold.py
 """
@@ -25,8 +25,8 @@ from torch import nn
 from graphsub.bench.records import load_avg
 from graphsub.frontends.onnx_io import load
 from graphsub.frontends.ort import run_model
+from graphsub.optimize import decide
 from graphsub.optimize.portfolio import export_bytes, rewrite_everywhere
-from graphsub.optimize.timing import time_pair
 from graphsub.rules.library.recurrent import rules
 
 CASES = [("lstm", 256, 256, 256, 64), ("gru", 256, 256, 256, 64), ("lstm", 128, 256, 128, 128),
@@ -61,11 +61,9 @@ def main() -> None:
         row = {"cell": cell, "K": k, "I": i, "H": h, "seq": s, "rules": [st.rule for st in steps],
                "max_abs_diff": diff, "load_avg_before": load_avg()}
         for threads in (1, 2):
-            before, after = time_pair(src, data, feeds, threads=threads, budget_ms=300.0, rounds=9)
-            ratios = [b / a for b, a in zip(before, after, strict=True)]
-            row[f"threads_{threads}"] = {"speedup": statistics.median(ratios),
-                                         "faster_rounds": sum(r > 1 for r in ratios) / len(ratios),
-                                         "before_ms": statistics.median(before), "after_ms": statistics.median(after)}
+            v = decide.compare(*decide.session_makers(src, data, feeds, threads=threads), budget_ms=300.0)
+            row[f"threads_{threads}"] = {"before_ms": statistics.median(v.measured.a),
+                                         "after_ms": statistics.median(v.measured.b), **v.to_dict()}
         row["load_avg_after"] = load_avg()
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
@@ -75,7 +73,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['cell']} K={r['K']} I={r['I']} H={r['H']} S={r['seq']}: "
               + ", ".join(f"{n} thread(s) {r[f'threads_{n}']['speedup']:.3f}x "
-                          f"({r[f'threads_{n}']['faster_rounds']:.0%} rounds)" for n in (1, 2))
+                          f"({r[f'threads_{n}']['reason']})" for n in (1, 2))
               + f"; max |diff| {r['max_abs_diff']:.1e}")
 
 

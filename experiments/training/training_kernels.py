@@ -3,7 +3,8 @@
 
 For every distinct ``conv2d_grad_w`` / ``conv2d_grad_x`` of ResNet-50's training graph (batch 8, image 112, the
 training bench's shapes), a one-node graph is built, the rule applied, both exported and timed in paired rounds
-(:func:`graphsub.optimize.timing.time_pair`, ``ORT_ENABLE_ALL``) at each thread count; the outputs are compared.
+(:func:`graphsub.optimize.decide.compare`: fresh session groups with an A/A control, ``ORT_ENABLE_ALL``) at each
+thread count; the outputs are compared.
 Writes ``experiments/results/training_kernels.json`` (per kernel: shapes, ms before/after, ratio, max abs diff).
 Timing: run it alone on the machine.
 """
@@ -24,7 +25,7 @@ from graphsub.frontends.onnx_export import export_graph
 from graphsub.frontends.ort import make_session, run_session
 from graphsub.ir.builder import Builder
 from graphsub.ir.graph import Graph
-from graphsub.optimize.timing import time_pair
+from graphsub.optimize import decide
 from graphsub.rules.apply import apply
 from graphsub.rules.library import get_set
 from graphsub.rules.match import find_matches
@@ -74,9 +75,9 @@ def main() -> None:
             row["max_abs_diff"] = float(np.max(np.abs(ra - rb)))
             row["max_abs"] = float(np.max(np.abs(ra)))
             for t in threads:
-                before, after = time_pair(a, b, feeds, threads=t, budget_ms=args.budget_ms, rounds=5)
-                row[f"t{t}"] = {"before_ms": statistics.median(before), "after_ms": statistics.median(after),
-                                "speedup": statistics.median(x / y for x, y in zip(before, after, strict=True))}
+                v = decide.compare(*decide.session_makers(a, b, feeds, threads=t), budget_ms=args.budget_ms)
+                row[f"t{t}"] = {"before_ms": statistics.median(v.measured.a),
+                                "after_ms": statistics.median(v.measured.b), **v.to_dict()}
         rows.append(row)
         print(op, shapes, attrs.get("strides"), {k: v for k, v in row.items() if k.startswith("t")}, flush=True)
     OUT.write_text(json.dumps({"model": "resnet50", "batch": 8, "image": 112, "load_avg": os.getloadavg(),

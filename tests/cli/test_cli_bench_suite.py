@@ -66,8 +66,17 @@ def test_every_tool_is_verified_inspected_and_timed(suite_run: tuple[Path, Path,
         assert row["status"] == "ok" and row["loads"] and row["verified"], (tool, row)
         assert row["speedup"]["1"] > 0 and row["ms"]["1"] > 0 and 0 <= row["faster_rounds"]["1"] <= 1
         assert isinstance(row["ops"], int) and row["ops"] > 0 and isinstance(row["fused_kernels"], dict)
-    assert rows["ort"]["speedup"]["1"] == 1.0  # the baseline
-    assert rows["graphsub"]["head_to_head"]["1"]["peer"] == "onnxslim"  # then against the best peer, paired
+    assert rows["ort"]["speedup"]["1"] == 1.0 and rows["ort"]["verdict"]["1"] is None  # the baseline
+    assert "ort (A/A)" not in rows  # its A/A arm is no tool
+    decided = [t for t in rows if t != "ort" and rows[t]["verdict"]["1"] is not None]  # not graphsub if same as ort
+    assert "onnxslim" in decided
+    for tool in decided:  # --rounds 2: two session groups measured, too few to decide "faster"
+        v = rows[tool]["verdict"]["1"]
+        assert not rows[tool]["faster"]["1"] and v["sessions"] == 2 and v["rounds"] == 2, v
+        assert rows[tool]["speedup_ci"]["1"] is not None and rows[tool]["aa_ratio"]["1"] > 0
+    h = rows["graphsub"]["head_to_head"]["1"]
+    assert h["peer"] == "onnxslim"  # then against the best peer, in fresh session groups with an A/A control
+    assert h["ratio"] == h["speedup"] and h["speedup_ci"] is not None and h["aa_ratio"] > 0 and h["rounds"] > 0
     assert rows["onnxslim"]["ops"] <= rows["ort"]["ops"]  # the leftovers are gone after slimming
     assert (tmp / "suite.md").is_file() and (tmp / "suite.png").is_file()
     assert not list(tmp.glob("**/*onnxslim.onnx"))  # the tools' outputs are not written beside the results
@@ -190,8 +199,10 @@ def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict
 def test_graphsub_meets_the_best_peer_head_to_head(suite_run: tuple[Path, Path, dict[str, object]],
                                                    tmp_path: Path) -> None:
     """After the side-by-side rounds, graphsub's output is timed again against the peer with the highest speedup, in
-    fresh rounds paired between the two alone (three sessions a side); the record and the table say the verdict."""
+    fresh session groups (the peer, graphsub, the peer again as the A/A control) decided by
+    :func:`graphsub.optimize.decide.compare`; the record and the table say the verdict."""
     from graphsub.bench.suite.table import speedup_table, versus
+    from graphsub.optimize import decide
 
     _, model, _ = suite_run
     paths = {}
@@ -207,10 +218,12 @@ def test_graphsub_meets_the_best_peer_head_to_head(suite_run: tuple[Path, Path, 
     time_all(from_file(model), outcomes, [1], rounds=1, budget_ms=5, seed=0)
     h = outcomes["graphsub"]["timing"]["1"]["head_to_head"]
     best = max(("slow-peer", "fast-peer"), key=lambda t: outcomes[t]["timing"]["1"]["speedup"])
-    assert h["peer"] == best and not h["same_file"] and h["sessions"] == 3
-    # 1 side-by-side round: 3 paired rounds (a session each), as many again when inconclusive
-    assert len(h["rounds_graphsub_ms"]) == len(h["rounds_peer_ms"]) in (3, 6)
-    assert h["ratio"] > 0 and 0 <= h["faster_rounds"] <= 1
+    assert h["peer"] == best and not h["same_file"] and h["sessions"] == decide.GROUPS
+    # every session group: two rounds of the peer, graphsub and the peer again, whatever the side-by-side rounds
+    assert len(h["candidate_ms"]) == len(h["original_ms"]) == len(h["aa_ms"]) == h["rounds"] == (
+        decide.GROUPS * decide.ROUNDS_PER_GROUP)
+    assert h["ratio"] == h["speedup"] > 0 and h["speedup_ci"][0] <= h["ratio"] <= h["speedup_ci"][1]
+    assert h["aa_ratio"] > 0 and h["reason"] and not (h["faster"] and h["slower"])
     rec = {"model": "m", "family": "user", "tools": outcomes}
     v = versus(rec, 1)
     assert v is not None and v[0] in ("ahead", "tie", "behind") and v[1] == best

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import torch
 from typer.testing import CliRunner
 
 from graphsub.cli import app
-from graphsub.optimize.timing import Timers, using_timers
+from graphsub.optimize.timing import using_timers
 from helpers import fake_timing_fixture, model_path_fixture  # noqa: F401  (fixtures)
 from helpers import favour_optimized as _favour
 
@@ -87,12 +88,16 @@ def test_cli_training_pytorch_route_writes_the_emitted_module(tmp_path: Path) ->
     """FILE.py:Class --training -o OUT.py: the faster emitted module's class and its weights, which load and train
     like the module (the timing is faked: the emitted module is declared faster, to exercise the writing)."""
     out = tmp_path / "fast.py"
-    with using_timers(Timers(train_steps=_favour(True))):  # the command line's timers
+    with using_timers(_favour(True)):  # the command line's timers
         r = runner.invoke(app, ["optimize", _net(tmp_path), "--training", "--input-shape", "x=4x3x8x8", "-o",
                                 str(out), "--cost", "launches", "--budget", "20", "--threads", "1", "--json"])
     assert r.exit_code == 0, r.stdout
     d = json.loads(r.stdout)
     assert d["runtime"] == "pytorch" and d["verified"] and d["optimized"], d["decision"]
+    assert d["speedup_train"] == pytest.approx(2.0, rel=0.05) and d["decision"].startswith("chose the optimized")
+    lo, hi = d["speedup_ci"]
+    assert 1.0 < lo <= d["speedup_train"] <= hi and d["aa_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert d["confirmation"]["faster"] and d["rounds"] == d["confirmation"]["rounds"] > 0 and d["sessions"] >= 3
     assert "alg_conv_bias_relu_fuse" in d["applied"] and d["written"] == [str(out), str(out.with_suffix(".pt"))]
     ns: dict = {}
     exec(compile(out.read_text(), str(out), "exec"), ns)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphsub.optimize.timing import POOL_MAX_BYTES, SessionPool, Timers, pool_size, time_candidates, time_pair
+from graphsub.optimize.timing import POOL_MAX_BYTES, SessionPool, Timers, pool_size, time_candidates
 
 
 def _fake(made: list[str], latency: dict[str, list[float]]) -> Callable[..., Callable[[float], float]]:
@@ -43,14 +43,6 @@ def test_side_by_side_rounds_rotate_copies_of_each_model() -> None:
     made.clear()
     assert time_candidates({"a": b"a"}, {}, threads=1, budget_ms=1.0, rounds=2, timers=timers) == {"a": [10.0, 10.0]}
     assert made == ["a"]  # one session by default
-
-
-def test_paired_rounds_rotate_copies_of_both_sides() -> None:
-    made: list[str] = []
-    timers = Timers(confirm=_fake(made, {"x": [5.0, 6.0], "y": [7.0, 8.0]}))
-    a, b = time_pair("x", "y", {}, threads=1, budget_ms=1.0, rounds=4, copies=2, timers=timers)
-    assert sorted(made) == ["x", "x", "y", "y"]
-    assert a == [5.0, 6.0, 5.0, 6.0] and b == [7.0, 8.0, 7.0, 8.0]
 
 
 def test_a_big_model_gets_one_session(tmp_path: Path) -> None:

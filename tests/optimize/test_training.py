@@ -18,6 +18,7 @@ from graphsub.optimize.training import forward_first, optimize_training
 from graphsub.optimize.verification import check_seeds
 from graphsub.search import Budget
 from graphsub.training import build_training
+from helpers import fake_step_timer, step_timers
 from helpers import favour_optimized as _favour
 
 
@@ -41,27 +42,38 @@ def test_optimize_training_without_timing_reports_gradients() -> None:
     assert r.to_dict()["max_grad_abs_diff"] == r.max_grad_abs_diff
 
 
+def _small_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 8, 1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                               torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 5))
+
+
 @pytest.mark.parametrize("faster", [True, False])
 def test_optimize_module_for_training_trains_like_the_module(faster: bool) -> None:
     """The chosen module (``r.module``) trains like the module: when the optimized one is faster, it is a newly
     emitted module (a different object, with the emitted module's weight map and class source) whose SGD step gives
-    the module's loss and weights; when it is not, it is the module itself. The timing is injected, so that each
-    branch is taken for sure."""
+    the module's loss and weights; when it is not, it is the module itself. The step timing is injected (the
+    optimized module's units report half or twice the module's ms, real steps run), so that each branch is taken for
+    sure; the decision is the verdict's, with its interval and A/A control."""
     from graphsub.optimize import optimize_module
     from graphsub.optimize.torch_training import TrainedModule, one_hot
 
-    torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                                 torch.nn.Conv2d(8, 8, 1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                                 torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(8, 5))
+    module = _small_net()
     x = torch.randn(4, 3, 12, 12)
     labels = one_hot(4, 5, 0)
     r = optimize_module(module, [x], training=True, labels=labels, budget_s=3, cost="roofline:cpu",
-                        timers=Timers(train_steps=_favour(faster)))
+                        timers=_favour(faster))
     assert isinstance(r, TrainedModule)
     assert r.verified and r.max_grad_abs_diff <= 1e-5 and len(r.params) == len(list(module.parameters()))
-    assert r.speedup_train == pytest.approx(2.0 if faster else 0.5) and r.speedup_emitted_original is not None
+    assert r.speedup_train == pytest.approx(2.0 if faster else 0.5, rel=0.05)
+    assert r.speedup_emitted_original == pytest.approx(1.0, abs=0.05)  # timed as the module: informational
     assert r.applied and r.optimized == faster  # the search found something; kept only when faster
+    assert r.verdict is not None and r.verdict.faster == faster and r.verdict.reason in r.decision
+    d = r.to_dict()
+    assert d["sessions"] == 5 and d["rounds"] == 10 and d["aa_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert len(d["speedup_ci"]) == 2 and d["confirmation"]["faster"] == faster
+    assert set(d["rounds_ms"]) == {"module", "optimized", "module_again", "emitted_original"}
     emitted = r.module
     if faster:  # a new module emitted from the optimized graph, holding the module's weights
         assert emitted is not module and not isinstance(emitted, torch.nn.Sequential)
@@ -87,6 +99,20 @@ def test_optimize_module_for_training_trains_like_the_module(faster: bool) -> No
     pb = dict(b.named_parameters())
     for k, p in a.named_parameters():
         np.testing.assert_allclose(pb[keys[k]].detach().numpy(), p.detach().numpy(), atol=1e-5)
+
+
+def test_optimize_module_for_training_keeps_the_module_when_the_optimized_one_is_a_twin() -> None:
+    """An optimized module that trains as fast as the module, within 1% noise, is not chosen -- even with no minimum
+    speedup asked for: the verdict's interval includes 1.0x, and the decision says so."""
+    from graphsub.optimize import optimize_module
+
+    module = _small_net()
+    r = optimize_module(module, [torch.randn(4, 3, 12, 12)], training=True, budget_s=3, cost="roofline:cpu",
+                        min_speedup=1.0, timers=step_timers(fake_step_timer({"module": 10.0}, run=False)))
+    assert r.verified and r.applied and not r.optimized and r.module is module and r.source == ""
+    assert r.verdict is not None and not r.verdict.faster and r.verdict.speedup == pytest.approx(1.0, abs=0.02)
+    assert r.decision.startswith("kept the module") and "not faster beyond the noise" in r.decision, r.decision
+    assert r.to_dict()["speedup_ci"][0] <= 1.0 <= r.to_dict()["speedup_ci"][1]
 
 
 @pytest.mark.parametrize("bad", [{"loss": "nope"}, {"batchnorm": "sometimes"}, {"params": ["missing"]}])

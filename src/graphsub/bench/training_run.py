@@ -8,12 +8,20 @@ ResNet-50, and a transformer encoder), exported as users export it for training
 * **onnxruntime**: the training graph of the import (:func:`graphsub.training.build_training`) is the original;
   :func:`graphsub.optimize.optimize` searches, verifies and times it (every output, gradients included), with the
   ``forward-first`` candidate (:func:`graphsub.optimize.training.forward_first`) in its portfolio and without the
-  peers (their passes target inference graphs); both run full SGD steps
-  (:class:`~graphsub.optimize.train_step.OrtTrainer`) in interleaved rounds.
+  peers (their passes target inference graphs); the chosen graph is then timed against the original on its training
+  step (the graph's run on the step-0 weights and the batch: loss and every gradient) in fresh sessions
+  (:func:`graphsub.optimize.decide.session_makers`).
 * **PyTorch**: the original is the user's module with autograd; the optimized one is the searched forward graph
   with the trained weights as inputs (:func:`graphsub.training.trainable_forward`: nothing trained is folded)
   emitted as an ``nn.Module`` (:func:`graphsub.frontends.torch_emit.to_module`) with the module's own parameters;
+  :func:`~graphsub.optimize.torch_training.optimize_module_training` times full SGD steps of fresh copies of both;
   the emitted *unoptimized* graph is timed too, so that what the emitter alone changes is visible.
+
+Every "faster" of a case is the verdict of :func:`graphsub.optimize.decide.compare` (session groups of fresh units,
+an A/A control in each, a t-test whose false-positive rate is ``alpha``): a case's record carries ``faster``,
+``speedup_train`` with its ``speedup_ci``, ``aa_ratio``, ``rounds`` and ``sessions``, and the whole verdict as
+``confirmation`` (:meth:`graphsub.optimize.decide.Verdict.to_dict`). The timing goes through
+:class:`graphsub.optimize.timing.Timers` (``timers=``): sessions for onnxruntime, the step timer for PyTorch.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from typing import Any
 import numpy as np
 
 from graphsub.ir.graph import Graph
-from graphsub.optimize.train_step import OrtTrainer, TorchTrainer, time_interleaved
+from graphsub.optimize import decide
+from graphsub.optimize.timing import Timers, resolve_timers
+from graphsub.optimize.train_step import OrtTrainer, TorchTrainer
 from graphsub.training import GRAD_PREFIX, TrainingSpec, build_training, initial_params
 
 
@@ -118,37 +128,51 @@ def grad_agreement(case: Case, *, threads: int | None = None) -> dict[str, Any]:
             "max_grad_abs_diff": worst_abs, "max_grad_rel_diff": worst_rel, "worst_grad": worst_name}
 
 
-def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds: int = 5,
-             steps: int = 3) -> dict[str, Any]:
-    """Optimize the training graph for onnxruntime at ``threads`` and time full SGD steps of both."""
+def verdict_fields(v: decide.Verdict) -> dict[str, Any]:
+    """A case record's view of a verdict: ``faster``, ``speedup_train``, ``speedup_ci``, ``aa_ratio``, ``rounds``,
+    ``sessions``, the verdict's ``reason`` and the whole verdict (``confirmation``)."""
+    return {"faster": v.faster, "speedup_train": v.speedup,
+            "speedup_ci": None if v.speedup_ci is None else list(v.speedup_ci), "aa_ratio": v.aa_ratio,
+            "rounds": v.rounds, "sessions": v.groups, "reason": v.reason, "confirmation": v.to_dict()}
+
+
+def _median(xs: Any) -> float | None:
+    return statistics.median(xs) if len(xs) else None
+
+
+def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, groups: int = decide.GROUPS,
+             rounds: int = decide.ROUNDS_PER_GROUP, budget_ms: float = 200.0, min_speedup: float = decide.MIN_SPEEDUP,
+             alpha: float = decide.ALPHA, timers: Timers | None = None) -> dict[str, Any]:
+    """Optimize the training graph for onnxruntime at ``threads`` and time the training step of both: ``groups``
+    session groups of ``rounds`` paired rounds of ``budget_ms`` each (:func:`graphsub.optimize.decide.compare`, fresh
+    sessions of ``timers``; None: the current ones)."""
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.optimize import optimize
     from graphsub.optimize.training import backward_rules, compare_steps, forward_first
 
+    tm = resolve_timers(timers)
     g, spec, params, data = joint(case)
     t0 = time.perf_counter()
     cands = [backward_rules(g, threads=threads, deadline_s=0.2 * budget_s),
              forward_first(case.forward, spec, budget_s=0.16 * budget_s, seed=seed, threads=threads)]
     res = optimize(g, time_s=budget_s, started=t0, threads=threads, seed=seed, peers=(),
-                   extra_candidates=[c for c in cands if c is not None], timing_feeds={**data, **params})
+                   extra_candidates=[c for c in cands if c is not None], timing_feeds={**data, **params},
+                   min_speedup=min_speedup, timers=tm)
     opt_s = time.perf_counter() - t0
     original = export_graph(g).SerializeToString()
     cand = res.chosen_candidate
     chosen = cand.data if cand is not None else original
     loss_d, grad_d, scale = compare_steps(original, chosen, {**data, **params}, threads=threads)
-    runners = {"original": OrtTrainer(original, params, data, threads=threads),
-               "optimized": OrtTrainer(chosen, params, data, threads=threads),
-               "original_again": OrtTrainer(original, params, data, threads=threads)}  # A/A: the noise floor
-    timed = time_interleaved(runners, rounds=rounds, steps=steps)
+    a, b = decide.session_makers(original, chosen, {**data, **params}, threads=threads, timers=tm)
+    v = decide.compare(a, b, budget_ms=budget_ms, min_speedup=min_speedup, alpha=alpha, groups=groups,
+                       rounds_per_group=rounds, clock=tm.clock)
+    m = v.measured
     return {"runtime": "onnxruntime", "model": case.name, "batch": case.batch, "image": case.image,
             "threads": threads, "verified": res.verified, "chosen": res.chosen or "original",
             "max_grad_abs_diff": grad_d, "max_loss_abs_diff": loss_d, "max_abs_grad": scale,
-            "step_ms_original": timed.median_ms("original"), "step_ms_optimized": timed.median_ms("optimized"),
-            "speedup_train": timed.speedup("original", "optimized"),
-            "faster_rounds": timed.faster_rounds("original", "optimized"), "rounds_ms": timed.rounds_ms,
-            "aa_ratio": timed.speedup("original", "original_again"),
-            "aa_faster_rounds": timed.faster_rounds("original", "original_again"),
-            "load_avg": list(timed.load_avg), "optimize_s": opt_s, "decision": res.decision,
+            "step_ms_original": _median(m.a), "step_ms_optimized": _median(m.b), **verdict_fields(v),
+            "rounds_ms": {"original": list(m.a), "optimized": list(m.b), "original_again": list(m.c)},
+            "load_avg": list(os.getloadavg()), "optimize_s": opt_s, "decision": res.decision,
             "applied": [s["rule"] for s in res.applied], "ops_joint": g.num_ops,
             "candidates": {c.name: c.speedup for c in res.candidates},
             "candidate_notes": {c.name: c.error or (f"same file as {c.same_as}" if c.same_as else "")
@@ -157,10 +181,14 @@ def ort_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds
             "speedup_in_optimize": res.speedup("all")}
 
 
-def torch_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, rounds: int = 5,
-               steps: int = 3) -> dict[str, Any]:
-    """Optimize the module for training in PyTorch (:func:`graphsub.optimize.torch_training.optimize_module_training`)
-    and report the interleaved step timing of the module, the emitted original graph and the emitted optimized one."""
+def torch_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, groups: int = decide.GROUPS,
+               rounds: int = decide.ROUNDS_PER_GROUP, steps: int = 3, budget_ms: float = 200.0,
+               min_speedup: float = decide.MIN_SPEEDUP, alpha: float = decide.ALPHA,
+               timers: Timers | None = None) -> dict[str, Any]:
+    """Optimize the module for training in PyTorch (:func:`graphsub.optimize.torch_training.optimize_module_training`,
+    which decides by :func:`graphsub.optimize.decide.compare` on fresh copies of the module and of the optimized one)
+    and report its verdict, and the step times of the module, the emitted original graph and the emitted optimized
+    one."""
     import torch
 
     from graphsub.optimize.torch_training import optimize_module_training
@@ -168,17 +196,20 @@ def torch_case(case: Case, *, threads: int, budget_s: float, seed: int = 0, roun
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     r = optimize_module_training(case.module, [torch.from_numpy(x) for x in case.inputs], labels=case.labels,
-                                 budget_s=budget_s, seed=seed, threads=threads, rounds=rounds, steps=steps)
-    med = {k: statistics.median(v) for k, v in r.rounds_ms.items()}
+                                 budget_s=budget_s, seed=seed, threads=threads, groups=groups, rounds=rounds,
+                                 steps=steps, budget_ms=budget_ms, min_speedup=min_speedup, alpha=alpha,
+                                 timers=timers)
+    med = {k: _median(v) for k, v in r.rounds_ms.items()}
+    assert r.verdict is not None
     return {"runtime": "pytorch", "model": case.name, "batch": case.batch, "image": case.image, "threads": threads,
             "verified": r.verified, "chosen": "optimized" if r.optimized else "original",
             "max_grad_abs_diff": r.max_grad_abs_diff, "max_loss_abs_diff": r.max_loss_abs_diff,
-            "step_ms_original": med["module"], "step_ms_emitted_original": med["emitted_original"],
-            "step_ms_optimized": med["optimized"], "speedup_train": r.speedup_train,
-            "speedup_emitted_original": r.speedup_emitted_original, "faster_rounds": r.faster_rounds,
+            "step_ms_original": med.get("module"), "step_ms_emitted_original": med.get("emitted_original"),
+            "step_ms_optimized": med.get("optimized"), **verdict_fields(r.verdict),
+            "speedup_emitted_original": r.speedup_emitted_original,
+            "emitted_original": None if r.emitted_verdict is None else r.emitted_verdict.to_dict(),
             "rounds_ms": r.rounds_ms, "load_avg": list(os.getloadavg()), "optimize_s": time.perf_counter() - t0,
-            "decision": r.decision, "applied": r.applied, "aa_ratio": None if r.aa is None else r.aa[0],
-            "aa_faster_rounds": None if r.aa is None else r.aa[1]}
+            "decision": r.decision, "applied": r.applied}
 
 
 def loss_curves(case: Case, *, steps: int = 100, lr: float = 0.01, threads: int | None = None, budget_s: float = 12.0,
@@ -225,4 +256,5 @@ def loss_curves(case: Case, *, steps: int = 100, lr: float = 0.01, threads: int 
             "max_abs_diff_control": float(np.max(np.abs(a - c))), "curves": curves}
 
 
-__all__ = ["Case", "grad_agreement", "joint", "loss_curves", "ort_case", "prepare", "torch_case", "torch_grads"]
+__all__ = ["Case", "grad_agreement", "joint", "loss_curves", "ort_case", "prepare", "torch_case", "torch_grads",
+           "verdict_fields"]

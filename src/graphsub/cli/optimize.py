@@ -30,6 +30,7 @@ from graphsub.cli.common import (
 )
 from graphsub.errors import ExportError, ImportError_, ReferenceFailed, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
+from graphsub.optimize.decide import MIN_SPEEDUP
 from graphsub.spec import ModelSpec
 
 PHASES = {"load": "loading", "search": "searching",
@@ -83,8 +84,10 @@ def optimize_cmd(
                         ] = True,
     keep_slower: Annotated[bool, typer.Option("--keep-slower", help="Write the optimized model even when it is "
                                                                     "not faster under ORT_ENABLE_ALL.")] = False,
-    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Speedup under ORT_ENABLE_ALL needed to "
-                                                                     "prefer the optimized model.")] = 1.03,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Smallest speedup under ORT_ENABLE_ALL worth "
+                                                                     "keeping a candidate for (its interval must "
+                                                                     "also be above 1.0x and its gain above what "
+                                                                     "the A/A control reads).")] = MIN_SPEEDUP,
     seeds: Annotated[int, typer.Option("--seeds", help="Random input draws for verification.")] = 3,
     training: Annotated[bool, typer.Option("--training", help="Optimize the training graph instead (MetaFlow "
                                                               "Sec. 6.3): forward and backward as one graph whose "

@@ -2,7 +2,8 @@
 
 The module is optimized for training in PyTorch (:func:`graphsub.optimize.torch_training.optimize_module_training`:
 its trainable forward graph searched, the emitted module's loss and gradients checked against the module's own
-``loss.backward()``, full SGD steps timed against the module). When the emitted module is faster, ``-o OUT.py``
+``loss.backward()``, full SGD steps timed against the module and decided by :func:`graphsub.optimize.decide.compare`:
+the command decides nothing itself). When the verdict says the emitted module is faster, ``-o OUT.py``
 receives its class (``GraphModule``, readable code, one line per node) and ``OUT.pt`` its state dict (the module's
 weights under their own ``state_dict`` names, and the graph's constants); otherwise nothing is written and the
 decision says why. ``-o OUT.onnx`` takes the ONNX route instead (the joint training graph).
@@ -87,4 +88,5 @@ def _print(d: dict[str, Any], grad_diff: float) -> None:
     if d["written"]:
         out.print(f"wrote {' and '.join(d['written'])}", highlight=False)
     else:
-        out.print("nothing written (the module itself is the fastest)", highlight=False)
+        out.print("nothing written (the optimized module was not found faster; the module itself stays)",
+                  highlight=False)

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, exits, fail, wide
+from graphsub.optimize.decide import MIN_SPEEDUP
 
 training_app = typer.Typer(help="Training graphs: forward and backward as one graph, optimized like an inference "
                                 "one and run in ONNX Runtime or PyTorch.", no_args_is_help=True)
@@ -61,9 +62,17 @@ def bench_cmd(
     runtimes: Annotated[str, typer.Option("--runtimes", help="ort, torch or both (comma-separated).")] = "ort,torch",
     budget: Annotated[float, typer.Option("--budget", help="Optimization budget per case (s): the whole optimize "
                                                            "call for onnxruntime, the search for PyTorch.")] = 60.0,
-    rounds: Annotated[int, typer.Option("--rounds", help="Interleaved timing rounds.")] = 5,
-    steps: Annotated[int, typer.Option("--steps", help="Training steps per round (their median is the "
-                                                       "round's time).")] = 3,
+    groups: Annotated[int, typer.Option("--groups", min=2, help="Session groups of the timing: fresh copies of "
+                                                                "the original, the optimized model and the original "
+                                                                "again (the A/A control) each.")] = 5,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Paired timing rounds per session "
+                                                                "group.")] = 2,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="PyTorch: at least this many training steps per "
+                                                              "round (their median is the round's time).")] = 3,
+    round_ms: Annotated[float, typer.Option("--round-ms", min=1.0, help="Time budget of a round of one variant "
+                                                                        "(ms).")] = 200.0,
+    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Declared faster only above this "
+                                                                     "speedup.")] = MIN_SPEEDUP,
     out_path: Annotated[Path | None, typer.Option("--out", help="Also write the results (JSON) here.")] = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
@@ -74,9 +83,11 @@ def bench_cmd(
     pipeline and both graphs run whole steps (the update in numpy). PyTorch: the user's module with autograd
     against the searched forward graph emitted as a module (its weights stay parameters; autograd
     differentiates it), and the emitted unoptimized graph, which shows what emission alone changes.
-    Rounds alternate between the variants; speedups are medians of per-round ratios.
+    "Faster" is a verdict (graphsub.optimize.decide): session groups of fresh units with an A/A control in each, and
+    a t-test over the groups whose false-positive rate is 5%; the speedup comes with its 90% interval.
 
-    --json keys per case: verified, max_grad_abs_diff, speedup_train (original / optimized step time).
+    --json keys per case: verified, max_grad_abs_diff, faster, speedup_train (original / optimized step time),
+    speedup_ci, aa_ratio, rounds, sessions, confirmation (the whole verdict).
     Exit codes: 0 done, 1 a case not verified, 2 usage, 3 a model that cannot be differentiated.
     """
     from graphsub.bench.training_run import ort_case, prepare, torch_case
@@ -105,13 +116,14 @@ def bench_cmd(
                 for t in counts:
                     if "ort" in which:
                         err.print(f"{name} batch {b}, {t} thread(s): onnxruntime ...")
-                        cases.append(ort_case(case, threads=t, budget_s=budget, seed=seed, rounds=rounds,
-                                              steps=steps))
+                        cases.append(ort_case(case, threads=t, budget_s=budget, seed=seed, groups=groups,
+                                              rounds=rounds, budget_ms=round_ms, min_speedup=min_speedup))
                         save()
                     if "torch" in which:
                         err.print(f"{name} batch {b}, {t} thread(s): PyTorch ...")
-                        cases.append(torch_case(case, threads=t, budget_s=budget, seed=seed, rounds=rounds,
-                                                steps=steps))
+                        cases.append(torch_case(case, threads=t, budget_s=budget, seed=seed, groups=groups,
+                                                rounds=rounds, steps=steps, budget_ms=round_ms,
+                                                min_speedup=min_speedup))
                         save()
     result = save()
     code = Exit.OK if all(c["verified"] for c in cases) else Exit.NOT_EQUIVALENT
@@ -122,21 +134,32 @@ def bench_cmd(
     raise typer.Exit(int(code))
 
 
+def _ci(c: dict[str, Any]) -> str:
+    ci = c.get("speedup_ci")
+    return "-" if not ci else f"{ci[0]:.3f}-{ci[1]:.3f}x"
+
+
 def _print(cases: list[dict[str, Any]]) -> None:
-    t = Table("model", "batch", "runtime", "threads", "original ms", "optimized ms", "speedup", "faster rounds",
-              "A/A", "verified", "max |grad diff|", "substitutions",
-              title="full training step (forward, backward, SGD); A/A: the original against a copy of itself")
+    t = Table("model", "batch", "runtime", "threads", "original ms", "optimized ms", "speedup", "90% CI", "A/A",
+              "faster", "sessions", "verified", "max |grad diff|", "substitutions",
+              title="full training step (forward, backward, SGD); faster: the verdict (90% CI above 1.0x, beyond "
+                    "the A/A control: the original against fresh copies of itself)")
     for c in cases:
         subs = ", ".join(sorted(set(c["applied"]))) or "-"
         t.add_row(c["model"], str(c["batch"]), c["runtime"], str(c["threads"]), _f(c["step_ms_original"], ".1f"),
-                  _f(c["step_ms_optimized"], ".1f"), _f(c["speedup_train"], ".3f") + "x",
-                  f"{c['faster_rounds']:.0%}", _f(c.get("aa_ratio"), ".3f") + "x",
-                  "yes" if c["verified"] else "NO", _f(c["max_grad_abs_diff"]),
-                  subs[:60])
+                  _f(c["step_ms_optimized"], ".1f"), _f(c["speedup_train"], ".3f") + "x", _ci(c),
+                  _f(c.get("aa_ratio"), ".3f") + "x", "yes" if c.get("faster") else "no",
+                  f"{c.get('sessions', 0)} ({c.get('rounds', 0)} rounds)", "yes" if c["verified"] else "NO",
+                  _f(c["max_grad_abs_diff"]), subs[:60])
     wide(180).print(t)
-    torch_cases = [c for c in cases if c["runtime"] == "pytorch"]
-    if torch_cases:
-        ratio = statistics.median(c["speedup_emitted_original"] for c in torch_cases)
+    for c in cases:
+        if c.get("reason"):
+            err.print(f"{c['model']} batch {c['batch']}, {c['runtime']}, {c['threads']} thread(s): {c['reason']}",
+                      highlight=False)
+    emitted = [c["speedup_emitted_original"] for c in cases
+               if c["runtime"] == "pytorch" and c.get("speedup_emitted_original") is not None]
+    if emitted:
+        ratio = statistics.median(emitted)
         err.print(f"PyTorch: the emitted unoptimized graph runs at {ratio:.3f}x the module's speed (median over "
                   "cases): what emission alone changes")
 

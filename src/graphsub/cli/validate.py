@@ -85,6 +85,8 @@ LIMITS: dict[str, Limit] = {
     # timing and decisions
     "--threads": COUNT,
     "--rounds": COUNT,
+    "--groups": COUNT,  # session groups of a decision (graphsub.optimize.decide)
+    "--round-ms": POSITIVE,
     "--repeats": COUNT,
     "--min-speedup": POSITIVE,
     # sizes and counts

@@ -104,7 +104,7 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
     (``experiments/results/suite.jsonl``).
 
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3), 2)
-    18.15
+    18.45
     """
     from graphsub.optimize.decide import ROUNDS_PER_GROUP
 

@@ -51,6 +51,9 @@ from scipy import stats
 
 #: the false-positive rate of one decision (a candidate that runs as the original declared faster)
 ALPHA = 0.05
+#: the smallest gain worth replacing a model for: the default ``min_speedup`` of every decision graphsub makes
+#: (``optimize``, the training routes, the suite)
+MIN_SPEEDUP = 1.03
 #: fewer session groups than this decide nothing (a t interval over two groups is too wide to be of use)
 MIN_GROUPS = 3
 #: session groups of a full measurement, and paired rounds in each
@@ -183,6 +186,8 @@ def verdict(m: Rounds, *, min_speedup: float = 1.0, alpha: float = ALPHA, min_gr
         reason = f"faster: {speedup:.3f}x, {level} above 1.0x, A/A {aa:.3f}x"
     elif not enough:
         reason = f"not confirmed: {len(groups)} session group(s) measured, {min_groups} needed"
+    elif zhi < 0.0:
+        reason = f"slower: {speedup:.3f}x, {level} below 1.0x (A/A {aa:.3f}x)"
     elif zlo <= 0.0:
         reason = f"not faster beyond the noise: {speedup:.3f}x, {level} includes 1.0x (A/A {aa:.3f}x)"
     elif speedup <= min_speedup:
@@ -248,5 +253,5 @@ def session_makers(original: bytes | str, candidate: bytes | str, feeds: dict[st
     return maker(original), maker(candidate)
 
 
-__all__ = ["ALPHA", "GROUPS", "MIN_GROUPS", "ORDERS", "ROUNDS_PER_GROUP", "Maker", "Rounds", "Timer", "Verdict",
-           "compare", "measure", "session_makers", "verdict"]
+__all__ = ["ALPHA", "GROUPS", "MIN_GROUPS", "MIN_SPEEDUP", "ORDERS", "ROUNDS_PER_GROUP", "Maker", "Rounds", "Timer",
+           "Verdict", "compare", "measure", "session_makers", "verdict"]

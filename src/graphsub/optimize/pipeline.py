@@ -53,6 +53,7 @@ from graphsub.errors import GraphsubError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
+from graphsub.optimize.decide import MIN_SPEEDUP
 from graphsub.optimize.race import time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
@@ -123,7 +124,7 @@ def optimize(
     seeds: int = 3,
     threads: int | None = None,
     keep_slower: bool = False,
-    min_speedup: float = 1.03,
+    min_speedup: float = MIN_SPEEDUP,
     timing_budget_ms: float = 200.0,
     measure_latency: bool = True,
     input_shapes: Shapes | None = None,

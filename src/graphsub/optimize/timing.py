@@ -1,17 +1,14 @@
-"""End-to-end timing step of :func:`graphsub.optimize.optimize`, and the decision it informs.
+"""Timing in onnxruntime, and the seam every measurement of graphsub goes through.
 
-The original and the candidates are timed in onnxruntime under ``ORT_ENABLE_ALL`` (as users run them) at
-the user's thread count, in rounds whose order rotates so that drifting machine load hits all alike; each
-round is a median of repeats (:func:`time_candidates`).  A candidate is preferred only when it is faster --
-median speedup above ``min_speedup`` *and* faster in at least 80% of the rounds (:func:`consistent`) -- so
-that timing noise does not pass for a gain.
-
->>> consistent([(2.0, 1.0)] * 4 + [(1.0, 2.0)]), consistent([(2.0, 1.0)] * 3 + [(1.0, 2.0)] * 2)
-(True, False)
+The original and the candidates are timed in onnxruntime under ``ORT_ENABLE_ALL`` (as users run them) at the user's
+thread count, in rounds whose order rotates so that drifting machine load hits all alike; each round is a median of
+repeats (:func:`time_candidates`). These side-by-side rounds only rank candidates: whether one is faster is decided
+by :mod:`graphsub.optimize.decide` (fresh session groups with an A/A control, a test with a bounded false-positive
+rate).
 
 **The timing seam.** Everything graphsub measures goes through one :class:`Timers`: the sessions the side-by-side
 rounds time (``session``), the fresh sessions of the confirmation rounds (``confirm``), the clock that the deadline,
-the rounds' durations and the step timings read (``clock``), and the PyTorch training-step timer (``train_steps``).
+the rounds' durations and the step timings read (``clock``), and the PyTorch training-step units (``step_timer``).
 The functions that time take ``timers=`` (None: :func:`current_timers`, which is :data:`DEFAULT_TIMERS` -- the real
 onnxruntime sessions and ``time.perf_counter`` -- unless a :func:`using_timers` block says otherwise, for callers
 that cannot pass it, such as a command line under test). A test fakes time by passing fakes, never by patching
@@ -24,8 +21,8 @@ module attributes:
 
 from __future__ import annotations
 
-import math
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -125,7 +122,7 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
 def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
                   provider: str = "cpu") -> Callable[[float], float]:
     """A timer of the confirmation rounds: a :func:`session_timer` on a session of its own, created for the
-    confirmation (what :data:`DEFAULT_TIMERS` gives :func:`time_pair`; a test fakes the two steps apart with
+    confirmation (what :data:`DEFAULT_TIMERS` gives :mod:`graphsub.optimize.decide`; a test fakes the two apart with
     :class:`Timers`' ``session`` and ``confirm``)."""
     return session_timer(model, feeds, threads=threads, provider=provider)
 
@@ -135,11 +132,38 @@ def confirm_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
 SessionFactory = Callable[..., Callable[[float], float]]
 
 
-def _train_steps(runners: Mapping[str, Any], **kw: Any) -> Any:
-    """:func:`graphsub.optimize.train_step.time_interleaved` (imported when a training route times)."""
-    from graphsub.optimize.train_step import time_interleaved
+class StepTimer:
+    """A unit of :func:`graphsub.optimize.decide.measure` on one trainer: called with a budget in ms, it runs
+    ``warmup`` steps on its first call, then at least ``steps`` steps and as many more as fit in the budget (at most
+    ``max_steps``), and returns their median step time in ms, read on ``clock`` (seconds)."""
 
-    return time_interleaved(runners, **kw)
+    def __init__(self, trainer: Any, *, steps: int = 3, warmup: int = 2, max_steps: int = 10_000,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, not {steps!r}")
+        self.trainer, self.steps, self.warmup, self.max_steps, self.clock = trainer, steps, warmup, max_steps, clock
+        self.calls = 0
+
+    def __call__(self, budget_ms: float) -> float:
+        if self.calls == 0:
+            for _ in range(self.warmup):
+                self.trainer.step()
+        self.calls += 1
+        ts: list[float] = []
+        start = self.clock()
+        while len(ts) < self.steps or (len(ts) < self.max_steps and (self.clock() - start) * 1e3 < budget_ms):
+            t = self.clock()
+            self.trainer.step()
+            ts.append((self.clock() - t) * 1e3)
+        return statistics.median(ts)
+
+
+def step_timer(trainer: Any, *, steps: int = 3, clock: Callable[[], float] = time.perf_counter,
+               name: str = "") -> StepTimer:
+    """The default ``step_timer`` of :class:`Timers`: a :class:`StepTimer` on ``trainer`` (anything with ``step()``)
+    (``name`` says which variant it times -- ``module``, ``optimized``, ...; a fake may read it, the real one does
+    not)."""
+    return StepTimer(trainer, steps=steps, clock=clock)
 
 
 @dataclass(frozen=True)
@@ -151,20 +175,23 @@ class Timers:
       (:data:`SessionFactory`): the sessions of the side-by-side rounds (:func:`time_candidates`); default
       :func:`session_timer`. A timer may carry ``signature`` and ``kernels`` (:class:`SessionTimer`; read with
       ``getattr``: a fake need not).
-    * ``confirm`` -- the fresh sessions of the confirmation rounds (:func:`time_pair`), called without
-      ``fingerprint``; None (the default): ``session``'s (with the default, what :func:`confirm_timer` makes), so that
-      faking ``session`` alone fakes every onnxruntime session.
+    * ``confirm`` -- the fresh sessions of the confirmations (:func:`graphsub.optimize.decide.session_makers`),
+      called without ``fingerprint``; None (the default): ``session``'s (with the default, what
+      :func:`confirm_timer` makes), so that faking ``session`` alone fakes every onnxruntime session.
     * ``clock`` -- seconds, any origin: the clock of the deadline (:class:`graphsub.deadline.Deadline`), of the
       rounds' and session creations' durations that say whether one more fits, and of the steps' recorded times;
       default ``time.perf_counter``.
-    * ``train_steps`` -- ``(runners, *, rounds, steps, clock) -> Timed``: full training steps timed in interleaved
-      rounds, for the PyTorch training route; default :func:`graphsub.optimize.train_step.time_interleaved`.
+    * ``step_timer`` -- ``(trainer, *, steps, clock, name) -> timer``: a PyTorch trainer (one fresh copy of a module,
+      :class:`graphsub.optimize.train_step.TorchTrainer`) as a unit of :mod:`graphsub.optimize.decide`: called with
+      a budget in ms, it runs training steps for that long and returns the median step (ms); ``name`` says which
+      variant it is (``module``, ``optimized``, ``emitted_original``; a fake may read it, the real one does not);
+      default :func:`step_timer`.
     """
 
     session: SessionFactory = session_timer
     confirm: SessionFactory | None = None
     clock: Callable[[], float] = time.perf_counter
-    train_steps: Callable[..., Any] = _train_steps
+    step_timer: Callable[..., Callable[[float], float]] = step_timer
 
     def new_session(self, model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, provider: str = "cpu",
                     fingerprint: bool = False) -> Callable[[float], float]:
@@ -281,75 +308,20 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     return out
 
 
-def time_pair(a: bytes | str, b: bytes | str, feeds: dict[str, np.ndarray], *, threads: int, budget_ms: float,
-              rounds: int = 7, provider: str = "cpu",
-              extend_if: Callable[[list[float], list[float]], bool] | None = None,
-              stop: Callable[[float], bool] | None = None, copies: int = 1,
-              timers: Timers | None = None) -> tuple[list[float], list[float]]:
-    """Per round, the median latency (ms) of ``a`` and of ``b``, each timed for ``budget_ms`` in a block of its own
-    (which one goes first alternates by round), on two sessions created now (``timers``' confirmation sessions,
-    :meth:`Timers.confirm_session`; None: :func:`current_timers`, whose ``clock`` times the rounds); as many
-    rounds again when ``extend_if(a's rounds, b's rounds)`` says the first ones were inconclusive. No round starts
-    once ``stop(need_s)`` (``need_s``: what the last round took) says so (both lists have the same length, maybe 0).
-
-    It is the confirmation step of the decision: data independent of the rounds that picked the leader, which
-    would otherwise favour whichever candidate was lucky (the winner's curse). Blocks, not finer interleaving:
-    alternating single runs or short bursts of two sessions at several threads leaves one session's worker
-    threads spinning (onnxruntime's default) while the other runs, which measured a 4% slower EfficientNet 17%
-    faster (2 threads; the suite run suite21_b1 of 2026-11-26 at 9b48708, in git history).
-
-    With ``copies`` > 1, each side gets that many sessions, used in turn (:class:`SessionPool`): the comparison is
-    then of the two models, not of two sessions' luck."""
-    tm = resolve_timers(timers)
-    out: tuple[list[float], list[float]] = ([], [])
-    sides: list[Callable[[float], float]] = []
-    n = min(pool_size(a, copies), pool_size(b, copies))
-    for m in (a, b):
-        made: list[Callable[[float], float]] = []
-        for _ in range(n):
-            if stop is not None and stop(0.0):
-                return out
-            made.append(tm.confirm_session(m, feeds, threads=threads, provider=provider))
-        sides.append(made[0] if n == 1 else SessionPool(made))
-    need = 0.0
-    for r in range(2 * rounds):
-        if r == rounds and (extend_if is None or not extend_if(*out)):
-            break
-        if stop is not None and stop(need):
-            break
-        t = tm.clock()
-        for i in (0, 1) if r % 2 == 0 else (1, 0):
-            out[i].append(sides[i](budget_ms))
-        need = tm.clock() - t
-    return out
-
-
-def consistent(rounds: Sequence[tuple[float, float]]) -> bool:
-    """Whether ``after < before`` in at least 80% of the timing rounds (all rounds when there are
-    fewer than five; vacuously true when there are none)."""
-    faster = sum(1 for b, a in rounds if a < b)
-    return faster >= (len(rounds) if len(rounds) < 5 else math.ceil(0.8 * len(rounds)))
-
-
-def decide(changed: bool, latency_ms: dict[str, dict[str, Any]], *, keep_slower: bool,
-           min_speedup: float) -> tuple[bool, str]:
-    """``(keep the original?, decision text)`` for a verified result (``changed``: the search applied
-    at least one substitution) timed as ``latency_ms`` (empty when not measured)."""
-    lat = latency_ms.get("all")
-    sp = lat["before"] / lat["after"] if lat and lat["after"] > 0 else None
-    if not changed:
-        return True, "no cheaper equivalent graph found; kept the original"
-    if keep_slower:
-        return False, "kept the optimized model" + (" (--keep-slower)" if sp is not None and sp <= min_speedup
-                                                     else "")
-    if sp is None:
-        return False, "kept the optimized model (latency not measured)"
-    if sp > min_speedup and consistent(latency_ms["all"].get("rounds", [])):
-        return False, f"the optimized model is {sp:.3f}x faster under ORT_ENABLE_ALL"
-    return True, (f"the optimized model is not faster under ORT_ENABLE_ALL ({sp:.3f}x, needed > {min_speedup:g}x "
-                  "and faster in 80% of the timing rounds); kept the original (--keep-slower writes it anyway)")
-
-
-__all__ = ["DEFAULT_TIMERS", "POOL_MAX_BYTES", "SessionFactory", "SessionPool", "SessionTimer", "Timers",
-           "confirm_timer", "consistent", "current_timers", "decide", "pool_size", "resolve_timers", "session_timer",
-           "time_candidates", "time_pair", "using_timers"]
+__all__ = [
+    "DEFAULT_TIMERS",
+    "POOL_MAX_BYTES",
+    "SessionFactory",
+    "SessionPool",
+    "SessionTimer",
+    "StepTimer",
+    "Timers",
+    "confirm_timer",
+    "current_timers",
+    "pool_size",
+    "resolve_timers",
+    "session_timer",
+    "step_timer",
+    "time_candidates",
+    "using_timers",
+]

@@ -12,16 +12,22 @@ and a merge or an enlargement of weights stays an op computed every step, which 
 3. emit both graphs as modules (:func:`graphsub.frontends.torch_emit.to_module`) holding copies of the module's
    parameters, and check the optimized one against the module itself: the loss and every gradient of
    ``loss.backward()`` on the example batch;
-4. time full SGD steps (forward, backward, update) of the module, the emitted original graph and the emitted
-   optimized one in interleaved rounds; the optimized module is chosen when it is faster than the user's module
-   (median of per-round ratios above ``min_speedup`` and faster in 80% of the rounds), otherwise the module itself.
-   ``TrainedModule.source`` is then the chosen module's class as Python source (``graphsub optimize FILE.py:Class
-   --training -o OUT.py`` writes it, with its weights as ``OUT.pt``).
+4. time full SGD steps (forward, backward, update) of the module and of the emitted optimized one, and decide by
+   :func:`graphsub.optimize.decide.compare`: session groups of fresh units (each a :class:`TorchTrainer` on a new
+   deep copy of the module, of the optimized module and of the module again -- the A/A control), paired rounds,
+   and a one-sided t-test over the groups whose false-positive rate is ``alpha``. The optimized module is chosen when
+   the verdict says *faster* (:attr:`graphsub.optimize.decide.Verdict.faster`), otherwise the module itself; the
+   decision text is the verdict's reason. The emitted *unoptimized* graph is timed against the module too, in a
+   shorter measurement (:data:`~graphsub.optimize.decide.MIN_GROUPS` groups of one round): what emission alone
+   changes, reported, never decided on. ``TrainedModule.source`` is then the chosen module's class as Python source
+   (``graphsub optimize FILE.py:Class --training -o OUT.py`` writes it, with its weights as ``OUT.pt``).
+
+The step times go through :class:`~graphsub.optimize.timing.Timers`' step timer
+(:func:`graphsub.optimize.train_step.timer_factory`): a test fakes them there.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 from collections.abc import Sequence
@@ -32,6 +38,7 @@ import numpy as np
 
 from graphsub.errors import VerificationError
 from graphsub.ir.graph import Graph
+from graphsub.optimize import decide
 from graphsub.optimize.timing import Timers, resolve_timers
 from graphsub.training import freeze_params, trainable_forward
 
@@ -39,24 +46,50 @@ from graphsub.training import freeze_params, trainable_forward
 @dataclass
 class TrainedModule:
     """The module to train (``module``: the optimized emitted module, or the user's own when it was not faster) and
-    what was measured."""
+    what was measured: ``verdict`` -- the decision on the optimized module against the module
+    (:class:`graphsub.optimize.decide.Verdict`: its speedup and interval, the A/A ratio, rounds and session groups);
+    ``emitted_verdict`` -- the emitted unoptimized graph against the module (informational)."""
 
     module: Any
     optimized: bool
     verified: bool
     max_grad_abs_diff: float
     max_loss_abs_diff: float
-    speedup_train: float | None
-    speedup_emitted_original: float | None  # user module / emitted original graph: what emission alone changes
-    faster_rounds: float | None
+    verdict: decide.Verdict | None = None
+    emitted_verdict: decide.Verdict | None = None
     applied: list[str] = field(default_factory=list)
     decision: str = ""
-    rounds_ms: dict[str, list[float]] = field(default_factory=dict)
     graph: Graph | None = None
     params: tuple[str, ...] = ()
     timings_s: dict[str, float] = field(default_factory=dict)
-    aa: tuple[float, float] | None = None  # the module against a copy of itself: (ratio, faster rounds), noise floor
     source: str = ""  # the optimized module's class (frontends.torch_emit.module_source) when it was chosen
+
+    @property
+    def speedup_train(self) -> float | None:
+        """The optimized module's speedup per training step (the verdict's), None when not measured."""
+        return None if self.verdict is None else self.verdict.speedup
+
+    @property
+    def speedup_emitted_original(self) -> float | None:
+        """The emitted unoptimized graph's speedup over the module: what emission alone changes."""
+        return None if self.emitted_verdict is None else self.emitted_verdict.speedup
+
+    @property
+    def aa_ratio(self) -> float | None:
+        """The module against fresh copies of itself (the A/A control of the verdict): the noise floor."""
+        return None if self.verdict is None else self.verdict.aa_ratio
+
+    @property
+    def rounds_ms(self) -> dict[str, list[float]]:
+        """Per variant, its median step (ms) in each round: ``module``, ``optimized`` and ``module_again`` (the
+        verdict's rounds) and ``emitted_original`` (the emitted measurement's)."""
+        out: dict[str, list[float]] = {}
+        if self.verdict is not None:
+            m = self.verdict.measured
+            out.update(module=list(m.a), optimized=list(m.b), module_again=list(m.c))
+        if self.emitted_verdict is not None:
+            out["emitted_original"] = list(self.emitted_verdict.measured.b)
+        return out
 
     def state_bytes(self) -> bytes:
         """``torch.save`` of the module's state dict (the weights file written beside :attr:`source`)."""
@@ -69,12 +102,17 @@ class TrainedModule:
         return buf.getvalue()
 
     def to_dict(self) -> dict[str, Any]:
+        v = self.verdict
         return {"training": True, "runtime": "pytorch", "optimized": self.optimized, "verified": self.verified,
                 "max_grad_abs_diff": self.max_grad_abs_diff, "max_loss_abs_diff": self.max_loss_abs_diff,
-                "speedup_train": self.speedup_train, "speedup_emitted_original": self.speedup_emitted_original,
-                "faster_rounds": self.faster_rounds, "applied": self.applied, "decision": self.decision,
-                "rounds_ms": self.rounds_ms, "params": len(self.params), "timings_s": self.timings_s,
-                "aa_ratio": None if self.aa is None else self.aa[0]}
+                "speedup_train": self.speedup_train,
+                "speedup_ci": None if v is None or v.speedup_ci is None else list(v.speedup_ci),
+                "aa_ratio": self.aa_ratio, "rounds": 0 if v is None else v.rounds,
+                "sessions": 0 if v is None else v.groups,
+                "speedup_emitted_original": self.speedup_emitted_original, "applied": self.applied,
+                "decision": self.decision, "confirmation": None if v is None else v.to_dict(),
+                "emitted_original": None if self.emitted_verdict is None else self.emitted_verdict.to_dict(),
+                "rounds_ms": self.rounds_ms, "params": len(self.params), "timings_s": self.timings_s}
 
 
 def one_hot(batch: int, classes: int, seed: int) -> np.ndarray:
@@ -106,12 +144,17 @@ def _no_dropout(module: Any) -> list[Any]:
 def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labels: Any = None,
                              rules: str = "default", cost: str = "fused[min]", algo: str = "taso",
                              budget_s: float = 12.0, seed: int = 0, threads: int | None = None,
-                             min_speedup: float = 1.03, rounds: int = 5, steps: int = 3, lr: float = 0.01,
-                             rtol: float = 1e-4, atol: float = 1e-5, timers: Timers | None = None) -> TrainedModule:
+                             min_speedup: float = decide.MIN_SPEEDUP, groups: int = decide.GROUPS,
+                             rounds: int = decide.ROUNDS_PER_GROUP, steps: int = 3, budget_ms: float = 200.0,
+                             alpha: float = decide.ALPHA, lr: float = 0.01, rtol: float = 1e-4, atol: float = 1e-5,
+                             timers: Timers | None = None) -> TrainedModule:
     """See the module docstring. ``labels``: one-hot (or soft) targets of the module's output for the timing and
-    the gradient check (default: random one-hot). ``timers`` (:class:`~graphsub.optimize.timing.Timers`; None: the
-    current ones): the training steps are timed by its ``train_steps`` on its ``clock``, which also times the steps
-    of ``timings_s``. Raises VerificationError when the optimized module's loss or gradients differ from the
+    the gradient check (default: random one-hot). The timing: ``groups`` session groups of ``rounds`` paired rounds
+    (:func:`graphsub.optimize.decide.compare`), a round of a variant being at least ``steps`` SGD steps and as many
+    more as fit in ``budget_ms`` (their median); ``alpha``: the decision's false-positive rate. ``timers``
+    (:class:`~graphsub.optimize.timing.Timers`; None: the current ones): the steps are timed by its step timer
+    (:func:`graphsub.optimize.train_step.timer_factory`) on its ``clock``, which also times the steps of
+    ``timings_s``. Raises VerificationError when the optimized module's loss or gradients differ from the
     module's."""
     import torch
 
@@ -119,7 +162,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     from graphsub.data import materialize
     from graphsub.frontends.torch_emit import module_source, to_module
     from graphsub.frontends.torch_export import export_module
-    from graphsub.optimize.train_step import TorchTrainer
+    from graphsub.optimize.train_step import torch_maker
     from graphsub.optimize.verification import check_seeds
     from graphsub.rules.library import resolve_rules
     from graphsub.search import Budget, search
@@ -172,34 +215,42 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
         timings["check_s"] = clock() - t
         t = clock()
         x_np, y_np = [x.numpy() for x in xs], labels_t.numpy()
-        runners = {"module": TorchTrainer(module, x_np, y_np, lr=lr, threads=threads),
-                   "emitted_original": TorchTrainer(emitted["original"], x_np, y_np, lr=lr, threads=threads),
-                   "optimized": TorchTrainer(emitted["optimized"], x_np, y_np, lr=lr, threads=threads),
-                   "module_again": TorchTrainer(copy.deepcopy(module), x_np, y_np, lr=lr, threads=threads)}
-        module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})  # timing steps moved it
-        timed = tm.train_steps(runners, rounds=rounds, steps=steps, clock=clock)
+
+        def maker(m: Any, name: str) -> decide.Maker:  # fresh copies: the module itself is never stepped
+            return torch_maker(m, x_np, y_np, name=name, lr=lr, threads=threads, steps=steps, timers=tm)
+
+        verdict = decide.compare(maker(module, "module"), maker(emitted["optimized"], "optimized"),
+                                 budget_ms=budget_ms, min_speedup=min_speedup, alpha=alpha, groups=groups,
+                                 rounds_per_group=rounds, clock=clock)
+        emitted_verdict = decide.verdict(  # informational: what emission alone changes
+            decide.measure(maker(module, "module"), maker(emitted["original"], "emitted_original"),
+                           budget_ms=budget_ms, groups=decide.MIN_GROUPS, rounds_per_group=1, clock=clock),
+            min_speedup=min_speedup, alpha=alpha)
         module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         timings["time_s"] = clock() - t
     finally:
         for m in dropped:
             m.train()
-    speedup = timed.speedup("module", "optimized")
-    aa = (timed.speedup("module", "module_again"), timed.faster_rounds("module", "module_again"))
-    faster = timed.faster_rounds("module", "optimized")
-    chosen = bool(result.sequence) and ok and speedup > min_speedup and faster >= 0.8
+    chosen = bool(result.sequence) and ok and verdict.faster
     final = emitted["optimized"] if chosen else module
     source = ""
     if chosen:
         final.load_state_dict({keys[n]: torch.from_numpy(state[n]) for n in names}, strict=False)
         source = module_source(freeze_params(best, values))
-    decision = (f"optimized module {speedup:.3f}x faster per training step (faster in {faster:.0%} of the rounds)"
-                if chosen else f"kept the module: the optimized one is {speedup:.3f}x per step (faster in {faster:.0%}"
-                               f" of the rounds; {min_speedup:g}x and 80% needed)")
+    if chosen:
+        decision = f"chose the optimized module: per training step it is {verdict.reason}"
+    elif not result.sequence:
+        decision = "kept the module: no cheaper equivalent graph found"
+    elif not ok:
+        decision = "kept the module: the optimized graph failed verification"
+    elif verdict.speedup is None:
+        decision = f"kept the module: the optimized one's training steps were not measured ({verdict.reason})"
+    else:
+        decision = f"kept the module: per training step the optimized one is {verdict.reason}"
     timings["total_s"] = clock() - t0
-    return TrainedModule(final, chosen, ok, grad_d, loss_d, speedup,
-                         timed.speedup("module", "emitted_original"), faster,
-                         [s.rule for s in result.sequence], decision, timed.rounds_ms, best, names, timings, aa,
-                         source)
+    return TrainedModule(final, chosen, ok, grad_d, loss_d, verdict=verdict, emitted_verdict=emitted_verdict,
+                         applied=[s.rule for s in result.sequence], decision=decision, graph=best, params=names,
+                         timings_s=timings, source=source)
 
 
 __all__ = ["TrainedModule", "one_hot", "optimize_module_training"]

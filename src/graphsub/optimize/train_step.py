@@ -1,5 +1,5 @@
-"""Full training steps -- forward, backward, SGD update -- in ONNX Runtime and PyTorch eager, timed in interleaved
-rounds (used by :func:`graphsub.optimize.torch_training.optimize_module_training` and ``graphsub training bench``).
+"""Full training steps -- forward, backward, SGD update -- in ONNX Runtime and PyTorch eager, and their timers (used by
+:func:`graphsub.optimize.torch_training.optimize_module_training` and ``graphsub training bench``).
 
 Runners (each owns its weights and runs whole steps):
 
@@ -10,16 +10,17 @@ Runners (each owns its weights and runs whole steps):
   against one-hot labels,
   ``loss.backward()``, ``torch.optim.SGD.step()``.
 
-:func:`time_interleaved` runs the runners in rounds whose order rotates (drifting load hits all alike) and reports
-per round the median step time of each; speedups are medians of per-round ratios.
+Whether an optimized module trains faster is decided by :func:`graphsub.optimize.decide.compare`, whose units are
+timers: :func:`graphsub.optimize.timing.step_timer` turns a trainer into one (warm-up steps once, then steps for
+about the round's budget; the median step), and :func:`trainer_maker` makes a fresh trainer -- a new copy of the
+module -- and its timer for every session group. The step timer is the seam of
+:class:`graphsub.optimize.timing.Timers` (``step_timer``), so that a test fakes training-step times without running
+them for long.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -97,51 +98,33 @@ class TorchTrainer:
         return {k: v.detach().numpy().copy() for k, v in self.module.state_dict().items()}
 
 
-@dataclass
-class Timed:
-    """Per runner: the median step time of each round (ms)."""
+def timer_factory(timers: Any = None) -> Callable[..., Callable[[float], float]]:
+    """``timers``' step timer (None: the current timers), called as ``(trainer, *, steps, clock, name) -> timer``."""
+    from graphsub.optimize.timing import resolve_timers
 
-    rounds_ms: dict[str, list[float]] = field(default_factory=dict)
-    load_avg: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def median_ms(self, name: str) -> float:
-        return statistics.median(self.rounds_ms[name])
-
-    def speedup(self, base: str, other: str) -> float:
-        """Median over rounds of ``base / other`` (per-round ratios)."""
-        return statistics.median(a / b for a, b in zip(self.rounds_ms[base], self.rounds_ms[other], strict=True))
-
-    def faster_rounds(self, base: str, other: str) -> float:
-        pairs = list(zip(self.rounds_ms[base], self.rounds_ms[other], strict=True))
-        return sum(a > b for a, b in pairs) / max(len(pairs), 1)
+    return resolve_timers(timers).step_timer
 
 
-def time_interleaved(runners: Mapping[str, Trainer], *, rounds: int = 5, steps: int = 3, warmup: int = 2,
-                     stop: Callable[[], bool] | None = None, clock: Callable[[], float] = time.perf_counter) -> Timed:
-    """Each round runs ``steps`` steps of every runner, one step of each in turn (the order rotating per round), and
-    records each one's median step; ``warmup`` steps of each first. ``stop`` ends the rounds early (at least one is
-    run). Give the same model twice under two names (an A/A control) to measure the noise floor of a ratio. Steps
-    are timed on ``clock`` (seconds; :class:`graphsub.optimize.timing.Timers` passes its own)."""
-    import os
+def trainer_maker(new_trainer: Callable[[], Trainer], *, name: str, steps: int = 3, timers: Any = None
+                  ) -> Callable[[], Callable[[float], float]]:
+    """A :data:`graphsub.optimize.decide.Maker`: each call makes a fresh trainer (``new_trainer()``) and its timer
+    (``timers``' step timer, on ``timers.clock``; None: the current timers)."""
+    from graphsub.optimize.timing import resolve_timers
 
-    names = list(runners)
-    for n in names:
-        for _ in range(warmup):
-            runners[n].step()
-    out = Timed({n: [] for n in names}, os.getloadavg())
-    for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        ts: dict[str, list[float]] = {n: [] for n in names}
-        for _ in range(steps):
-            for n in order:
-                t = clock()
-                runners[n].step()
-                ts[n].append((clock() - t) * 1e3)
-        for n in names:
-            out.rounds_ms[n].append(statistics.median(ts[n]))
-        if stop is not None and stop():
-            break
-    return out
+    tm = resolve_timers(timers)
+    make = timer_factory(tm)
+    return lambda: make(new_trainer(), steps=steps, clock=tm.clock, name=name)
 
 
-__all__ = ["OrtTrainer", "Timed", "TorchTrainer", "Trainer", "time_interleaved"]
+def torch_maker(module: Any, inputs: Sequence[np.ndarray], labels: np.ndarray, *, name: str, lr: float = 0.01,
+                threads: int | None = None, steps: int = 3, timers: Any = None
+                ) -> Callable[[], Callable[[float], float]]:
+    """:func:`trainer_maker` of :class:`TorchTrainer` s, each on a new deep copy of ``module`` (its weights as they
+    are now: the module itself is never stepped) with the same batch, learning rate and threads."""
+    import copy
+
+    return trainer_maker(lambda: TorchTrainer(copy.deepcopy(module), inputs, labels, lr=lr, threads=threads),
+                         name=name, steps=steps, timers=timers)
+
+
+__all__ = ["OrtTrainer", "TorchTrainer", "Trainer", "timer_factory", "torch_maker", "trainer_maker"]

@@ -11,7 +11,10 @@ For one model (:func:`run_model`):
    graph;
 4. all variants that load and verify are timed side by side in alternating rounds under ``ORT_ENABLE_ALL`` at each
    thread count (:mod:`graphsub.bench.suite.measure`), the original under plain ONNX Runtime (``ort``) being the
-   baseline.
+   baseline, with an A/A arm (the original again, in sessions of its own); each variant gets the decision of
+   :func:`graphsub.optimize.decide.verdict` against the baseline;
+5. graphsub's output meets the peer with the highest side-by-side speedup head-to-head, decided by
+   :func:`graphsub.optimize.decide.compare` (fresh session groups with an A/A control, :func:`head_to_head`).
 
 :func:`run_suite` appends one JSON record per model to ``<out>/<name>.jsonl`` (resumable: a model recorded with the
 same tools and thread counts is not run again) and renders the table (:mod:`graphsub.bench.suite.table`).  The tools'
@@ -23,16 +26,16 @@ from __future__ import annotations
 
 import functools
 import os
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graphsub.bench.records import append_record, load_avg, load_records, machine_info, timestamp, versions
-from graphsub.bench.suite.measure import MIN_FASTER_ROUNDS, MIN_RATIO, make_feeds, time_variants
+from graphsub.bench.suite.measure import make_feeds, min_speedup, time_variants
+from graphsub.optimize import decide
 from graphsub.optimize.budget import DEFAULT_TIME_S
-from graphsub.optimize.timing import Timers, resolve_timers, time_pair
+from graphsub.optimize.timing import Timers, resolve_timers
 
 GRAPHSUB = "graphsub"
 BASELINE = "ort"
@@ -123,7 +126,7 @@ def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int
             "graphsub_timings_s": res.timings_s, "threads": res.threads, "chosen": res.chosen,
             "chosen_base": None if chosen is None else chosen.base,
             "candidates": [{k: c.to_dict()[k] for k in ("name", "verified", "speedup", "faster_rounds", "screen_ratio",
-                                                         "confirm_speedup", "confirm_faster_rounds",
+                                                         "confirm_speedup", "confirmation",
                                                          "same_as", "rules", "error")} for c in res.candidates],
             "portfolio_notes": res.portfolio_notes}
 
@@ -188,61 +191,37 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
     for n in threads:  # graphsub@N is timed at N threads only
         mine = {t: p for t, p in paths.items() if not t.startswith(f"{GRAPHSUB}@") or t == at_threads(n)}
         run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms, provider=provider,
-                            timers=timers)
+                            timers=timers, baseline=BASELINE)
         for tool, s in run.summary(BASELINE).items():
             outcomes[tool].setdefault("timing", {})[str(n)] = s
         loads[str(n)] = [run.load_avg_before, run.load_avg_after]
     for o in outcomes.values():
         if "same_as" in o:  # a copy: folding graphsub@N into graphsub must not change the file's twin
-            o["timing"] = dict(outcomes[o["same_as"]]["timing"])
-    for n in threads:  # the side-by-side rounds rounded up to a multiple of the sessions a side (7 -> 9)
-        head_to_head(outcomes, paths, feeds, n, budget_ms=budget_ms, provider=provider,
-                     rounds=-(-rounds // H2H_SESSIONS) * H2H_SESSIONS, timers=timers)
+            o["timing"] = {n: {k: v for k, v in t.items() if k != "aa_rounds_ms"}  # the A/A arm: the baseline's
+                           for n, t in outcomes[o["same_as"]]["timing"].items()}
+    for n in threads:
+        head_to_head(outcomes, paths, feeds, n, budget_ms=budget_ms, provider=provider, timers=timers)
     fold_threads(outcomes)
     return loads
 
 
-#: sessions a side in the head-to-head, used in turn; its rounds (by default) a multiple of them
-H2H_SESSIONS = 3
-H2H_ROUNDS = 9
-
-
-def _paired(ours: list[float], theirs: list[float]) -> tuple[float, float]:
-    """``(median of theirs / ours per round, share of rounds ours was faster)`` of paired rounds (not empty)."""
-    pairs = list(zip(ours, theirs, strict=True))
-    return statistics.median(y / x for x, y in pairs), sum(x < y for x, y in pairs) / len(pairs)
-
-
-def _inconclusive(ours: list[float], theirs: list[float]) -> bool:
-    """Whether the median says one side is faster by the table's margin but too few rounds agree: then the
-    head-to-head runs as many rounds again (measured in suite30_tf: ~10% gains came out faster in only 7 of 9 rounds
-    on this VM's noise; a suite run of 2026-11-27, in git history).
-
-    >>> _inconclusive([1.0] * 7 + [2.0] * 2, [1.2] * 9), _inconclusive([1.0] * 9, [1.2] * 9)
-    (True, False)
-    >>> _inconclusive([1.0] * 9, [1.01] * 9)
-    False
-    """
-    if not ours:
-        return False
-    ratio, faster = _paired(ours, theirs)
-    return ((ratio >= MIN_RATIO and faster < MIN_FASTER_ROUNDS)
-            or (ratio * MIN_RATIO <= 1.0 and 1.0 - faster < MIN_FASTER_ROUNDS))
-
-
 def head_to_head(outcomes: dict[str, dict[str, Any]], paths: Mapping[str, Path], feeds: dict[str, Any], n: int, *,
-                 budget_ms: float, provider: str = "cpu", rounds: int = H2H_ROUNDS,
-                 timers: Timers | None = None) -> None:
-    """graphsub's output at ``n`` threads against the peer with the highest side-by-side speedup there, timed again
-    in fresh rounds paired between the two alone (:func:`~graphsub.optimize.timing.time_pair`, three sessions a
-    side used in turn); stored as graphsub's ``timing[n]["head_to_head"]`` (in place).
+                 budget_ms: float, provider: str = "cpu", timers: Timers | None = None) -> None:
+    """graphsub's output at ``n`` threads against the peer with the highest side-by-side speedup there, decided by
+    :func:`graphsub.optimize.decide.compare` -- the peer's model the original, graphsub's the candidate, in
+    :data:`~graphsub.optimize.decide.GROUPS` groups of fresh sessions (the peer's, graphsub's, the peer's again: the
+    A/A control) -- at ``graphsub optimize``'s threshold (:func:`~graphsub.bench.suite.measure.min_speedup`); stored
+    as graphsub's ``timing[n]["head_to_head"]`` (in place): ``peer``, ``same_file``, ``ratio`` (the verdict's
+    speedup, peer / graphsub latency: above 1, graphsub faster) and the verdict's
+    :meth:`~graphsub.optimize.decide.Verdict.to_dict` (``faster``: graphsub ahead, ``slower``: behind, neither: a
+    tie; ``speedup_ci``, ``aa_ratio``, ``rounds``, ``sessions``; the rounds: ``original_ms`` the peer's,
+    ``candidate_ms`` graphsub's, ``aa_ms`` the peer's again).
 
     Why: the side-by-side table names the best of about seven peers on the same noisy rounds, and the maximum of
     seven ties is a few percent up (the winner's curse): in suite27_tf and suite28_tf (2026-11-27, in git history) a
-    different model was "behind" a peer by ~3% in each run, and the gap did not reproduce when rerun.  A pairing the
-    pick did not see does not favour the lucky peer -- the step ``graphsub optimize`` itself applies before it keeps
-    a candidate.  As there, as many rounds again when the first ones are inconclusive (:func:`_inconclusive`).
-    ``timers``: the sessions' (their confirmation sessions; None: the current ones)."""
+    different model was "behind" a peer by ~3% in each run, and the gap did not reproduce when rerun.  Fresh sessions
+    the pick did not see do not favour the lucky peer -- the step ``graphsub optimize`` itself applies before it keeps
+    a candidate. ``timers``: the sessions' (their confirmation sessions; None: the current ones) and the clock."""
     mine = at_threads(n) if at_threads(n) in outcomes else GRAPHSUB
     ours = outcomes.get(mine, {})
     key = str(n)
@@ -258,14 +237,14 @@ def head_to_head(outcomes: dict[str, dict[str, Any]], paths: Mapping[str, Path],
         return paths[tool] if tool in paths else paths[outcomes[tool]["same_as"]]
 
     a, b = path(mine), path(peer)
-    rec: dict[str, Any] = {"peer": peer, "sessions": H2H_SESSIONS}
-    if a == b:  # the same file (graphsub kept the peer's output): a tie by construction
-        rec.update(same_file=True, ratio=1.0, faster_rounds=None, rounds_graphsub_ms=[], rounds_peer_ms=[])
+    rec: dict[str, Any] = {"peer": peer}
+    if a == b:  # the same file (graphsub kept the peer's output): a tie by construction, not measured
+        rec.update(same_file=True, ratio=1.0, faster=False, slower=False, reason="the same file: a tie")
     else:
-        g, p = time_pair(str(a), str(b), feeds, threads=n, budget_ms=budget_ms, rounds=rounds, provider=provider,
-                         copies=H2H_SESSIONS, extend_if=_inconclusive, timers=timers)
-        ratio, faster = _paired(g, p) if g else (None, None)
-        rec.update(same_file=False, rounds_graphsub_ms=g, rounds_peer_ms=p, ratio=ratio, faster_rounds=faster)
+        tm = resolve_timers(timers)
+        v = decide.compare(*decide.session_makers(str(b), str(a), feeds, threads=n, provider=provider, timers=tm),
+                           budget_ms=budget_ms, min_speedup=min_speedup(), clock=tm.clock)
+        rec.update(same_file=False, ratio=v.speedup, **v.to_dict())
     ours["timing"][key] = {**ours["timing"][key], "head_to_head": rec}
 
 

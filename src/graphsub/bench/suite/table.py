@@ -2,17 +2,41 @@
 alone, fused kernels after ONNX Runtime's optimizer; the best tool per model; where graphsub stands against the best
 peer; the failures with the command that reproduces them.  Also the flat per-(model, tool) rows of ``--json``.
 
->>> def ok(ms, sp, ops, fk):
+Every "faster" here is a decision of :mod:`graphsub.optimize.decide` made when the suite ran: the best tool is the
+fastest of the variants whose stored ``verdict`` against ONNX Runtime alone (with the A/A arm,
+:mod:`graphsub.bench.suite.measure`) says faster; "graphsub vs the best peer" is the stored head-to-head verdict
+(:func:`graphsub.bench.suite.runner.head_to_head`); where two variants are compared side by side (a peer against
+graphsub, graphsub after a peer against that peer) :func:`beats` applies :func:`graphsub.optimize.decide.verdict` to
+their stored rounds by session group.
+
+**Records written before the A/A decision** (no ``verdict`` in their timing entries, no verdict in their
+head-to-head; the committed ``experiments/results/suite*.jsonl``) still render: their cells show the ratio as
+before, and what they say is faster is classified by :func:`legacy_rule` -- the rule those tables were published
+under, kept for them alone and marked wherever it speaks (:data:`LEGACY_NOTE`), so that a re-rendered old table says
+what it said then and says that it has no interval.  Calling them all ties instead would rewrite history without
+measuring anything; :func:`legacy_rule` is never applied to a record that has verdicts.
+
+>>> def ok(ms, sp, ops, fk, **timing):
 ...     return {"status": "ok", "loads": True, "verified": True, "ops": ops, "fused_kernels": fk,
-...             "timing": {"1": {"ms": ms[1], "speedup": sp, "rounds_ms": ms}}}
+...             "timing": {"1": {"ms": ms[1], "speedup": sp, "rounds_ms": ms, **timing}}}
 >>> rec = {"model": "m", "family": "cnn", "threads": [1], "tools": {
 ...     "ort": ok([2.0, 2.0, 2.1], 1.0, 5, {"FusedConv": 2}),
 ...     "onnxslim": ok([1.6, 1.6, 1.7], 1.25, 4, {"FusedConv": 2}),
 ...     "graphsub": ok([1.9, 1.9, 2.0], 1.05, 5, {})}}
->>> best_tool(rec, 1), gap(rec, 1)
+>>> best_tool(rec, 1), gap(rec, 1)  # a record from before the A/A decision: the legacy rule
 ('onnxslim', ('onnxslim', 1.25, 1.05))
->>> behind([rec], [1])
-['- m at 1 thread(s): side by side onnxslim 1.25x vs graphsub 1.05x -- FusedConv +2; ops after ORT 4 vs 5']
+>>> behind([rec], [1])  # doctest: +NORMALIZE_WHITESPACE
+['- m at 1 thread(s): side by side onnxslim 1.25x vs graphsub 1.05x (no interval: recorded before the A/A decision)
+  -- FusedConv +2; ops after ORT 4 vs 5']
+>>> v = {"faster": True, "slower": False, "speedup": 1.24, "speedup_ci": [1.2, 1.28], "ci_level": 0.95,
+...      "aa_ratio": 1.003, "rounds": 7, "sessions": 3}
+>>> rec["tools"]["onnxslim"]["timing"]["1"]["verdict"] = v  # a record with verdicts: they decide
+>>> rec["tools"]["ort"]["timing"]["1"]["verdict"] = None
+>>> best_tool(rec, 1), best_cell(rec, 1)
+('onnxslim', 'onnxslim 1.24x (95% CI 1.20-1.28x, A/A 1.00x)')
+>>> rec["tools"]["onnxslim"]["timing"]["1"]["verdict"] = {**v, "faster": False}
+>>> best_cell(rec, 1)
+'ort (no tool beyond noise)'
 """
 
 from __future__ import annotations
@@ -24,13 +48,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphsub.bench.suite.measure import MIN_FASTER_ROUNDS, MIN_RATIO
+from graphsub.bench.suite.measure import groups_of, min_speedup
 from graphsub.bench.suite.runner import BASELINE, GRAPHSUB
+from graphsub.optimize import decide
 
 #: short names of the fused kernels in tables
 SHORT = {"SkipLayerNormalization": "SkipLN", "SkipSimplifiedLayerNormalization": "SkipRMSN",
          "LayerNormalization": "LN", "SimplifiedLayerNormalization": "RMSN", "MultiHeadAttention": "MHA",
          "EmbedLayerNormalization": "EmbLN", "ReorderInput": "ReorderIn", "ReorderOutput": "ReorderOut"}
+
+#: how a table marks what :func:`legacy_rule` classified
+LEGACY_NOTE = "no interval: recorded before the A/A decision"
 
 
 def _timing(o: Mapping[str, Any], threads: int) -> Mapping[str, Any]:
@@ -38,84 +66,178 @@ def _timing(o: Mapping[str, Any], threads: int) -> Mapping[str, Any]:
 
 
 def speedup(o: Mapping[str, Any], threads: int) -> float | None:
+    """The median per-round ratio ORT-alone / variant side by side (what the cells show)."""
     return _timing(o, threads).get("speedup")
 
 
-def best_tool(rec: Mapping[str, Any], threads: int) -> str | None:
-    """The verified tool with the highest speedup over ONNX Runtime alone at ``threads`` among those that beat it
-    beyond the noise (:func:`beats`); the baseline when none does; None when the baseline was not timed."""
+def legacy(o: Mapping[str, Any], threads: int) -> bool:
+    """Whether a timing entry (or a head-to-head) was recorded before the A/A decision: it has no verdict."""
+    t = _timing(o, threads)
+    return bool(t) and "verdict" not in t
+
+
+def legacy_rule(ratio: float, faster_share: float) -> str:
+    """**For records written before the A/A decision only** (:func:`legacy`): ``"faster"``, ``"slower"`` or
+    ``"tie"`` by the rule their tables were published under -- faster in at least 80% of the paired rounds by a
+    median ratio of at least 1.03x (``ratio``: the other's latency / this one's per round, median; ``faster_share``:
+    the share of rounds this one was faster).  Its false-positive rate is not bounded (session effects and the
+    maximum over several tools are not accounted for): every new measurement is decided by
+    :mod:`graphsub.optimize.decide`, never by this.
+
+    >>> legacy_rule(1.05, 8 / 9), legacy_rule(0.95, 1 / 9), legacy_rule(1.05, 5 / 9)
+    ('faster', 'slower', 'tie')
+    """
+    if faster_share >= 0.8 and ratio >= 1.03:
+        return "faster"
+    if 1.0 - faster_share >= 0.8 and ratio * 1.03 <= 1.0:
+        return "slower"
+    return "tie"
+
+
+def _legacy_paired(ours: Sequence[float], theirs: Sequence[float]) -> tuple[float, float] | None:
+    """``(median of theirs / ours per round, share of rounds ours was faster)``, the inputs of :func:`legacy_rule`."""
+    if not ours or len(ours) != len(theirs):
+        return None
+    med = statistics.median(y / x for x, y in zip(ours, theirs, strict=True) if x > 0)
+    return med, sum(x < y for x, y in zip(ours, theirs, strict=True)) / len(ours)
+
+
+def verdict(o: Mapping[str, Any], threads: int) -> Mapping[str, Any] | None:
+    """The stored decision on a variant against ONNX Runtime alone at ``threads`` (None: the baseline, a legacy
+    record, or not measured)."""
+    return _timing(o, threads).get("verdict")
+
+
+def interval_text(v: Mapping[str, Any], *, aa: bool = True) -> str:
+    """``"95% CI 1.20-1.28x, A/A 1.00x"``: a verdict's interval (and A/A ratio) as the tables say it."""
+    ci, level = v.get("speedup_ci"), v.get("ci_level")
+    parts = [] if ci is None else [f"{level:.0%} CI {ci[0]:.2f}-{ci[1]:.2f}x" if level else
+                                   f"CI {ci[0]:.2f}-{ci[1]:.2f}x"]
+    if aa and v.get("aa_ratio") is not None:
+        parts.append(f"A/A {v['aa_ratio']:.2f}x")
+    return ", ".join(parts) or v.get("reason", "not measured")
+
+
+def _best(rec: Mapping[str, Any], threads: int) -> tuple[str, Mapping[str, Any] | None] | None:
+    """:func:`best_tool` with the verdict that makes it best (None for the baseline and for legacy records)."""
     base = rec["tools"].get(BASELINE, {})
     if speedup(base, threads) is None:
         return None
-    scored = [(speedup(o, threads) or 0.0, t) for t, o in rec["tools"].items()
-              if t != BASELINE and o.get("verified") and speedup(o, threads) is not None and beats(o, base, threads)]
-    return max(scored, key=lambda x: (x[0], "+" not in x[1], x[1]))[1] if scored else BASELINE  # ties: one tool
+    tools = [(t, o) for t, o in rec["tools"].items()
+             if t != BASELINE and o.get("verified") and speedup(o, threads) is not None]
+    scored: list[tuple[float, str, Mapping[str, Any] | None]]
+    if legacy(base, threads):
+        scored = [(r, t, None) for t, o in tools if (r := beats(o, base, threads)) is not None]
+    else:
+        scored = [(float(v["speedup"]), t, v) for t, o in tools if (v := verdict(o, threads)) and v.get("faster")]
+    if not scored:
+        return BASELINE, None
+    best = max(scored, key=lambda x: (x[0], "+" not in x[1], x[1]))  # ties: one tool
+    return best[1], best[2]
 
 
+def best_tool(rec: Mapping[str, Any], threads: int) -> str | None:
+    """The verified tool with the highest speedup over ONNX Runtime alone at ``threads`` among those whose stored
+    verdict says faster (each tested at ``ALPHA / k`` of ``k`` variants, :func:`graphsub.bench.suite.measure.summarize`;
+    ranked by the verdicts' speedups); the baseline when none is; None when the baseline was not timed.  A legacy
+    record: by :func:`legacy_rule` (:func:`beats`)."""
+    b = _best(rec, threads)
+    return None if b is None else b[0]
 
-def beats(a: Mapping[str, Any], b: Mapping[str, Any], threads: int) -> float | None:
-    """The median per-round ratio ``b / a`` when variant ``a`` is faster than ``b`` beyond the noise (faster in
-    :data:`MIN_FASTER_ROUNDS` of the rounds both were timed in, by at least :data:`MIN_RATIO`); else None."""
-    ra, rb = _timing(a, threads).get("rounds_ms") or [], _timing(b, threads).get("rounds_ms") or []
+
+def best_cell(rec: Mapping[str, Any], threads: int) -> str:
+    """The "best" column: the best tool with its verdict's speedup, interval and A/A ratio; ``ort (no tool beyond
+    noise)``; a legacy record's marked as such."""
+    b = _best(rec, threads)
+    if b is None:
+        return "-"
+    old = legacy(rec["tools"].get(BASELINE, {}), threads)
+    name, v = b
+    if name == BASELINE:
+        return f"{BASELINE} (no tool beyond noise{f'; {LEGACY_NOTE}' if old else ''})"
+    return f"{name} ({LEGACY_NOTE})" if v is None else f"{name} {v['speedup']:.2f}x ({interval_text(v)})"
+
+
+def beats(a: Mapping[str, Any], b: Mapping[str, Any], threads: int, *, family: int = 1) -> float | None:
+    """The speedup of variant ``a`` over ``b`` when ``a`` is faster than ``b`` beyond the noise side by side at
+    ``threads``; else None.  Their stored rounds by session group (round ``r`` on session ``r mod n`` of each,
+    :func:`graphsub.bench.suite.measure.groups_of`) decided by :func:`graphsub.optimize.decide.verdict` at
+    ``ALPHA / family`` (``family``: how many such comparisons the caller makes at once) and ``graphsub optimize``'s
+    threshold; ``b``'s rounds stand in for the A/A arm (only the baseline has one), so the interval over session
+    groups decides.  A legacy record (no sessions recorded): :func:`legacy_rule` on the median ratio."""
+    ta, tb = _timing(a, threads), _timing(b, threads)
+    ra, rb = ta.get("rounds_ms") or [], tb.get("rounds_ms") or []
     if not ra or len(ra) != len(rb):
         return None
-    med = statistics.median(y / x for x, y in zip(ra, rb, strict=True) if x > 0)
-    faster = sum(x < y for x, y in zip(ra, rb, strict=True)) / len(ra)
-    return med if faster >= MIN_FASTER_ROUNDS and med >= MIN_RATIO else None
+    if "session" not in ta or "session" not in tb:
+        paired = _legacy_paired(ra, rb)
+        return paired[0] if paired is not None and legacy_rule(*paired) == "faster" else None
+    m = decide.Rounds(a=tuple(rb), b=tuple(ra), c=tuple(rb), group=groups_of(tb["session"], ta["session"]))
+    v = decide.verdict(m, min_speedup=min_speedup(), alpha=decide.ALPHA / max(1, family))
+    return v.speedup if v.faster else None
 
 
 def gap(rec: Mapping[str, Any], threads: int) -> tuple[str, float, float] | None:
     """``(peer, its speedup, graphsub's speedup)`` for the fastest peer that beats graphsub alone (``graphsub`` run
-    on the original) at ``threads`` beyond the noise (:func:`beats`); None when none does, or graphsub alone was not
-    timed.  (The ``graphsub+PEER`` variants start from a peer's output: never behind that peer.)"""
+    on the original) at ``threads`` beyond the noise side by side (:func:`beats`, each of the ``k`` peers at
+    ``ALPHA / k``); None when none does, or graphsub alone was not timed.  (The ``graphsub+PEER`` variants start
+    from a peer's output: never behind that peer.)"""
     ours = rec["tools"].get(GRAPHSUB, {})
     if not ours.get("verified") or speedup(ours, threads) is None:
         return None
-    ahead = [(speedup(o, threads) or 0.0, t) for t, o in rec["tools"].items()
-             if not t.startswith(GRAPHSUB) and o.get("verified") and beats(o, ours, threads)]
+    peers = [(t, o) for t, o in rec["tools"].items()
+             if not t.startswith(GRAPHSUB) and o.get("verified") and speedup(o, threads) is not None]
+    ahead = [(speedup(o, threads) or 0.0, t) for t, o in peers if beats(o, ours, threads, family=len(peers))]
     if not ahead:
         return None
     best_peer, name = max(ahead)
     return name, best_peer, speedup(ours, threads) or 0.0
 
 
-def versus(rec: Mapping[str, Any], threads: int) -> tuple[str, str, float, float | None] | None:
-    """graphsub against the best peer at ``threads`` in their head-to-head (fresh paired rounds,
-    :func:`graphsub.bench.suite.runner.head_to_head`): ``(verdict, peer, ratio, graphsub's share of faster rounds)``,
-    ``ratio`` = peer / graphsub latency (above 1: graphsub faster); the verdict is ``ahead`` or ``behind`` when one
-    is faster beyond the noise (in :data:`MIN_FASTER_ROUNDS` of the rounds, by :data:`MIN_RATIO`), else ``tie``
-    (the same file is a tie).  None when there was no head-to-head.
+def versus(rec: Mapping[str, Any], threads: int) -> tuple[str, str, float, str] | None:
+    """graphsub against the best peer at ``threads`` in their head-to-head (fresh session groups with an A/A
+    control, :func:`graphsub.bench.suite.runner.head_to_head`): ``(verdict, peer, ratio, evidence)``, ``ratio`` =
+    peer / graphsub latency (above 1: graphsub faster); the verdict is the stored one: ``ahead`` (faster),
+    ``behind`` (slower) or ``tie`` (neither; the same file is a tie); ``evidence`` its interval and A/A ratio.  A
+    legacy head-to-head (no verdict): :func:`legacy_rule` on its ratio and share of rounds, marked "no interval"
+    (the row's "best" cell says why, :data:`LEGACY_NOTE`).  None when there was no head-to-head.
 
-    >>> t = {"graphsub": {"timing": {"2": {"head_to_head": {"peer": "p", "ratio": 1.05, "faster_rounds": 8 / 9}}}}}
-    >>> versus({"tools": t}, 2)
-    ('ahead', 'p', 1.05, 0.8888888888888888)
+    >>> h = {"peer": "p", "same_file": False, "ratio": 1.05, "faster": True, "slower": False,
+    ...      "speedup_ci": [1.02, 1.08], "ci_level": 0.9, "aa_ratio": 0.998}
+    >>> versus({"tools": {"graphsub": {"timing": {"2": {"head_to_head": h}}}}}, 2)
+    ('ahead', 'p', 1.05, '90% CI 1.02-1.08x, A/A 1.00x')
+    >>> old = {"peer": "p", "ratio": 1.05, "faster_rounds": 8 / 9, "rounds_graphsub_ms": [1.0] * 9}
+    >>> versus({"tools": {"graphsub": {"timing": {"2": {"head_to_head": old}}}}}, 2)
+    ('ahead', 'p', 1.05, '8/9 rounds; no interval')
     """
     h = _timing(rec["tools"].get(GRAPHSUB, {}), threads).get("head_to_head")
     if not h:
         return None
     if h.get("same_file"):
-        return "tie", h["peer"], 1.0, None
-    r, f = h.get("ratio"), h.get("faster_rounds")
-    if r is None or f is None:
+        return "tie", h["peer"], 1.0, "same file"
+    r = h.get("ratio")
+    if r is None:
         return None
-    verdict = ("ahead" if f >= MIN_FASTER_ROUNDS and r >= MIN_RATIO else
-               "behind" if 1.0 - f >= MIN_FASTER_ROUNDS and r * MIN_RATIO <= 1.0 else "tie")
-    return verdict, h["peer"], r, f
-
-
-def versus_text(v: tuple[str, str, float, float | None], rounds: int | None = None) -> str:
-    """``"ahead of onnxslim: 1.05x (8/9 rounds)"``: a :func:`versus` verdict as the tables say it."""
-    verdict, peer, r, f = v
+    if "faster" in h:
+        word = "ahead" if h["faster"] else "behind" if h.get("slower") else "tie"
+        return word, h["peer"], r, interval_text(h)
+    f = h.get("faster_rounds")
     if f is None:
+        return None
+    n = len(h.get("rounds_graphsub_ms") or [])
+    share = f"{round(f * n)}/{n} rounds" if n else f"{f:.0%} of rounds"
+    word = {"faster": "ahead", "slower": "behind", "tie": "tie"}[legacy_rule(r, f)]
+    return word, h["peer"], r, f"{share}; no interval"
+
+
+def versus_text(v: tuple[str, str, float, str]) -> str:
+    """``"ahead of onnxslim: 1.05x head-to-head (90% CI 1.02-1.08x, A/A 1.00x)"``: a :func:`versus` verdict as the
+    tables say it."""
+    word, peer, r, evidence = v
+    if evidence == "same file":
         return f"tie with {peer} (same file)"
-    share = f" ({round(f * rounds)}/{rounds} rounds)" if rounds else f" ({f:.0%} of rounds)"
-    word = {"ahead": "ahead of", "behind": "behind", "tie": "tie with"}[verdict]
-    return f"{word} {peer}: {r:.2f}x head-to-head{share}"
-
-
-def _h2h_rounds(rec: Mapping[str, Any], threads: int) -> int | None:
-    h = _timing(rec["tools"].get(GRAPHSUB, {}), threads).get("head_to_head") or {}
-    return len(h.get("rounds_graphsub_ms") or []) or None
+    said = {"ahead": "ahead of", "behind": "behind", "tie": "tie with"}[word]
+    return f"{said} {peer}: {r:.2f}x head-to-head ({evidence})"
 
 
 def versus_counts(records: Sequence[Mapping[str, Any]], threads: int) -> list[str]:
@@ -177,38 +299,35 @@ def speedup_table(records: Sequence[Mapping[str, Any]], threads: int) -> str:
         alone = r["tools"].get(GRAPHSUB, {})
         v = versus(r, threads)
         behind = ("graphsub not timed" if not alone.get("verified") else
-                  versus_text(v, _h2h_rounds(r, threads)) if v is not None else "at least as fast" if g is None
+                  versus_text(v) if v is not None else "at least as fast" if g is None
                   else f"behind {g[0]}: {g[2]:.2f}x vs {g[1]:.2f}x")
         row = [r["model"], "-" if base is None else f"{base:.2f}", spread,
                *(cell(r["tools"].get(t), threads) for t in tools),
-               _best_cell(r, threads), behind]
+               best_cell(r, threads), behind]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _best_cell(rec: Mapping[str, Any], threads: int) -> str:
-    best = best_tool(rec, threads)
-    return "-" if best is None else f"{BASELINE} (no tool beyond noise)" if best == BASELINE else best
-
-
 def composition(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> list[str]:
     """Where graphsub run after a peer changed the peer's output: one line per (model, peer, thread count) saying
-    whether it was faster or slower than the peer's output beyond the noise (:func:`beats`), or within it."""
+    whether it was faster or slower than the peer's output beyond the noise (:func:`beats` both ways, each of the
+    ``k`` comparisons of the model at ``ALPHA / (2 k)``), or within it."""
     out = []
     for r in records:
-        for t, o in r["tools"].items():
-            peer = t.partition("+")[2]
-            p = r["tools"].get(peer, {})
-            if not (t.startswith(GRAPHSUB + "+") and o.get("verified") and p.get("verified")) or o.get("same_as"):
-                continue
-            for n in threads:
-                if speedup(o, n) is None or speedup(p, n) is None:
-                    continue
-                up, down = beats(o, p, n), beats(p, o, n)
-                verdict = (f"faster than {peer} alone by {up:.2f}x" if up else
-                           f"SLOWER than {peer} alone by {down:.2f}x" if down else f"within noise of {peer} alone")
+        pairs = [(t, o, t.partition("+")[2], r["tools"].get(t.partition("+")[2], {})) for t, o in r["tools"].items()
+                 if t.startswith(GRAPHSUB + "+")]
+        pairs = [(t, o, peer, p) for t, o, peer, p in pairs
+                 if o.get("verified") and p.get("verified") and not o.get("same_as")]
+        for n in threads:
+            timed = [(t, o, peer, p) for t, o, peer, p in pairs if speedup(o, n) is not None
+                     and speedup(p, n) is not None]
+            for t, o, peer, p in timed:
+                up, down = beats(o, p, n, family=2 * len(timed)), beats(p, o, n, family=2 * len(timed))
+                said = (f"faster than {peer} alone by {up:.2f}x" if up else
+                        f"SLOWER than {peer} alone by {down:.2f}x" if down else f"within noise of {peer} alone")
+                mark = f" ({LEGACY_NOTE})" if legacy(o, n) else ""
                 out.append(f"- {r['model']} at {n} thread(s): {t} {speedup(o, n):.2f}x vs {peer} "
-                           f"{speedup(p, n):.2f}x -- {verdict}")
+                           f"{speedup(p, n):.2f}x -- {said}{mark}")
     return out
 
 
@@ -255,15 +374,16 @@ def behind(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> list
                 continue
             ours = r["tools"][GRAPHSUB]
             ours = ours.get("at_threads", {}).get(str(n), ours)  # the output of graphsub optimize --threads n
-            h2h = "" if v is None else f"head-to-head: {versus_text(v, _h2h_rounds(r, n))}"
+            h2h = "" if v is None else f"head-to-head: {versus_text(v)}"
             if g is None:
                 assert v is not None
                 out.append(f"- {r['model']} at {n} thread(s): {h2h} (side by side within noise) -- "
                            f"{kernel_diff(r['tools'][v[1]], ours)}")
                 continue
             name, theirs, mine = g
+            mark = f" ({LEGACY_NOTE})" if legacy(r["tools"][GRAPHSUB], n) else ""
             out.append(f"- {r['model']} at {n} thread(s): side by side {name} {theirs:.2f}x vs graphsub {mine:.2f}x"
-                       + (f"; {h2h}" if h2h else "") + f" -- {kernel_diff(r['tools'][name], ours)}")
+                       + mark + (f"; {h2h}" if h2h else "") + f" -- {kernel_diff(r['tools'][name], ours)}")
     return out
 
 
@@ -286,9 +406,13 @@ def failures(records: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def json_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per model and tool: ``verified``, ``loads``, ``ms``, ``speedup``, ``faster_rounds`` (by thread count),
-    ``ops``, ``fused_kernels``, ``status``, ``error``; graphsub's row also its ``head_to_head`` with the best peer
-    (by thread count: the peer, ``ratio`` = peer / graphsub latency, ``faster_rounds``, the paired rounds)."""
+    """Per model and tool: ``verified``, ``loads``, ``ms``, ``speedup`` (the median per-round ratio),
+    ``faster_rounds`` (descriptive), ``faster`` (its verdict against ONNX Runtime alone), ``speedup_ci`` and
+    ``aa_ratio`` (the verdict's; None in a legacy record) and ``verdict`` (the whole stored decision: its speedup,
+    ``rounds``, ``sessions``, ``alpha``, ``reason``, ...), each by thread count; ``ops``, ``fused_kernels``,
+    ``status``, ``error``; graphsub's row also its ``head_to_head`` with the best peer (by thread count: the peer,
+    ``ratio`` = peer / graphsub latency, and the verdict: ``faster``, ``slower``, ``speedup_ci``, ``aa_ratio``,
+    ``rounds``, ``sessions``, the rounds)."""
     rows = []
     for r in records:
         for t, o in r["tools"].items():
@@ -298,6 +422,10 @@ def json_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                          "ms": {n: v.get("ms") for n, v in timing.items()},
                          "speedup": {n: v.get("speedup") for n, v in timing.items()},
                          "faster_rounds": {n: v.get("faster_rounds") for n, v in timing.items()},
+                         "faster": {n: (v.get("verdict") or {}).get("faster") for n, v in timing.items()},
+                         "speedup_ci": {n: (v.get("verdict") or {}).get("speedup_ci") for n, v in timing.items()},
+                         "aa_ratio": {n: (v.get("verdict") or {}).get("aa_ratio") for n, v in timing.items()},
+                         "verdict": {n: v.get("verdict") for n, v in timing.items()},
                          "ops": o.get("ops"), "fused_kernels": o.get("fused_kernels"),
                          **({"head_to_head": {n: v["head_to_head"] for n, v in timing.items() if "head_to_head" in v}}
                             if t == GRAPHSUB else {})})
@@ -347,7 +475,8 @@ def rule_family(rule: str) -> str:
 
 def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per model, what graphsub's portfolio kept: the candidate (and the peer or search it was built on), the rule
-    families that made it, and its own measured speedup (confirmed, paired) at the thread count it decided at: one
+    families that made it, and its own measured speedup (confirmed: with the interval and A/A ratio of its
+    confirmation, :mod:`graphsub.optimize.decide`, where recorded) at the thread count it decided at: one
     row per thread count, each its own run (``graphsub optimize --threads N``)."""
     lines = ["| model | kept | built on | rule families (substitutions) | its speedup | threads | candidates | "
              "time to result |", "|---|---|---|---|---|---|---|---|"]
@@ -360,9 +489,11 @@ def choices(records: Sequence[Mapping[str, Any]]) -> list[str]:
             kept = cands.get(g["chosen"], {})
             fams = Counter(rule_family(rule) for rule in kept.get("rules", []))
             sp = kept.get("confirm_speedup") or kept.get("speedup")
+            conf = kept.get("confirmation") or {}
+            its = "-" if sp is None else f"{sp:.3f}x" + (f" ({interval_text(conf)})" if conf.get("speedup_ci") else "")
             lines.append(f"| {r['model']} | {g['chosen']} | {g.get('chosen_base') or '-'} | "
                          + (", ".join(f"{f} ({n} rules)" for f, n in fams.items()) or "-")
-                         + f" | {'-' if sp is None else f'{sp:.3f}x'} | {g.get('threads', '-')} | {len(cands)} | "
+                         + f" | {its} | {g.get('threads', '-')} | {len(cands)} | "
                          + ("-" if g.get("seconds") is None else f"{g['seconds']:.1f} s") + " |")
     return lines
 
@@ -416,12 +547,20 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
     """``<name>.md`` (the tables and failures) and ``<name>.png`` (the plot) in ``out_dir``."""
     threads = sorted({int(n) for r in records for n in r.get("threads", [])})
     parts = [f"# {name}: models x tools, speedup over ONNX Runtime alone (ORT_ENABLE_ALL)\n\n",
-             "Cells: median of the per-round ratios ORT-alone / variant (alternating rounds); (same file) = byte-"
+             "Cells: median of the per-round ratios ORT-alone / variant (alternating rounds, three sessions a "
+             "variant used in turn); (same file) = byte-"
              "identical to another variant's output, timed once; (same after ORT) = ONNX Runtime runs it exactly "
              "as another variant (the same optimized graph: same kernels, same shapes), timed once; FAILED = the "
              "tool failed, no load = ONNX Runtime "
              "rejects the output, WRONG = outputs differ from the original, n/a = the tool does not apply. ORT "
-             "spread: slowest / fastest round of the original, minus 1 (the noise a speedup must clear).\n\n"]
+             "spread: slowest / fastest round of the original, minus 1. Best = the fastest tool whose speedup the "
+             "decision (graphsub.optimize.decide: a t-test over session groups, with the original timed a second "
+             "time as an A/A control) calls faster -- its interval above 1.0x, its speedup above graphsub "
+             "optimize's threshold and above what the A/A control reads; each of the k tools of a model is tested "
+             f"at {decide.ALPHA:g}/k, so that tools no faster than the original make one 'best' at most "
+             f"{decide.ALPHA:.0%} of the time -- with that speedup, its interval and the A/A ratio. Rows marked "
+             f"({LEGACY_NOTE}) were measured before that decision: classified by the rule of their time (faster in "
+             "80% of the rounds by 1.03x), with no interval.\n\n"]
     for n in threads:
         parts += [f"## {n} thread(s)\n\n", speedup_table(records, n), "\n"]
         for t in tools_of(records):
@@ -431,9 +570,9 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
                 parts.append(f"- geometric mean, {t}: {g:.3f}x\n")
         counts = versus_counts(records, n)
         if counts:
-            parts += ["\ngraphsub against the best peer, head-to-head (fresh rounds paired between the two alone, "
-                      f"several sessions a side; ahead/behind = faster in {MIN_FASTER_ROUNDS:.0%} of the rounds by "
-                      f">= {MIN_RATIO}x):\n\n", "\n".join(counts), "\n"]
+            parts += ["\ngraphsub against the best peer, head-to-head (graphsub.optimize.decide.compare: fresh "
+                      "session groups of the peer, graphsub and the peer again as the A/A control; ahead/behind = "
+                      "the decision says faster/slower):\n\n", "\n".join(counts), "\n"]
         parts.append("\n")
     for n in threads:
         parts += [f"## Geometric means by family, {n} thread(s) (a failed or wrong output counts as 1.0x)\n\n",
@@ -461,10 +600,11 @@ def write_tables(records: Sequence[Mapping[str, Any]], out_dir: Path, name: str,
 
 
 __all__ = [
-    "MIN_FASTER_ROUNDS",
-    "MIN_RATIO",
+    "LEGACY_NOTE",
     "TIME_TO_RESULT_S",
+    "beats",
     "behind",
+    "best_cell",
     "best_tool",
     "cell",
     "choices",
@@ -473,16 +613,20 @@ __all__ = [
     "family_geomeans",
     "gap",
     "geomean",
+    "interval_text",
     "json_rows",
     "kernel_diff",
     "kernel_table",
     "kernels",
+    "legacy",
+    "legacy_rule",
     "plot",
     "rule_family",
     "speedup",
     "speedup_table",
     "time_to_result",
     "tools_of",
+    "verdict",
     "versus",
     "versus_counts",
     "versus_text",
