@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -30,6 +31,7 @@ from graphsub.cli.common import (
 )
 from graphsub.errors import ExportError, ImportError_, ReferenceFailed, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
+from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.decide import MIN_SPEEDUP
 from graphsub.spec import ModelSpec
 
@@ -202,28 +204,28 @@ def optimize_cmd(
     from graphsub.cli.common import log
     from graphsub.interrupt import EXIT_INTERRUPTED, graceful
 
-    kw: dict[str, Any] = {"output": output, "algo": algo, "rules": rules, "cost": cost, "seed": seed,
-                          "budget": Budget(time_s=None, k=k), "time_s": budget, "started": started, "seeds": seeds,
-                          "threads": threads, "keep_slower": keep_slower, "min_speedup": min_speedup, "peers": peers,
-                          "eqsat_s": eqsat_budget, "on_top_s": on_top_budget, "spelling": spelling,
-                          "provider": provider}
+    cfg = OptimizeConfig(algo=algo, rules=rules, cost=cost, seed=seed, budget=Budget(time_s=None, k=k), time_s=budget,
+                         started=started, seeds=seeds, threads=threads, keep_slower=keep_slower,
+                         min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
+                         spelling=spelling, provider=provider, input_shapes=shapes)
     progress = _progress_bar(budget, as_json)
     with progress, exits(as_json, (ReferenceFailed, Exit.BAD_INPUT), (VerificationError, Exit.NOT_EQUIVALENT),
                          (ExportError, Exit.CANNOT_WRITE), (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):
         log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, budget)
-        kw["progress"] = _on_progress(progress, budget, started)
+        cfg = dataclasses.replace(cfg, progress=_on_progress(progress, budget, started))
         extra: dict[str, Any] = {}
         if pytorch_route:
-            train_module.run(spec, shapes, kw, output, as_json)  # exits
+            train_module.run(spec, shapes, cfg, output, as_json)  # exits
         if training:
-            tres = _optimize_training(spec, shapes, kw, loss=loss, params=params, batchnorm=batchnorm)
+            tres = _optimize_training(spec, shapes, cfg, output, loss=loss, params=params, batchnorm=batchnorm)
             res, extra = tres.result, tres.to_dict()
         elif spec.kind == "module":
-            res = _optimize_module(spec, shapes, kw)
+            res = _optimize_module(spec, shapes, cfg, output)
         else:
-            res = optimize(spec.text, input_shapes=shapes, **kw)
+            res = optimize(spec.text, output=output, config=cfg)
         if report_path is not None:
-            kw["progress"]("report", 0.0, None)
+            assert cfg.progress is not None
+            cfg.progress("report", 0.0, None)
             _write_report(res, report_path)
     code = EXIT_INTERRUPTED if res.interrupted else Exit.OK if res.verified else Exit.NOT_EQUIVALENT
     if as_json:
@@ -269,7 +271,8 @@ def _write_report(res: OptimizeResult, path: Path) -> None:
     res.timings_s["report_s"] = time.perf_counter() - t
 
 
-def _optimize_module(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any]) -> OptimizeResult:
+def _optimize_module(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], cfg: OptimizeConfig,
+                     output: Path) -> OptimizeResult:
     """``FILE.py:ClassName``: export the module on random inputs of the ``--input-shape`` shapes (in
     order), optimize, verify against the module itself."""
     from graphsub.frontends.torch_export import random_tensors
@@ -277,11 +280,13 @@ def _optimize_module(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: di
 
     if not shapes:
         raise ImportError_("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
-    return optimize_module(spec.load_module(), random_tensors(list(shapes.values()), kw["seed"]), **kw).result
+    module = spec.load_module()
+    return optimize_module(module, random_tensors(list(shapes.values()), cfg.seed), output=output,
+                           config=dataclasses.replace(cfg, input_shapes=None)).result
 
 
-def _optimize_training(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any], *, loss: str,
-                       params: str | None, batchnorm: str) -> Any:
+def _optimize_training(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], cfg: OptimizeConfig, output: Path, *,
+                       loss: str, params: str | None, batchnorm: str) -> Any:
     """``--training``: the training graph of the model (a PyTorch module is exported as it trains first)."""
     import tempfile
 
@@ -290,15 +295,16 @@ def _optimize_training(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: 
     names = None if params is None else [p.strip() for p in params.split(",") if p.strip()]
     opts: dict[str, Any] = {"loss": loss, "params": names, "batchnorm": batchnorm}
     if spec.kind != "module":
-        return optimize_training(spec.text, input_shapes=shapes, **opts, **kw)
+        return optimize_training(spec.text, output=output, config=cfg, **opts)
     from graphsub.frontends.torch_export import export_module, random_tensors
 
     if not shapes:
         raise ImportError_("a FILE.py:ClassName model needs its input shapes: --input-shape x=1x3x32x32")
     with tempfile.TemporaryDirectory(prefix="graphsub-train-") as tmp:
         path = Path(tmp) / "module.onnx"
-        export_module(spec.load_module(), random_tensors(list(shapes.values()), kw["seed"]), path, training=True)
-        return optimize_training(str(path), **opts, **kw)
+        export_module(spec.load_module(), random_tensors(list(shapes.values()), cfg.seed), path, training=True)
+        return optimize_training(str(path), output=output, config=dataclasses.replace(cfg, input_shapes=None),
+                                 **opts)
 
 
 def _print_training(d: dict[str, Any]) -> None:

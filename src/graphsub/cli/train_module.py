@@ -19,10 +19,8 @@ import typer
 
 from graphsub.cli.common import Exit, confirm_output, fail, out
 from graphsub.errors import ImportError_
+from graphsub.optimize.config import OptimizeConfig
 from graphsub.spec import ModelSpec
-
-#: seconds of the whole --budget the forward search gets (the rest: export, checks, timed steps)
-SEARCH_SHARE = 0.4
 
 
 def torch_route(training: bool, spec: ModelSpec, output: Path) -> bool:
@@ -43,22 +41,17 @@ def check_options(spec: ModelSpec, output: Path, *, loss: str, params: str | Non
     confirm_output(spec, output.with_suffix(".pt"), as_json)
 
 
-def run(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any], output: Path, as_json: bool
+def run(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], cfg: OptimizeConfig, output: Path, as_json: bool
         ) -> None:
-    """Optimize, write when faster, report; exits with the command's code."""
+    """Optimize (the library decides: :func:`graphsub.optimize.torch_training.optimize_module_training_with`), write
+    when it chose the optimized module, report; exits with the command's code."""
     from graphsub.frontends.torch_export import random_tensors
-    from graphsub.optimize.torch_training import optimize_module_training
+    from graphsub.optimize.torch_training import optimize_module_training_with
 
     if not shapes:
         raise ImportError_("a FILE.py:ClassName model needs its input shapes: --input-shape x=8x3x32x32")
-    budget = kw["time_s"]
-    tm = optimize_module_training(spec.load_module(), random_tensors(list(shapes.values()), kw["seed"]),
-                                  rules=kw["rules"], cost=kw["cost"], seed=kw["seed"], threads=kw["threads"],
-                                  budget_s=SEARCH_SHARE * budget if budget is not None else 12.0,
-                                  min_speedup=kw["min_speedup"])
-    written: list[str] = []
-    if tm.optimized:
-        written = [str(p) for p in write_module(tm, output)]
+    tm = optimize_module_training_with(spec.load_module(), random_tensors(list(shapes.values()), cfg.seed), cfg)
+    written = [str(p) for p in tm.write(output)] if tm.optimized else []
     code = Exit.OK if tm.verified else Exit.NOT_EQUIVALENT
     d = {"model": spec.text, **tm.to_dict(), "written": written or None, "exit_code": int(code)}
     if as_json:
@@ -66,18 +59,6 @@ def run(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], kw: dict[str, Any],
     else:
         _print(d, tm.max_grad_abs_diff)
     raise typer.Exit(int(code))
-
-
-def write_module(tm: Any, output: Path) -> tuple[Path, Path]:
-    """``OUT.py`` (the class) and ``OUT.pt`` (its state dict), each written atomically."""
-    from graphsub.optimize.output import write_bytes
-
-    weights = output.with_suffix(".pt")
-    header = (f"# Written by graphsub optimize --training: {type(tm.module).__name__} computes the optimized training "
-              f"forward graph.\n# Load it with: m = GraphModule(); m.load_state_dict(torch.load({weights.name!r}))"
-              "\n# (the parameters keep the original module's state_dict names: its own weights load too).\n")
-    write_bytes(tm.state_bytes(), weights, suffix=".pt")
-    return write_bytes((header + tm.source).encode(), output, suffix=".py"), weights
 
 
 def _print(d: dict[str, Any], grad_diff: float) -> None:

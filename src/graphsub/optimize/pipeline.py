@@ -43,17 +43,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphsub.deadline import NO_DEADLINE, Deadline, check_seconds
-from graphsub.errors import GraphsubError
+from graphsub.deadline import NO_DEADLINE, Deadline
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
-from graphsub.optimize.decide import MIN_SPEEDUP
+from graphsub.optimize.config import (
+    DEFAULT_ALGO,
+    DEFAULT_BUDGET_S,
+    DEFAULT_COST,
+    DEFAULT_RULES,
+    OptimizeConfig,
+    ProgressFn,
+)
 from graphsub.optimize.race import time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
@@ -62,16 +68,6 @@ from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget
 from graphsub.spec import ModelSpec, Shapes, check_output
-
-DEFAULT_ALGO = "taso"
-DEFAULT_COST = "fused[min]"  # the minimum of repeats: far more repeatable than the median on a loaded machine
-DEFAULT_RULES = "default"
-DEFAULT_BUDGET_S = 12.0  # the main search without a total budget (time_s=None); with one, its share of it
-DEFAULT_EQSAT_S = 5.0
-DEFAULT_ON_TOP_S = 2.0
-
-#: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, time, write
-ProgressFn = Callable[[str, float, float | None], None]
 
 
 @dataclass
@@ -114,35 +110,18 @@ def optimize(
     model: str | os.PathLike[str] | Graph,
     *,
     output: str | os.PathLike[str] | None = None,
-    algo: str = DEFAULT_ALGO,
-    rules: str | Sequence[Rule] = DEFAULT_RULES,
-    cost: str = DEFAULT_COST,
-    budget: Budget | None = None,
-    time_s: float | None = DEFAULT_TIME_S,
-    started: float | None = None,
-    seed: int = 0,
-    seeds: int = 3,
-    threads: int | None = None,
-    keep_slower: bool = False,
-    min_speedup: float = MIN_SPEEDUP,
-    timing_budget_ms: float = 200.0,
-    measure_latency: bool = True,
-    input_shapes: Shapes | None = None,
-    rtol: float = 1e-4,
-    atol: float = 1e-5,
-    progress: ProgressFn | None = None,
-    peers: str | Sequence[str] = "auto",
-    eqsat_s: float = DEFAULT_EQSAT_S,
-    on_top_s: float = DEFAULT_ON_TOP_S,
-    spelling: bool = True,
-    provider: str = "cpu",
+    config: OptimizeConfig | None = None,
     extra_candidates: Sequence[tuple[str, Graph, tuple[Any, ...]]] = (),
     timing_feeds: Mapping[str, Any] | None = None,
-    timers: Timers | None = None,
-    **search_params: Any,
+    **settings: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
     verified, write the chosen model there.
+
+    ``config`` (:class:`~graphsub.optimize.config.OptimizeConfig`; its defaults are the defaults) holds every
+    setting; ``settings`` override its fields by name (``optimize(m, time_s=30, peers="none")``), and a keyword that
+    is no setting goes to the search algorithm. Invalid settings (NaN, infinite or negative times, non-positive
+    ``timing_budget_ms``, ``min_speedup``, ``seeds`` or ``threads``) raise GraphsubError before any work.
 
     ``time_s``: the wall-time budget of the whole call (None: unbounded), counted from ``started`` (a
     reading of ``timers.clock``, by default ``time.perf_counter()``; default: the call; the command line passes the
@@ -151,14 +130,13 @@ def optimize(
     ones unless a ``using_timers`` block says otherwise): every latency, confirmation and budget clock of the call
     (the seam through which tests fake time); ``budget``: the main search's own limits
     (``k``, ``expansions``, ``memory_mb``; its ``time_s`` caps the search's share of ``time_s``, and without
-    ``time_s`` it is the search's time, default :data:`DEFAULT_BUDGET_S`). NaN, infinite or negative times, and
-    non-positive ``timing_budget_ms``, ``min_speedup``, ``seeds`` or ``threads`` raise GraphsubError before any work.
+    ``time_s`` it is the search's time, default :data:`~graphsub.optimize.config.DEFAULT_BUDGET_S`).
 
     ``threads``: the intra-op thread count the decision is made at (default: every core, ONNX Runtime's own
     default). With ``measure_latency`` the portfolio (:mod:`graphsub.optimize.portfolio`: ``eqsat_s`` seconds of
     equality saturation, the ``peers``, ``on_top_s`` seconds of search on top of each, the ``spelling`` pass) is
-    verified and timed with the search's result, and the fastest verified candidate is chosen when it is faster
-    under ``ORT_ENABLE_ALL`` (median speedup above ``min_speedup``, faster in 80% of the timing rounds; with
+    verified and timed with the search's result, and the fastest candidate the decision procedure
+    (:mod:`graphsub.optimize.decide`) declares faster than the original under ``ORT_ENABLE_ALL`` is chosen (with
     ``keep_slower`` the fastest one whatever its speed); ``provider="cuda"`` times and decides on ONNX Runtime's CUDA
     provider (the search's cost model and the verification stay on the CPU) and raises ExecutionError before any
     work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
@@ -178,11 +156,15 @@ def optimize(
     from graphsub.optimize.portfolio import resolve_peers
     from graphsub.search import search
 
-    tm = resolve_timers(timers)
-    run = _Run(progress or (lambda phase, elapsed, best: None), tm, t0=tm.clock())
-    run.deadline = Deadline.after(_check_args(time_s, eqsat_s, on_top_s, timing_budget_ms, min_speedup, seeds, threads,
-                                              rtol, atol), start=run.t0 if started is None else started, clock=tm.clock)
-    threads = threads or default_threads()
+    cfg = OptimizeConfig.build(config, **settings).check()
+    algo, rules, cost, time_s, seed, seeds = cfg.algo, cfg.rules, cfg.cost, cfg.time_s, cfg.seed, cfg.seeds
+    keep_slower, min_speedup, measure_latency, input_shapes = (cfg.keep_slower, cfg.min_speedup, cfg.measure_latency,
+                                                               cfg.input_shapes)
+    rtol, atol, provider = cfg.rtol, cfg.atol, cfg.provider
+    tm = resolve_timers(cfg.timers)
+    run = _Run(cfg.progress or (lambda phase, elapsed, best: None), tm, t0=tm.clock())
+    run.deadline = Deadline.after(time_s, start=run.t0 if cfg.started is None else cfg.started, clock=tm.clock)
+    threads = cfg.threads or default_threads()
     if provider != "cpu":
         from graphsub.frontends.ort import require_provider
 
@@ -190,14 +172,14 @@ def optimize(
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
         check_output(spec, output)
-    peer_list = resolve_peers(peers) if measure_latency else ()
+    peer_list = resolve_peers(cfg.peers) if measure_latency else ()
     with run.step("load", "load_s"):
         name, graph = load_input(model, input_shapes)
         rule_list = resolve_rules(rules)
         cm = get_model(cost, threads=threads, progress=False)
-    search_budget = budget or Budget(time_s=DEFAULT_BUDGET_S if time_s is None else None)
-    shares = plan(time_s, run.deadline.remaining(), search_cap=search_budget.time_s, eqsat_s=eqsat_s,
-                  on_top_s=on_top_s, n_peers=len(peer_list), portfolio=measure_latency,
+    search_budget = cfg.budget or Budget(time_s=DEFAULT_BUDGET_S if time_s is None else None)
+    shares = plan(time_s, run.deadline.remaining(), search_cap=search_budget.time_s, eqsat_s=cfg.eqsat_s,
+                  on_top_s=cfg.on_top_s, n_peers=len(peer_list), portfolio=measure_latency,
                   verify_s=verify_estimate_s(graph) if time_s is not None else 0.0)
     if shares.search_s is not None:
         search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
@@ -205,7 +187,7 @@ def optimize(
         run.cut_short()
     with run.step("search", "search_s"):
         result = search(graph, rule_list, cm, search_budget, seed, algo=algo,
-                        progress=lambda elapsed, best: run.note("search", elapsed, best), **search_params)
+                        progress=lambda elapsed, best: run.note("search", elapsed, best), **cfg.search_params)
     with run.step("verify", "verify_s", result.best_cost):
         ref = materialize(graph, seed)
         seed_list = tuple(seed + 1000 * i for i in range(max(seeds, 1)))
@@ -221,7 +203,7 @@ def optimize(
             run.cut_short()
             seed_list = done
     res = OptimizeResult(name, ref, final, ref, result, ok, diff, worst, threads=threads, seeds=seed_list,
-                         timings_s=run.timings, rule_set=rules if isinstance(rules, str) else f"{len(rule_list)} rules",
+                         timings_s=run.timings, rule_set=cfg.rule_set_name(len(rule_list)),
                          cost_model=cost, rules=tuple(rule_list), time_budget_s=time_s)
     if not ok:
         with run.step("bisect", "bisect_s"):
@@ -239,13 +221,13 @@ def optimize(
         res.graph = ref if res.kept_original else final
         chosen_data: Any = exported
     else:
-        settings = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
-                             keep_slower=keep_slower, budget_ms=timing_budget_ms,
-                             peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
-                             on_top_s=shares.on_top_s, spelling=spelling, provider=provider, plan=shares,
-                             extra=tuple(extra_candidates),
-                             timing_feeds=dict(timing_feeds) if timing_feeds is not None else None)
-        chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, settings)
+        st = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
+                       keep_slower=keep_slower, budget_ms=cfg.timing_budget_ms,
+                       peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
+                       on_top_s=shares.on_top_s, spelling=cfg.spelling, provider=provider, plan=shares,
+                       extra=tuple(extra_candidates),
+                       timing_feeds=dict(timing_feeds) if timing_feeds is not None else None)
+        chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
     if _interrupted(res) and not _confirmed(res):
@@ -257,22 +239,6 @@ def optimize(
                 check_reference(source, ref, seed_list[0])  # model it rejects is bad input, never passed through
             _write(res, output, source, chosen_data, input_shapes)
     return _finish(res, run)
-
-
-def _check_args(time_s: float | None, eqsat_s: float, on_top_s: float, timing_budget_ms: float, min_speedup: float,
-                seeds: int, threads: int | None, rtol: float, atol: float) -> float | None:
-    """``time_s`` once every limit of :func:`optimize` is known to be usable (GraphsubError naming the bad one)."""
-    check_seconds("eqsat_s", eqsat_s)
-    check_seconds("on_top_s", on_top_s)
-    check_seconds("rtol", rtol)
-    check_seconds("atol", atol)
-    for what, v in (("timing_budget_ms", timing_budget_ms), ("min_speedup", min_speedup)):
-        check_seconds(what, v, positive=True)
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise GraphsubError(f"seeds must be a whole number >= 1, not {seeds!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise GraphsubError(f"threads must be a whole number >= 1, not {threads!r}")
-    return check_seconds("time_s (the optimize budget)", time_s, allow_none=True, positive=True)
 
 
 def _confirmed(res: OptimizeResult) -> bool:
@@ -340,7 +306,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         feeds = [(s, random_inputs(graph, s)) for s in st.seeds]
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2)
-    if any("skipped" in n for n in port.notes) or any(c.error.startswith("not verified:") for c in port.candidates):
+    if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()
     timed = [c for c in port.distinct if c.verified]
     if timed:

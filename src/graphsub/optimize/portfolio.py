@@ -199,6 +199,7 @@ class Portfolio:
     candidates: list[Candidate] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     original_rounds: list[float] = field(default_factory=list)  # the original's per-round times (ms)
+    skipped: list[str] = field(default_factory=list)  # the sources (and checks) left out for lack of time or a stop
 
     def add(self, cand: Candidate) -> Candidate:
         for other in self.candidates:
@@ -243,6 +244,7 @@ class Sources:
         """Note that ``what`` did not run for lack of time or because a stop was requested."""
         why = "interrupted" if self.deadline.reason() == "interrupt" else "no time left in the budget"
         portfolio.notes.append(f"{what}: skipped: {why}")
+        portfolio.skipped.append(what)
 
 
 def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sources,
@@ -496,6 +498,7 @@ def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int,
         if deadline.expired() or deadline.remaining() < estimate_s:
             why = "interrupted" if deadline.reason() == "interrupt" else "no time left in the budget"
             c.verified, c.error = None, f"not verified: {why}"
+            portfolio.skipped.append(f"verifying {c.name}")
             continue
         chk = check_feeds(original, c.data, feeds, rtol=rtol, atol=atol, reference=reference)
         c.verified, c.max_abs_diff, c.error = chk.verified, chk.max_abs_diff, chk.error

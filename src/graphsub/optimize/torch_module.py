@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.equivalence import DEFAULT_ATOL, DEFAULT_RTOL, compare_arrays
+from graphsub.equivalence import compare_arrays
 from graphsub.errors import VerificationError
 from graphsub.frontends.torch_export import export_module
+from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.pipeline import optimize
 from graphsub.optimize.result import OptimizeResult
 
@@ -67,20 +68,25 @@ def _draws(example: Sequence[Any], seed: int, n: int) -> list[list[np.ndarray]]:
 
 
 def optimize_module(module: Any, example_inputs: Sequence[Any], *, output: str | os.PathLike[str] | None = None,
-                    seed: int = 0, draws: int = 2, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
-                    training: bool = False, **kwargs: Any) -> Any:
-    """Export, optimize (``kwargs`` go to :func:`graphsub.optimize.optimize`), verify against the module,
-    and return an :class:`OptimizedModule`.  ``output``: where the ONNX model goes (default: a new
+                    draws: int = 2, training: bool = False, config: OptimizeConfig | None = None,
+                    **settings: Any) -> Any:
+    """Export, optimize (``config`` and ``settings`` as for :func:`graphsub.optimize.optimize`), verify against
+    the module, and return an :class:`OptimizedModule`.  ``output``: where the ONNX model goes (default: a new
     temporary directory).  Raises VerificationError when the graph-level or the module-level check fails.
 
     ``training=True``: optimize the module for training in PyTorch instead and return a
     :class:`~graphsub.optimize.torch_training.TrainedModule`, whose ``module`` is an ``nn.Module`` holding the
     module's parameters (the optimized emitted module, or the module itself when that was not faster per SGD step);
-    ``kwargs`` go to :func:`~graphsub.optimize.torch_training.optimize_module_training`."""
+    without ``config``, ``settings`` go to :func:`~graphsub.optimize.torch_training.optimize_module_training`,
+    with one, :func:`~graphsub.optimize.torch_training.optimize_module_training_with` takes its settings."""
     if training:
-        from graphsub.optimize.torch_training import optimize_module_training
+        from graphsub.optimize.torch_training import optimize_module_training, optimize_module_training_with
 
-        return optimize_module_training(module, example_inputs, seed=seed, rtol=rtol, atol=atol, **kwargs)
+        if config is not None:
+            return optimize_module_training_with(module, example_inputs, OptimizeConfig.build(config, **settings))
+        return optimize_module_training(module, example_inputs, **settings)
+    cfg = OptimizeConfig.build(config, **settings).check()
+    seed, rtol, atol = cfg.seed, cfg.rtol, cfg.atol
     import torch
 
     from graphsub.frontends.ort import make_session
@@ -91,7 +97,7 @@ def optimize_module(module: Any, example_inputs: Sequence[Any], *, output: str |
     out = Path(output) if output is not None else workdir / "optimized.onnx"
     try:
         names = export_module(module, example_inputs, src)
-        res = optimize(src, output=out, seed=seed, rtol=rtol, atol=atol, **kwargs)
+        res = optimize(src, output=out, config=cfg)
     finally:  # the exported model is only needed while optimizing
         src.unlink(missing_ok=True)
         if output is not None:

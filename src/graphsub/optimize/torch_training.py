@@ -30,17 +30,21 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from graphsub.equivalence import GradientCheck, Tolerance, check_gradients
 from graphsub.errors import VerificationError
 from graphsub.ir.graph import Graph
 from graphsub.optimize import decide
+from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.timing import Timers, resolve_timers
-from graphsub.training import freeze_params, trainable_forward
+from graphsub.rules.rule import Rule
+from graphsub.training import GRAD_PREFIX, freeze_params, trainable_forward
 
 
 @dataclass
@@ -101,6 +105,22 @@ class TrainedModule:
         torch.save(self.module.state_dict(), buf)
         return buf.getvalue()
 
+    def write(self, output: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write the chosen module as ``OUT.py`` (its class, :attr:`source`) and ``OUT.pt`` (its state dict), each
+        atomically; only an optimized module has a class to write (ValueError otherwise)."""
+        from graphsub.optimize.output import write_bytes
+
+        if not self.optimized:
+            raise ValueError("the module itself was kept: there is no optimized module to write")
+        output = Path(output)
+        weights = output.with_suffix(".pt")
+        header = (f"# Written by graphsub optimize --training: {type(self.module).__name__} computes the optimized "
+                  f"training forward graph.\n# Load it with: m = GraphModule(); "
+                  f"m.load_state_dict(torch.load({weights.name!r}))\n# (the parameters keep the original module's "
+                  "state_dict names: its own weights load too).\n")
+        write_bytes(self.state_bytes(), weights, suffix=".pt")
+        return write_bytes((header + self.source).encode(), output, suffix=".py"), weights
+
     def to_dict(self) -> dict[str, Any]:
         v = self.verdict
         return {"training": True, "runtime": "pytorch", "optimized": self.optimized, "verified": self.verified,
@@ -113,6 +133,24 @@ class TrainedModule:
                 "decision": self.decision, "confirmation": None if v is None else v.to_dict(),
                 "emitted_original": None if self.emitted_verdict is None else self.emitted_verdict.to_dict(),
                 "rounds_ms": self.rounds_ms, "params": len(self.params), "timings_s": self.timings_s}
+
+
+#: the share of the budget (``time_s``) the PyTorch route's forward search gets; the rest: export, the gradient
+#: check and the timed training steps
+SEARCH_SHARE = 0.4
+
+
+def optimize_module_training_with(module: Any, example_inputs: Sequence[Any], config: OptimizeConfig) -> TrainedModule:
+    """:func:`optimize_module_training` with the settings of one :class:`~graphsub.optimize.config.OptimizeConfig`
+    (what ``graphsub optimize FILE.py:Class --training -o OUT.py`` runs): its rules, cost, algorithm, seed, threads,
+    threshold, tolerances and timers; the forward search gets :data:`SEARCH_SHARE` of ``time_s``."""
+    from graphsub.optimize.config import DEFAULT_BUDGET_S
+
+    cfg = config.check()
+    budget_s = SEARCH_SHARE * cfg.time_s if cfg.time_s is not None else DEFAULT_BUDGET_S
+    return optimize_module_training(module, example_inputs, rules=cfg.rules, cost=cfg.cost, algo=cfg.algo,
+                                    budget_s=budget_s, seed=cfg.seed, threads=cfg.threads,
+                                    min_speedup=cfg.min_speedup, rtol=cfg.rtol, atol=cfg.atol, timers=cfg.timers)
 
 
 def one_hot(batch: int, classes: int, seed: int) -> np.ndarray:
@@ -132,6 +170,34 @@ def _grads(module: Any, inputs: Sequence[Any], labels: Any) -> tuple[float, dict
     return float(loss.detach()), grads
 
 
+def _check_grads(module: Any, emitted: Any, keys: Mapping[str, str], names: Sequence[str], xs: Sequence[Any],
+                 labels: Any, ref: tuple[float, dict[str, np.ndarray]], opt: tuple[float, dict[str, np.ndarray]],
+                 tolerance: Tolerance) -> GradientCheck:
+    """The loss and every gradient of the emitted module (``opt``) against the module's (``ref``), by the one
+    tolerance policy (:func:`graphsub.equivalence.check_gradients`); when they differ by tolerance alone, both are
+    computed again in float64 (copies of the two modules in double precision) and compared at
+    :meth:`~graphsub.equivalence.Tolerance.float64`: float32 evaluation order alone does not reject an exact
+    module. ``keys``: graph weight name -> the emitted module's parameter name."""
+    import copy
+
+    def named(loss: float, grads: Mapping[str, np.ndarray], key: Mapping[str, str] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"loss": loss}
+        for n in names:
+            k = key.get(n, n) if key is not None else n
+            if k in grads:
+                out[GRAD_PREFIX + n] = grads[k]
+        return out
+
+    def in_float64() -> tuple[dict[str, Any], dict[str, Any]]:
+        x64, y64 = [x.double() for x in xs], labels.double()
+        loss_r, grads_r = _grads(copy.deepcopy(module).double(), x64, y64)
+        loss_o, grads_o = _grads(copy.deepcopy(emitted).double(), x64, y64)
+        return named(loss_o, grads_o, keys), named(loss_r, grads_r, None)
+
+    want = {"loss": ref[0], **{GRAD_PREFIX + n: ref[1][n] for n in names if n in ref[1]}}
+    return check_gradients(named(opt[0], opt[1], keys), want, tolerance, float64=in_float64)
+
+
 def _no_dropout(module: Any) -> list[Any]:
     import torch
 
@@ -142,7 +208,7 @@ def _no_dropout(module: Any) -> list[Any]:
 
 
 def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labels: Any = None,
-                             rules: str = "default", cost: str = "fused[min]", algo: str = "taso",
+                             rules: str | Sequence[Rule] = "default", cost: str = "fused[min]", algo: str = "taso",
                              budget_s: float = 12.0, seed: int = 0, threads: int | None = None,
                              min_speedup: float = decide.MIN_SPEEDUP, groups: int = decide.GROUPS,
                              rounds: int = decide.ROUNDS_PER_GROUP, steps: int = 3, budget_ms: float = 200.0,
@@ -206,12 +272,12 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
         loss_opt, grads_opt = _grads(emitted["optimized"].train(), xs, labels_t)
         named: Any = emitted["optimized"]
         keys: dict[str, str] = dict(named.graph_names)  # graph weight name -> the module's state_dict key
-        grad_d = max((float(np.max(np.abs(grads_ref[n] - grads_opt[keys[n]]))) for n in names), default=0.0)
-        loss_d = abs(loss_ref - loss_opt)
-        scale = max((float(np.max(np.abs(grads_ref[n]))) for n in names), default=1.0)
-        if grad_d > atol + 10 * rtol * scale or loss_d > atol + rtol * abs(loss_ref):
-            raise VerificationError(f"the optimized module's gradients differ from the module's: max abs diff "
-                                    f"{grad_d:.3g} (largest gradient {scale:.3g}), loss diff {loss_d:.3g}")
+        grad_check = _check_grads(module, named, keys, names, xs, labels_t, (loss_ref, grads_ref),
+                                  (loss_opt, grads_opt), Tolerance(rtol, atol))
+        grad_d, loss_d = grad_check.max_grad_abs_diff, grad_check.loss_abs_diff
+        if not grad_check.verified:
+            raise VerificationError(f"the optimized module's loss or gradients differ from the module's: "
+                                    f"{grad_check.error}")
         timings["check_s"] = clock() - t
         t = clock()
         x_np, y_np = [x.numpy() for x in xs], labels_t.numpy()
@@ -253,4 +319,4 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
                          timings_s=timings, source=source)
 
 
-__all__ = ["TrainedModule", "one_hot", "optimize_module_training"]
+__all__ = ["SEARCH_SHARE", "TrainedModule", "one_hot", "optimize_module_training", "optimize_module_training_with"]

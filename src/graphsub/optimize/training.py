@@ -20,6 +20,7 @@ with its value at step 0 as the initializer of the same name, so a runtime may l
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -29,10 +30,10 @@ import numpy as np
 
 from graphsub.data import materialize, random_inputs
 from graphsub.ir.graph import Graph
-from graphsub.optimize.budget import DEFAULT_TIME_S
+from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.pipeline import load_input, optimize
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.timing import Timers, resolve_timers
+from graphsub.optimize.timing import resolve_timers
 from graphsub.training import GRAD_PREFIX, TrainingSpec, build_training, initial_params
 
 
@@ -82,21 +83,18 @@ def training_feeds(joint: Graph, spec: TrainingSpec, params: Mapping[str, np.nda
 
 def compare_steps(a: Any, b: Any, feeds: Mapping[str, np.ndarray], *, threads: int | None = None
                   ) -> tuple[float, float, float]:
-    """Run two training models (ONNX bytes or paths) on ``feeds`` in onnxruntime: (largest loss difference, largest
-    gradient difference, largest absolute gradient of ``a``)."""
-    from graphsub.frontends.ort import make_session, run_session
+    """Run two training models (ONNX bytes or paths) on ``feeds``: ``a`` as the reference
+    (:class:`graphsub.equivalence.Reference`), ``b`` as users run it, compared by the one verifier
+    (:func:`graphsub.equivalence.check`, float32 only): (largest loss difference, largest gradient difference, largest
+    absolute gradient of ``a``). Reported numbers, deciding nothing; ExecutionError when either cannot run."""
+    from graphsub.equivalence import GradientCheck, Reference, check
+    from graphsub.errors import ExecutionError
 
-    outs = []
-    for m in (a, b):
-        sess = make_session(m, optimization="all", threads=threads)
-        names = [o.name for o in sess.get_outputs()]
-        used = {i.name for i in sess.get_inputs()}
-        outs.append(dict(zip(names, run_session(sess, {k: v for k, v in feeds.items() if k in used}), strict=True)))
-    loss_d = float(np.max(np.abs(outs[0]["loss"] - outs[1]["loss"])))
-    grads = [k for k in outs[0] if k.startswith(GRAD_PREFIX)]
-    grad_d = max((float(np.max(np.abs(outs[0][k] - outs[1][k]))) for k in grads), default=0.0)
-    scale = max((float(np.max(np.abs(outs[0][k]))) for k in grads), default=0.0)
-    return loss_d, grad_d, scale
+    chk = check(Reference(a, threads=threads), b, [(0, feeds)], threads=threads, float64=False)
+    if chk.failure not in ("", "tolerance"):
+        raise ExecutionError(chk.error)
+    g = GradientCheck.of([(d, 0.0) for d in chk.outputs if d.name == "loss" or d.name.startswith(GRAD_PREFIX)])
+    return g.loss_abs_diff, g.max_grad_abs_diff, g.max_abs_grad
 
 
 def forward_first(fwd: Graph, spec: TrainingSpec, *, budget_s: float, rules: Any = "default",
@@ -168,41 +166,39 @@ def backward_rules(joint: Graph, *, cost: str = "fused[min]", threads: int | Non
 
 def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os.PathLike[str] | None = None,
                       loss: str = "cross_entropy", params: Collection[str] | None = None,
-                      loss_output: str | None = None, batchnorm: str = "batch", seed: int = 0,
-                      input_shapes: Mapping[str, tuple[int, ...]] | None = None, forward_s: float | None = None,
-                      timers: Timers | None = None, **kwargs: Any) -> TrainingResult:
-    """Build the training graph of ``model`` and optimize it (``kwargs`` go to :func:`graphsub.optimize.optimize`);
-    see the module docstring. ``forward_s``: seconds of the :func:`forward_first` search (default: the main search's
-    share of ``time_s``; 0 leaves that candidate out); it counts in ``time_s``. ``timers``
-    (:class:`~graphsub.optimize.timing.Timers`; None: the current ones): how the candidates are timed and the budget's
-    clock (``started``, when given, is a reading of it), passed on to :func:`~graphsub.optimize.optimize`. Raises
-    GradientError when the model cannot be differentiated (naming the ops)."""
+                      loss_output: str | None = None, batchnorm: str = "batch", forward_s: float | None = None,
+                      config: OptimizeConfig | None = None, **settings: Any) -> TrainingResult:
+    """Build the training graph of ``model`` and optimize it with :func:`graphsub.optimize.optimize` (``config`` and
+    ``settings`` as there: one :class:`~graphsub.optimize.config.OptimizeConfig`); see the module docstring.
+    ``forward_s``: seconds of the :func:`forward_first` search (default: the main search's share of ``time_s``; 0
+    leaves that candidate out); it counts in ``time_s``. The config's ``timers`` time the candidates and are the
+    budget's clock (``started``, when given, is a reading of it). Raises GradientError when the model cannot be
+    differentiated (naming the ops)."""
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.frontends.onnx_io import attach_initializers
-    from graphsub.optimize.pipeline import DEFAULT_BUDGET_S
+    from graphsub.optimize.config import DEFAULT_BUDGET_S
 
-    tm = resolve_timers(timers)
-    started = kwargs.pop("started", None)
-    started = tm.clock() if started is None else started
-    _, fwd = load_input(model, dict(input_shapes) if input_shapes is not None else None)
-    fwd = materialize(fwd, seed)
+    cfg = OptimizeConfig.build(config, **settings).check()
+    tm = resolve_timers(cfg.timers)
+    cfg = dataclasses.replace(cfg, started=tm.clock() if cfg.started is None else cfg.started)
+    _, fwd = load_input(model, dict(cfg.input_shapes) if cfg.input_shapes is not None else None)
+    fwd = materialize(fwd, cfg.seed)
     joint, spec = build_training(fwd, loss=loss, params=params, output=loss_output, batchnorm=batchnorm)
     init = initial_params(fwd, spec)
     extra = []
-    time_s = kwargs.get("time_s", DEFAULT_TIME_S)
-    if kwargs.get("measure_latency", True) and uses_training_rules(kwargs.get("rules", "default")):
-        cand = backward_rules(joint, cost=kwargs.get("cost", "fused[min]"), threads=kwargs.get("threads"),
+    time_s = cfg.time_s
+    if cfg.measure_latency and uses_training_rules(cfg.rules):
+        cand = backward_rules(joint, cost=cfg.cost, threads=cfg.threads,
                               deadline_s=None if time_s is None else 0.2 * time_s)
         extra = [cand] if cand is not None else []
-    if kwargs.get("measure_latency", True) and forward_s != 0.0:
+    if cfg.measure_latency and forward_s != 0.0:
         share = forward_s if forward_s is not None else (DEFAULT_BUDGET_S if time_s is None else 0.16 * time_s)
-        cand = forward_first(fwd, spec, budget_s=share, rules=kwargs.get("rules", "default"),
-                             cost=kwargs.get("cost", "fused[min]"), algo=kwargs.get("algo", "taso"), seed=seed,
-                             threads=kwargs.get("threads"))
+        cand = forward_first(fwd, spec, budget_s=share, rules=cfg.rules, cost=cfg.cost, algo=cfg.algo,
+                             seed=cfg.seed, threads=cfg.threads)
         extra += [cand] if cand is not None else []
-    feeds = training_feeds(joint, spec, init, seed)
-    kwargs.setdefault("timing_feeds", feeds)
-    res = optimize(joint, output=output, seed=seed, started=started, extra_candidates=extra, timers=tm, **kwargs)
+    feeds = training_feeds(joint, spec, init, cfg.seed)
+    res = optimize(joint, output=output, config=dataclasses.replace(cfg, input_shapes=None), extra_candidates=extra,
+                   timing_feeds=feeds)
     loss_d = grad_d = scale = float("nan")
     if res.verified:
         original = export_graph(res.original).SerializeToString()
