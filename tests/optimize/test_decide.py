@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 
 from graphsub.optimize import decide
-from graphsub.optimize.decide import ALPHA, MIN_GROUPS, ORDERS, Rounds, measure, verdict
+from graphsub.optimize.decide import ALPHA, MIN_GROUPS, SQUARES, Rounds, measure, verdict
 
 
-def test_the_orders_cover_every_permutation_and_balance_the_candidate_and_the_control() -> None:
-    assert set(ORDERS) == set(itertools.permutations(range(3)))
-    for first, second in zip(ORDERS[::2], ORDERS[1::2], strict=True):  # consecutive pairs swap b and c
-        assert (first.index(1) < first.index(2)) != (second.index(1) < second.index(2))
+def test_each_group_times_every_arm_once_in_every_position_and_the_squares_alternate() -> None:
+    for square in SQUARES:
+        for arm in range(3):
+            assert sorted(order.index(arm) for order in square) == [0, 1, 2]
+    follows = [sum(order.index(k) == order.index(0) + 1 for order in square) for square in SQUARES for k in (1, 2)]
+    assert follows == [2, 0, 0, 2]  # over two groups, the candidate and the control follow the original alike
+    assert set(itertools.chain(*SQUARES)) == set(itertools.permutations(range(3)))
 
 
 def test_measure_makes_fresh_units_per_group_and_stops_between_groups() -> None:
@@ -33,6 +36,7 @@ def test_measure_makes_fresh_units_per_group_and_stops_between_groups() -> None:
     m = measure(maker("o", 10.0), maker("c", 5.0), budget_ms=1.0, groups=4, rounds_per_group=3)
     assert made == ["o", "c", "o"] * 4 and len(timed) == 4 * 3 * 3
     assert m.group == (0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3) and set(m.b) == {5.0} and set(m.a) == set(m.c) == {10.0}
+    assert timed[:9] == ["o", "c", "o", "c", "o", "o", "o", "o", "c"]  # the first group's square, arm by arm
     asked: list[float] = []
     m = measure(maker("o", 10.0), maker("c", 5.0), budget_ms=1.0, groups=4,
                 stop=lambda need: asked.append(need) or len(asked) > 2)  # type: ignore[func-returns-value]
@@ -72,16 +76,22 @@ def test_too_few_groups_small_gains_and_a_noisy_control_decide_nothing() -> None
 # ----------------------------------------------------------------------------- a simulated noisy machine
 
 
-def _machine(rng: np.random.Generator, true_speedup: float, *, session_sd: float = 0.03,
-             round_sd: float = 0.02) -> tuple[decide.Maker, decide.Maker, Callable[[], None]]:
+def _machine(rng: np.random.Generator, true_speedup: float, *, session_sd: float = 0.03, round_sd: float = 0.02,
+             first_block: float = 0.0) -> tuple[decide.Maker, decide.Maker, Callable[[], None]]:
     """Makers of simulated sessions: each session's latency is off by a lognormal factor for its whole life
-    (``session_sd``), each block by ``round_sd``, and the machine's speed drifts between rounds (shared by the
-    blocks of one round)."""
-    state = {"drift": 0.0}
+    (``session_sd``), each block by ``round_sd``, the machine's speed drifts from block to block, and the first block
+    of each round is slower by ``first_block`` (in log space)."""
+    state = {"drift": 0.0, "calls": 0}
 
     def unit(base: float) -> decide.Timer:
         life = rng.normal(0.0, session_sd)
-        return lambda budget_ms: base * math.exp(life + state["drift"] + rng.normal(0.0, round_sd))
+
+        def run(budget_ms: float) -> float:
+            first = state["calls"] % 3 == 0
+            state["calls"] += 1
+            return base * math.exp(life + state["drift"] + rng.normal(0.0, round_sd) + (first_block if first else 0))
+
+        return run
 
     def tick() -> None:
         state["drift"] = 0.8 * state["drift"] + rng.normal(0.0, 0.05)
@@ -89,8 +99,8 @@ def _machine(rng: np.random.Generator, true_speedup: float, *, session_sd: float
     return (lambda: unit(10.0)), (lambda: unit(10.0 / true_speedup)), tick
 
 
-def _decide(rng: np.random.Generator, true_speedup: float, alpha: float = ALPHA) -> bool:
-    original, candidate, tick = _machine(rng, true_speedup)
+def _decide(rng: np.random.Generator, true_speedup: float, alpha: float = ALPHA, first_block: float = 0.0) -> bool:
+    original, candidate, tick = _machine(rng, true_speedup, first_block=first_block)
 
     def drifting(make: decide.Maker) -> decide.Maker:
         def m() -> decide.Timer:
@@ -124,3 +134,5 @@ def test_the_false_positive_rate_is_bounded_and_gains_are_found() -> None:
     assert sum(_decide(rng, 1.10) for _ in range(300)) / 300 >= 0.9  # a 10% gain is found
     halved = sum(_decide(rng, 1.0, alpha=ALPHA / 2) for _ in range(n)) / n
     assert halved <= ALPHA / 2 + 3 * math.sqrt(ALPHA / 2 * (1 - ALPHA / 2) / n)  # Bonferroni for two leaders
+    first = sum(_decide(rng, 1.0, first_block=0.05) for _ in range(n)) / n  # a slow first block of every round
+    assert first <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / n)  # the Latin squares balance the positions

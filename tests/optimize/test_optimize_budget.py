@@ -366,7 +366,7 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
     cands = [port.add(pf.Candidate(f"c{i}", bytes([i]) * 8, verified=True)) for i in range(3)]
     st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
                    budget_ms=100.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
-    time_portfolio(port, cands, b"original", {}, st, Deadline.after(2.8, start=0.0, clock=clock), timers)
+    time_portfolio(port, cands, b"original", {}, st, Deadline.after(3.3, start=0.0, clock=clock), timers)
     confirmed = [c for c in cands if c.confirmation is not None]
     assert len(confirmed) == 1  # a slow model: one leader
     v = confirmed[0].confirmation

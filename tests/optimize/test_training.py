@@ -13,6 +13,7 @@ import torch
 
 from graphsub import zoo
 from graphsub.data import materialize
+from graphsub.optimize import decide
 from graphsub.optimize.timing import Timers
 from graphsub.optimize.training import forward_first, optimize_training
 from graphsub.optimize.verification import check_seeds
@@ -71,7 +72,8 @@ def test_optimize_module_for_training_trains_like_the_module(faster: bool) -> No
     assert r.applied and r.optimized == faster  # the search found something; kept only when faster
     assert r.verdict is not None and r.verdict.faster == faster and r.verdict.reason in r.decision
     d = r.to_dict()
-    assert d["sessions"] == 5 and d["rounds"] == 10 and d["aa_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert d["sessions"] == decide.GROUPS and d["rounds"] == decide.GROUPS * decide.ROUNDS_PER_GROUP
+    assert d["aa_ratio"] == pytest.approx(1.0, abs=0.05)
     assert len(d["speedup_ci"]) == 2 and d["confirmation"]["faster"] == faster
     assert set(d["rounds_ms"]) == {"module", "optimized", "module_again", "emitted_original"}
     emitted = r.module

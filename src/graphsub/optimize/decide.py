@@ -7,10 +7,12 @@ head-to-head against the best peer -- comes from :func:`compare` (or, for rounds
 **What is measured** (:func:`measure`). Two sessions of the same model can differ by a few percent for as long as
 they live (their weights and arenas land differently in memory), and the machine's speed drifts. So the measurement
 is made of *session groups*: each group creates three fresh units -- a session of the original (arm ``a``), one of
-the candidate (arm ``b``) and one more of the original (arm ``c``, the **A/A control**) -- and times them in rounds,
-one block of ``budget_ms`` each, the order of the three rotating through all six permutations so that neither
-position nor drift favours an arm. A group's units are released before the next group starts (memory stays at
-three sessions whatever the model's size).
+the candidate (arm ``b``) and one more of the original (arm ``c``, the **A/A control**) -- and times them in three
+rounds, one block of ``budget_ms`` each, in the orders of a Latin square (:data:`SQUARES`): within every group each
+arm is timed once first, once second and once last, so that no position (the block after a session's creation, a
+warm cache, a drifting load) favours an arm, and consecutive groups use the two squares in turn, so that the
+candidate follows the original as often as the A/A control does. A group's units are released before the next
+group starts (memory stays at three sessions whatever the model's size).
 
 **The statistic** (:func:`verdict`). Per group ``j``, ``z_j`` is the median over its rounds of
 ``ln(sqrt(a * c) / b)``: the candidate against both sessions of the original, in the same rounds (drift cancels).
@@ -23,9 +25,11 @@ measurement reads for the original against itself, with its own interval.
 
 **The decision.** The candidate is *faster* when (1) the lower end of its ``1 - 2 alpha`` two-sided interval is above
 1.0x -- a one-sided t-test at level ``alpha``, so that a candidate that runs as the original is declared faster at
-most ``alpha`` of the time (under the model's assumptions; ``experiments/`` measures the realized rate); (2) its
-speedup exceeds ``min_speedup`` (a gain worth replacing the model for); and (3) its gain exceeds what the A/A control
-reads (``mean z > |mean y|``). Conditions (2) and (3) only make the test stricter. With fewer than
+most ``alpha`` of the time (under the model's assumptions; ``experiments/optimize/decision_fpr.py`` measures the
+realized rate); (2) its gain exceeds what the A/A control reads for the original against itself (``mean z >
+|mean y|``: a measurement that shows the original "faster" than itself by 5% needs more than a 5% gain to say
+anything); and (3) its speedup exceeds ``min_speedup`` (a gain worth replacing the model for). Conditions (2) and (3)
+only make the test stricter. With fewer than
 :data:`MIN_GROUPS` groups (a budget cut) nothing is decided faster. A caller that tests ``k`` candidates against the
 same original gives each ``alpha / k`` (Bonferroni), so that the family's false-positive rate stays ``alpha``.
 
@@ -56,12 +60,14 @@ ALPHA = 0.05
 MIN_SPEEDUP = 1.03
 #: fewer session groups than this decide nothing (a t interval over two groups is too wide to be of use)
 MIN_GROUPS = 3
-#: session groups of a full measurement, and paired rounds in each
+#: session groups of a full measurement, and rounds in each (one Latin square of the three arms)
 GROUPS = 5
-ROUNDS_PER_GROUP = 2
-#: the six orders of the three arms (a, b, c): consecutive pairs swap b and c, so that over an even number of rounds
-#: neither the candidate nor the A/A control is timed first more often
-ORDERS: tuple[tuple[int, int, int], ...] = ((0, 1, 2), (0, 2, 1), (1, 2, 0), (2, 1, 0), (2, 0, 1), (1, 0, 2))
+ROUNDS_PER_GROUP = 3
+#: the orders of the three arms (0: the original, 1: the candidate, 2: the A/A control) in a group's three rounds: two
+#: Latin squares (each arm once in each position), used by the groups in turn; in the first the candidate follows the
+#: original, in the second the A/A control does
+SQUARES: tuple[tuple[tuple[int, int, int], ...], ...] = (((0, 1, 2), (1, 2, 0), (2, 0, 1)),
+                                                         ((0, 2, 1), (2, 1, 0), (1, 0, 2)))
 
 #: a unit of measurement: called with a time budget in ms, it runs its model for that long and returns its median
 #: latency in ms (an onnxruntime session's :class:`~graphsub.optimize.timing.SessionTimer`, a PyTorch trainer's step)
@@ -193,16 +199,17 @@ def verdict(m: Rounds, *, min_speedup: float = 1.0, alpha: float = ALPHA, min_gr
     elif speedup <= min_speedup:
         reason = f"faster by less than {min_speedup:g}x: {speedup:.3f}x ({level})"
     else:
-        reason = f"not faster than the A/A control reads: {speedup:.3f}x against A/A {aa:.3f}x"
+        reason = (f"not faster than the A/A control reads: {speedup:.3f}x, {level}, against the original's "
+                  f"{aa:.3f}x over itself")
     return Verdict(faster, speedup, ci, aa, (math.exp(ylo), math.exp(yhi)), p, len(m.a), len(groups), alpha,
                    min_speedup, reason, slower=slower, measured=m)
 
 
 def measure(original: Maker, candidate: Maker, *, budget_ms: float, groups: int = GROUPS,
             rounds_per_group: int = ROUNDS_PER_GROUP, clock: Callable[[], float] | None = None,
-            stop: Callable[[float], bool] | None = None, first_group: int = 0) -> Rounds:
+            stop: Callable[[float], bool] | None = None) -> Rounds:
     """Time ``groups`` session groups (fresh ``original``, ``candidate`` and ``original`` units each) of
-    ``rounds_per_group`` rounds (module docstring). No group starts once ``stop(need_s)`` says so, ``need_s`` being
+    ``rounds_per_group`` rounds (module docstring; a multiple of three keeps every position balanced). No group starts once ``stop(need_s)`` says so, ``need_s`` being
     what the last group took (0.0 before the first); a group once started is completed."""
     import time
 
@@ -219,7 +226,8 @@ def measure(original: Maker, candidate: Maker, *, budget_ms: float, groups: int 
         units = (original(), candidate(), original())
         for r in range(rounds_per_group):
             ms = [0.0, 0.0, 0.0]
-            for k in ORDERS[((first_group + j) * rounds_per_group + r) % len(ORDERS)]:
+            square = SQUARES[j % len(SQUARES)]
+            for k in square[r % len(square)]:
                 ms[k] = units[k](budget_ms)
             a.append(ms[0])
             b.append(ms[1])
@@ -253,5 +261,5 @@ def session_makers(original: bytes | str, candidate: bytes | str, feeds: dict[st
     return maker(original), maker(candidate)
 
 
-__all__ = ["ALPHA", "GROUPS", "MIN_GROUPS", "MIN_SPEEDUP", "ORDERS", "ROUNDS_PER_GROUP", "Maker", "Rounds", "Timer",
+__all__ = ["ALPHA", "GROUPS", "MIN_GROUPS", "MIN_SPEEDUP", "ROUNDS_PER_GROUP", "SQUARES", "Maker", "Rounds", "Timer",
            "Verdict", "compare", "measure", "session_makers", "verdict"]
