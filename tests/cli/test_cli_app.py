@@ -147,7 +147,8 @@ def test_console_script_entry_point() -> None:
 
 
 def test_version_is_pyprojects_and_the_changelogs_newest() -> None:
-    """One version: pyproject.toml's, as installed, is what `--version` prints and the newest CHANGELOG section."""
+    """One version: pyproject.toml's, as installed, is what `--version` prints and the newest released CHANGELOG
+    section (an "Unreleased" section may come before it)."""
     import tomllib
 
     import graphsub
@@ -156,5 +157,6 @@ def test_version_is_pyprojects_and_the_changelogs_newest() -> None:
     declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
     assert graphsub.__version__ == declared
     assert invoke("--version") == (0, f"graphsub {declared}\n")
-    newest = next(line for line in (root / "CHANGELOG.md").read_text().splitlines() if line.startswith("## "))
-    assert newest.startswith(f"## {declared} ")
+    sections = [line for line in (root / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
+    released = [line for line in sections if line != "## Unreleased"]
+    assert released[0].startswith(f"## {declared} ") and sections.index(released[0]) <= 1
