@@ -119,7 +119,7 @@ def test_the_library_never_imports_the_cli() -> None:
 
 def test_the_package_root_keeps_a_handful_of_modules() -> None:
     root = sorted(p.stem for p in SRC.glob("*.py"))
-    assert root == ["__init__", "__main__", "data", "deadline", "equivalence", "errors", "execute", "interrupt", "spec",
+    assert root == ["__init__", "__main__", "data", "deadline", "errors", "execute", "interrupt", "spec",
                     "symbolic"]
 
 

@@ -87,3 +87,19 @@ def test_bench_table_reads_the_records(capsys: pytest.CaptureFixture[str]) -> No
     _print([rec, {**rec, "runtime": "onnxruntime", "speedup_ci": None, "faster": False, "reason": ""}])
     out = capsys.readouterr()
     assert "1.900-2.100x" in out.out and "faster: 2.000x" in out.err and "emission alone" in out.err
+
+
+def test_grad_agreement_gives_a_verdict_by_the_one_tolerance_policy() -> None:
+    """The training graph in onnxruntime against ``torch.autograd``: the reported numbers and a verdict; held to a
+    tolerance float32 cannot meet (rtol 1e-7), the agreement is settled in float64 -- graphsub's training graph by
+    its reference executor against the module's autograd in double precision."""
+    from graphsub.bench.training_run import grad_agreement
+
+    case = _case()
+    rec = grad_agreement(case, threads=1)
+    assert rec["verified"] and rec["verified_in"] == "float32" and rec["error"] == "" and rec["float64"] == ""
+    assert rec["grads_compared"] == 6 and rec["max_grad_abs_diff"] < 1e-4
+    tight = grad_agreement(case, threads=1, rtol=1e-7, atol=1e-9)
+    assert tight["verified"] and tight["verified_in"] == "float64", tight
+    assert tight["float64"].startswith("verified in float64: float32 evaluation order moves ")
+    assert not grad_agreement(case, threads=1, rtol=1e-7, atol=1e-9, float64=False)["verified"]

@@ -26,6 +26,8 @@ an A/A control in each, a t-test whose false-positive rate is ``alpha``): a case
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -103,9 +105,17 @@ def torch_grads(case: Case) -> tuple[float, dict[str, np.ndarray]]:
     return float(loss.detach()), grads
 
 
-def grad_agreement(case: Case, *, threads: int | None = None) -> dict[str, Any]:
-    """The training graph in onnxruntime against ``torch.autograd`` on the module: largest absolute and relative
-    difference of the loss and of every gradient (relative to the gradient's largest absolute value)."""
+def grad_agreement(case: Case, *, threads: int | None = None, rtol: float = 1e-4, atol: float = 1e-5,
+                   float64: bool = True) -> dict[str, Any]:
+    """The training graph in onnxruntime (``ORT_ENABLE_ALL``, as users run it) against ``torch.autograd`` on the
+    module: largest absolute and relative difference of the loss and of every gradient (relative to the gradient's
+    largest absolute value), and the verdict of the one tolerance policy (:func:`graphsub.equivalence.check_gradients`
+    with ``Tolerance(rtol, atol)``): ``verified``, ``verified_in`` (``float32``, ``float64`` or None), ``error`` and
+    ``float64``. When float32 differs by tolerance alone and ``float64``, graphsub's training graph in float64 (the
+    reference executor, :func:`graphsub.equivalence.as_float64`) is compared with the module's autograd in double
+    precision: float32 evaluation order alone does not fail the agreement."""
+    from graphsub.equivalence import Tolerance, as_float64, check_gradients
+    from graphsub.execute import run
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.frontends.ort import make_session, run_session
 
@@ -113,6 +123,22 @@ def grad_agreement(case: Case, *, threads: int | None = None) -> dict[str, Any]:
     sess = make_session(export_graph(g).SerializeToString(), optimization="all", threads=threads)
     outs = dict(zip(g.output_names, run_session(sess, {**data, **params}), strict=True))
     loss, want = torch_grads(case)
+
+    def named(loss_value: Any, grads: dict[str, np.ndarray], prefixed: bool) -> dict[str, Any]:
+        return {"loss": loss_value, **{GRAD_PREFIX + n: grads[GRAD_PREFIX + n if prefixed else n]
+                                       for n in spec.params}}
+
+    def in_float64() -> tuple[dict[str, Any], dict[str, Any]]:
+        feeds = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in {**data, **params}.items()}
+        ours = run(as_float64(g), feeds)
+        c64 = dataclasses.replace(case, module=copy.deepcopy(case.module).double(),
+                                  inputs=[x.astype(np.float64) for x in case.inputs],
+                                  labels=case.labels.astype(np.float64))
+        loss64, theirs = torch_grads(c64)
+        return named(ours["loss"], ours, True), named(loss64, theirs, False)
+
+    chk = check_gradients(named(outs["loss"], outs, True), named(loss, want, False), Tolerance(rtol, atol),
+                          float64=in_float64 if float64 else None)
     worst_abs, worst_rel, worst_name = 0.0, 0.0, ""
     for name in spec.params:
         got = outs[GRAD_PREFIX + name]
@@ -125,7 +151,9 @@ def grad_agreement(case: Case, *, threads: int | None = None) -> dict[str, Any]:
     missing = sorted(set(want) - set(spec.params))
     return {"model": case.name, "params": len(spec.params), "grads_compared": len(spec.params),
             "untrained_in_graph": missing, "loss_abs_diff": abs(float(outs["loss"]) - loss),
-            "max_grad_abs_diff": worst_abs, "max_grad_rel_diff": worst_rel, "worst_grad": worst_name}
+            "max_grad_abs_diff": worst_abs, "max_grad_rel_diff": worst_rel, "worst_grad": worst_name,
+            "verified": chk.verified, "error": chk.error, "float64": chk.float64,
+            "verified_in": ("float64" if chk.float64 else "float32") if chk.verified else None}
 
 
 def verdict_fields(v: decide.Verdict) -> dict[str, Any]:

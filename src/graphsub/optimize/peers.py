@@ -10,10 +10,10 @@ ONNX Runtime itself made of it.
   returns a :class:`PeerResult`; it never raises for a peer's failure. Invariant: afterwards ``dst`` is the peer's
   complete output when the status is ``ok`` and does not exist otherwise (the peer writes into a private folder next
   to ``dst``; the files are renamed into place only after the peer returned).
-* :func:`check_output` -- the candidate loads in onnxruntime (ORT_ENABLE_ALL, 1 thread) and computes what the
-  original computes (original under ORT_DISABLE_ALL, i.e. the model's plain meaning) on seeded random inputs, with
-  the criterion of :func:`graphsub.equivalence.compare_arrays`; NaN/inf in the original's outputs is inconclusive,
-  never a pass. ``onnx.checker`` is reported beside it, never a reason to fail (ORT's optimizer output omits the
+* :func:`check_feeds` -- the candidate loads in onnxruntime and computes what the original computes: the one
+  verifier, :func:`graphsub.equivalence.check` against a :class:`graphsub.equivalence.Reference` (re-exported here
+  under their older names, :class:`OutputCheck` being :class:`graphsub.equivalence.Check`). :func:`checker_verdict`
+  is ``onnx.checker``'s verdict, reported beside it, never a reason to fail (ORT's optimizer output omits the
   com.microsoft opset import and so fails the checker while loading fine).
 * :func:`ort_view` -- the graph ONNX Runtime actually runs under ORT_ENABLE_ALL (``optimized_model_filepath``): op
   count, histogram and the fused kernels (:data:`FUSED_KERNELS` and every op of ORT's own domains).
@@ -46,11 +46,13 @@ from typing import Any, Literal
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
-from graphsub.equivalence import compare_arrays
+from graphsub.equivalence import Check, Reference, Tolerance, check
 from graphsub.errors import ExecutionError
-from graphsub.frontends.ort import make_session, optimized_model, run_session
+from graphsub.frontends.ort import optimized_model
+
+#: the result of :func:`check_feeds`: :class:`graphsub.equivalence.Check` (its older name)
+OutputCheck = Check
 
 PeerStatus = Literal["ok", "failed", "not-installed", "not-applicable"]
 
@@ -103,23 +105,6 @@ class PeerResult:
     error: str
     seconds: float
     info: dict[str, Any] = field(default_factory=dict)  # what the tool returned (JSON-able), e.g. graphsub's decision
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class OutputCheck:
-    """``loads``: onnxruntime accepts the candidate (ORT_ENABLE_ALL); ``verified``: every output of every seed within
-    tolerance; ``max_abs_diff``: largest difference seen (inf when not comparable); ``error``: the first reason it is
-    not verified or does not load; ``checker_ok``/``checker_error``: ``onnx.checker`` (reported, never decisive)."""
-
-    loads: bool
-    verified: bool
-    max_abs_diff: float
-    error: str = ""
-    checker_ok: bool = True
-    checker_error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -430,46 +415,6 @@ def checker_verdict(path: Path) -> tuple[bool, str]:
     return True, ""
 
 
-def _pairs(ref: ort.InferenceSession, cand: ort.InferenceSession) -> list[tuple[str, int, int]] | str:
-    """Output pairs ``(name, reference index, candidate index)``: by name when both have the same names, else by
-    position; a string says why they cannot be paired."""
-    rn = [o.name for o in ref.get_outputs()]
-    cn = [o.name for o in cand.get_outputs()]
-    if len(rn) != len(cn):
-        return f"{len(cn)} outputs instead of {len(rn)}"
-    if sorted(rn) == sorted(cn):
-        return [(n, i, cn.index(n)) for i, n in enumerate(rn)]
-    return [(n, i, i) for i, n in enumerate(rn)]
-
-
-def _feed(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {i.name: feeds[i.name] for i in sess.get_inputs() if i.name in feeds}
-
-
-class Reference:
-    """The original model's session (ORT_DISABLE_ALL, 1 thread) and its outputs per input draw, made on first use and
-    kept: checking many candidates against one original loads and runs it once, not once per candidate."""
-
-    def __init__(self, original: Path | bytes) -> None:
-        self.original = original
-        self._session: ort.InferenceSession | None = None
-        self._outputs: dict[int, list[np.ndarray]] = {}
-
-    def session(self) -> ort.InferenceSession:
-        if self._session is None:
-            src = self.original if isinstance(self.original, bytes) else str(self.original)
-            self._session = make_session(src, optimization="disable", threads=1)
-        return self._session
-
-    def outputs(self, seed: int, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The original's outputs on the draw ``seed`` (``feeds``: its inputs; computed once per seed)."""
-        got = self._outputs.get(seed)
-        if got is None:
-            sess = self.session()
-            got = self._outputs[seed] = run_session(sess, _feed(sess, feeds))
-        return got
-
-
 def check_feeds(
     original: Path | bytes,
     candidate: Path | bytes,
@@ -480,48 +425,11 @@ def check_feeds(
     checker: tuple[bool, str] = (True, ""),
     reference: Reference | None = None,
 ) -> OutputCheck:
-    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the given
-    ``(seed, feeds)`` draws, for models as files or serialized bytes (``checker``:
-    the onnx checker's verdict on the candidate, when it was run; ``reference``: the original's session and outputs,
-    shared by the checks of several candidates). Never raises for a bad candidate."""
-    checker_ok, checker_error = checker
-    inf = float("inf")
-
-    def result(loads: bool, verified: bool, diff: float, error: str = "") -> OutputCheck:
-        return OutputCheck(loads, verified, diff, error, checker_ok, checker_error)
-
-    def src(m: Path | bytes) -> bytes | str:
-        return m if isinstance(m, bytes) else str(m)
-
-    try:
-        cand = make_session(src(candidate), optimization="all", threads=1)
-    except ExecutionError as e:
-        return result(False, False, inf, _one_line(str(e)))
-    if reference is None:
-        reference = Reference(original)
-    try:
-        ref = reference.session()
-    except ExecutionError as e:
-        return result(True, False, inf, f"the original does not load: {_one_line(str(e))}")
-    pairs = _pairs(ref, cand)
-    if isinstance(pairs, str):
-        return result(True, False, inf, pairs)
-    worst, first_error = 0.0, ""
-    for seed, feed in feeds:
-        try:
-            want = reference.outputs(seed, feed)
-        except ExecutionError as e:
-            return result(True, False, inf, f"the original fails to run: {_one_line(str(e))}")
-        try:
-            got = run_session(cand, _feed(cand, feed))
-        except ExecutionError as e:
-            return result(True, False, inf, _one_line(str(e)))
-        for name, ri, ci in pairs:
-            diff, _excess = compare_arrays(name, got[ci], want[ri], rtol, atol)
-            worst = max(worst, diff.max_abs_diff)
-            if not diff.ok and not first_error:
-                first_error = f"output {name!r}, seed {seed}: {diff.reason} (max abs diff {diff.max_abs_diff:.3g})"
-    return result(True, not first_error, worst, first_error)
+    """:func:`graphsub.equivalence.check` of ``candidate`` against ``reference`` (default: a new
+    :class:`~graphsub.equivalence.Reference` of ``original``) on the ``(seed, feeds)`` draws with
+    ``Tolerance(rtol, atol)``: kept for the callers of this older name. Never raises for a bad candidate."""
+    ref = reference if reference is not None else Reference(original)
+    return check(ref, candidate, feeds, Tolerance(rtol, atol), checker=checker)
 
 
 # --------------------------------------------------------------------------- what ONNX Runtime runs

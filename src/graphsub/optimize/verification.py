@@ -1,5 +1,6 @@
 """Verification step of :func:`graphsub.optimize.optimize`: finalize a searched graph, check it against the
-input on several random draws, and bisect a failing substitution sequence to the first step that breaks
+input on several random draws with the one verifier (:func:`graphsub.equivalence.check`, through
+:func:`verify_graph`), and bisect a failing substitution sequence to the first step that breaks
 equivalence (the sequence is replayed from the input graph by rule name and node ids, see
 :mod:`graphsub.rules.replay`).
 """
@@ -10,7 +11,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from graphsub.errors import ExecutionError, ExportError, GraphsubError, ReferenceFailed, VerificationError
+from graphsub.equivalence import Check
+from graphsub.errors import GraphsubError, ReferenceFailed
 from graphsub.ir.graph import Graph
 from graphsub.optimize.result import Failure
 from graphsub.rules.replay import replay
@@ -30,16 +32,13 @@ def finalize(reference: Graph, candidate: Graph, seed: int) -> Graph:
 
 def check_reference(source: bytes | str, reference: Graph, seed: int, *, threads: int | None = None) -> None:
     """Run the input model (``source``: its serialized bytes or its path; ``reference``: its graph, for the random
-    inputs) once in onnxruntime; ReferenceFailed (bad input) when onnxruntime rejects it or it fails. What an optimize
-    call in which the input never ran does before it writes the original back: a model onnxruntime cannot run is
-    refused in every command, not passed through."""
+    inputs) once, as the reference runner runs it (:class:`graphsub.equivalence.Reference`); ReferenceFailed (bad
+    input) when onnxruntime rejects it or it fails. What an optimize call in which the input never ran does before it
+    writes the original back: a model onnxruntime cannot run is refused in every command, not passed through."""
     from graphsub.data import random_inputs
-    from graphsub.frontends.ort import make_session, run_session
+    from graphsub.equivalence import Reference
 
-    try:
-        run_session(make_session(source, threads=threads), random_inputs(reference, seed))
-    except ExecutionError as e:
-        raise ReferenceFailed(f"onnxruntime cannot run the input model: {e}") from e
+    Reference(source, threads=threads).outputs(seed, random_inputs(reference, seed))
 
 
 def check(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: float = 1e-4,
@@ -52,30 +51,43 @@ def check(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: flo
     return ok, diff, worst
 
 
+#: the exception class a :class:`graphsub.equivalence.Check` failure stands for, as :func:`check_seeds` names it
+_FAILURE_CLASS = {"interface": "VerificationError", "export": "ExportError", "load": "ExecutionError",
+                  "run": "ExecutionError"}
+
+
+def verify_graph(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: float = 1e-4,
+                 atol: float = 1e-5, threads: int | None = None, stop: Callable[[], bool] | None = None,
+                 optimization: str = "all") -> Check:
+    """The one verifier (:func:`graphsub.equivalence.check`) on Graphs: ``candidate`` against
+    ``Reference(reference)`` on the random draws ``seeds`` (weights missing from either drawn with the first seed),
+    both sessions at ``threads``, the candidate as users run it (``optimization``), with ``Tolerance(rtol, atol)``;
+    a training graph that fails by float32 rounding alone is re-checked in float64 (``Check.float64`` says so).
+    ``stop()`` ends it after the first seed. Raises ReferenceFailed when the reference cannot run, ShapeError when
+    the two cannot fit in memory."""
+    from graphsub.equivalence import Reference, Tolerance, check_memory
+    from graphsub.equivalence import check as check_model
+
+    check_memory(reference, candidate)
+    ref = Reference(reference, seed=seeds[0] if seeds else 0, known=candidate.params, threads=threads)
+    chk = check_model(ref, candidate, seeds, Tolerance(rtol, atol), threads=threads, stop=stop,
+                      optimization=optimization)
+    if chk.failure == "reference":
+        raise ReferenceFailed(chk.error)  # not the candidate's fault: no substitution is to blame
+    return chk
+
+
 def check_seeds(reference: Graph, candidate: Graph, seeds: Sequence[int], *, rtol: float = 1e-4,
                 atol: float = 1e-5, threads: int | None = None,
-                stop: Callable[[], bool] | None = None) -> tuple[bool, float, str, tuple[int, ...]]:
+                stop: Callable[[], bool] | None = None,
+                optimization: str = "all") -> tuple[bool, float, str, tuple[int, ...]]:
     """:func:`check`, and the seeds it compared on: all of them, unless ``stop()`` says so after one (the first
-    seed is always compared; a budget that ran out leaves the others)."""
-    from graphsub.equivalence import equivalent
-
-    worst_diff, worst_out = 0.0, ""
-    done: list[int] = []
-    for s in seeds:
-        if done and stop is not None and stop():
-            break
-        done.append(s)
-        try:
-            rep = equivalent(reference, candidate, seed=s, trials=1, rtol=rtol, atol=atol, threads=threads)
-        except ReferenceFailed:
-            raise  # not the candidate's fault: no substitution is to blame
-        except (VerificationError, ExportError, ExecutionError) as e:
-            return False, float("inf"), f"<{type(e).__name__}: {e}>", tuple(done)
-        if rep.max_abs_diff >= worst_diff or not rep.equivalent:
-            worst_diff, worst_out = max(worst_diff, rep.max_abs_diff), rep.worst_output
-        if not rep.equivalent:
-            return False, worst_diff, worst_out, tuple(done)
-    return True, worst_diff, worst_out, tuple(done)
+    seed is always compared; a budget that ran out leaves the others). :func:`verify_graph` as a tuple."""
+    chk = verify_graph(reference, candidate, seeds, rtol=rtol, atol=atol, threads=threads, stop=stop,
+                       optimization=optimization)
+    if chk.failure in _FAILURE_CLASS:
+        return False, float("inf"), f"<{_FAILURE_CLASS[chk.failure]}: {chk.error}>", chk.seeds
+    return chk.verified, chk.max_abs_diff, chk.worst_output, chk.seeds
 
 
 def bisect(graph: Graph, reference: Graph, rules: Sequence[Rule], steps: Sequence[Step], seeds: Sequence[int],
@@ -111,4 +123,4 @@ def bisect(graph: Graph, reference: Graph, rules: Sequence[Rule], steps: Sequenc
                    f"{output!r} (max abs diff {diff:.3g})")
 
 
-__all__ = ["Failure", "bisect", "check", "check_seeds", "finalize", "replay"]
+__all__ = ["Failure", "bisect", "check", "check_reference", "check_seeds", "finalize", "replay", "verify_graph"]

@@ -53,8 +53,8 @@ import numpy as np
 
 from graphsub.bench.records import load_avg
 from graphsub.cost.env import all_cores
+from graphsub.equivalence import Check, Reference, Tolerance, check
 from graphsub.optimize import decide
-from graphsub.optimize.peers import OutputCheck, check_feeds
 from graphsub.optimize.peers import checker_verdict as checker
 from graphsub.optimize.timing import Timers, pool_size, time_candidates
 
@@ -119,11 +119,13 @@ def check_output(
     seeds: Sequence[int] = (0, 1, 2),
     rtol: float = 1e-3,
     atol: float = 1e-4,
-) -> OutputCheck:
-    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes on the random
-    inputs :func:`make_feeds` draws from ``inputs`` for each seed? Never raises for a bad candidate."""
-    return check_feeds(original, candidate, [(seed, make_feeds(inputs, seed)) for seed in seeds], rtol=rtol,
-                       atol=atol, checker=checker(Path(candidate)))
+) -> Check:
+    """Does ``candidate`` load (ORT_ENABLE_ALL, 1 thread) and compute what ``original`` computes (ORT_DISABLE_ALL) on
+    the random inputs :func:`make_feeds` draws from ``inputs`` for each seed, within ``Tolerance(rtol, atol)``? The
+    one verifier, :func:`graphsub.equivalence.check`, with ``onnx.checker``'s verdict reported beside it. Never
+    raises for a bad candidate."""
+    draws = [(seed, make_feeds(inputs, seed)) for seed in seeds]
+    return check(Reference(original), candidate, draws, Tolerance(rtol, atol), checker=checker(Path(candidate)))
 
 
 #: sessions per variant, used in turn (module docstring): the session groups of a variant's verdict
