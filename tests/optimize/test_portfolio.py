@@ -65,7 +65,7 @@ def test_spelling_rewrites_every_add_before_a_layernorm(block_path: Path) -> Non
 def test_the_rows_layout_is_tried_only_where_the_graph_has_rank3_projections(block_path: Path,
                                                                             tmp_path: Path) -> None:
     from graphsub.frontends.onnx_io import load
-    from graphsub.optimize.portfolio import _has_rows
+    from graphsub.optimize.sources.spelling import _has_rows
     from helpers import convnext_block
 
     assert _has_rows(load(block_path))  # [1, S, H] @ [H, H]

@@ -124,11 +124,14 @@ class Reference:
 
     ``original`` is a Graph -- exported with its weights, random ones where it has no data, drawn with ``seed``
     (``known``: data for weights it lacks, e.g. the candidate's) -- or ONNX bytes or a path. Its float64 form
-    (:meth:`outputs64`) is made on first use. Every failure of the original is ReferenceFailed."""
+    (:meth:`outputs64`) is made on first use; ``as_graph``: the original as a Graph with its weights when
+    ``original`` is that graph's ONNX export (a re-import of the file may hold ops without float64 kernels). Every
+    failure of the original is ReferenceFailed."""
 
     def __init__(self, original: Model, *, seed: int = 0, known: Mapping[str, np.ndarray] | None = None,
-                 threads: int | None = 1) -> None:
+                 threads: int | None = 1, as_graph: Graph | None = None) -> None:
         self.original = original
+        self.as_graph = as_graph
         self.seed = seed
         self.threads = threads
         self.graph: Graph | None = original if isinstance(original, Graph) else None
@@ -189,7 +192,7 @@ class Reference:
         if self._graph64 is None:
             orig = self.original
             try:
-                g = orig if isinstance(orig, Graph) else _load_graph(orig)
+                g = orig if isinstance(orig, Graph) else self.as_graph or _load_graph(orig)
                 self._graph64 = as_float64(g, self.weights)
             except GraphsubError as e:
                 self._graph64 = _one_line(e)
@@ -284,7 +287,8 @@ def _candidate(reference: Reference, candidate: Model, threads: int | None,
 
 def check(reference: Reference, candidate: Model, draws: Sequence[Draw], tolerance: Tolerance = DEFAULT_TOLERANCE, *,
           threads: int | None = 1, checker: tuple[bool, str] = (True, ""), stop: Callable[[], bool] | None = None,
-          float64: bool = True, optimization: str = "all") -> Check:
+          float64: bool = True, optimization: str = "all",
+          as_graph: Callable[[], Graph | None] | None = None) -> Check:
     """Does ``candidate`` load (as users run it: ``ORT_ENABLE_ALL``, at ``threads``) and compute what ``reference``
     computes on every draw (a seed, or ``(seed, feeds)``), within ``tolerance``? Never raises for a bad candidate,
     nor for a bad reference (``failure`` is ``reference`` then). ``optimization``: the candidate's onnxruntime
@@ -293,7 +297,8 @@ def check(reference: Reference, candidate: Model, draws: Sequence[Draw], toleran
     pair by name when both have the same names, else by position. The draws are compared in order up to the first
     that fails; ``stop()`` (e.g. a budget) ends the check after the first draw. A training graph that fails by
     tolerance alone is re-checked in float64 (module docstring; ``float64=False``: never). ``checker``:
-    ``onnx.checker``'s verdict on the candidate, reported."""
+    ``onnx.checker``'s verdict on the candidate, reported. ``as_graph()``: the candidate as a Graph with its weights
+    when the candidate is that graph's ONNX export (None: not known), for the float64 re-check."""
     from graphsub.frontends.ort import run_session
 
     def done(loads: bool, failure: str, error: str, diff: float = float("inf"), **kw: Any) -> Check:
@@ -317,7 +322,8 @@ def check(reference: Reference, candidate: Model, draws: Sequence[Draw], toleran
 
     def cand64() -> Graph:  # the candidate in float64, made once
         if not made:
-            g, w = source if isinstance(source, tuple) else (_load_graph(source), None)
+            own = None if as_graph is None or isinstance(source, tuple) else as_graph()
+            g, w = source if isinstance(source, tuple) else (own or _load_graph(source), None)
             made.append(as_float64(g, w))
         return made[0]
 

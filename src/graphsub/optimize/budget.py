@@ -14,11 +14,15 @@ every phase gets the smaller of its own time and what is left:
   paired confirmation rounds, :func:`confirm_reserve_s`);
 * the **main search** gets ``SEARCH_SHARE`` of the budget (12 s of the default 75 s), never more than the ``Budget``
   passed to ``optimize`` allows;
-* the **portfolio** keeps equality saturation (``eqsat_s``, 5 s by default), the peers (together about
-  ``PEERS_EST_S``; their timeout is the time left before the tail) and a search on top of each peer
-  (``on_top_s``, 2 s by default) while they fit; when the budget is too small for all of them, the searches on top
-  of the peers go first, then equality saturation, then the peers, and the main search gets the time they leave
-  (:func:`plan`). A part that gets less than its minimum when its turn comes is skipped, and a note says so.
+* the **portfolio** is the candidate sources (:mod:`graphsub.optimize.sources`): each declares what it will take
+  (:class:`Part`: equality saturation ``eqsat_s``, 5 s by default; the peers together about ``PEERS_EST_S``, their
+  timeout being the time left before the tail; a search on top of each peer, ``on_top_s``, 2 s by default; for a
+  training graph the ``forward-first`` search and the ``backward-rules`` pricing), and the planner keeps them while
+  they fit (:func:`plan_parts`); when the budget is too small for all of them, it leaves them out by their drop rank
+  -- the searches on top of the peers first, then equality saturation, then the peers (:data:`DROP_ON_TOP`,
+  :data:`DROP_EQSAT`, :data:`DROP_PEERS`; a source without a rank is never left out) -- and the main search gets the
+  time they leave. A source that gets less than its minimum when its turn comes is skipped, and a note says so.
+  Cheap sources (the spelling and layout passes) declare nothing and run while time is left before the tail.
 
 At the default budget (:data:`DEFAULT_TIME_S`) every phase gets the time it had before the budget covered the whole
 command (12 s of search, 5 s of eqsat, 2 s on top of each peer), so the default ``graphsub optimize`` behaves as it
@@ -45,6 +49,7 @@ leaves the search no time at all.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
@@ -65,6 +70,9 @@ PEERS_MIN_S = 4.0
 EQSAT_MIN_S = 1.0
 #: a search on top of a peer's output runs only with at least this much time
 ON_TOP_MIN_S = 0.5
+#: drop ranks (:attr:`Part.drop`): when the budget is short the planner leaves out the lowest first -- the searches on
+#: top of the peers, then equality saturation, then the peers
+DROP_ON_TOP, DROP_EQSAT, DROP_PEERS = 1, 2, 3
 #: verifying a model on one input draw (:func:`verify_estimate_s`): a constant, per MB of weights (drawing them,
 #: exporting both models), per op, and runs per roofline time; fitted on seven zoo models (NASNet-A, BERT, ResNet-152,
 #: EfficientNet-B3, Inception-v3, ResNet-18, NasRNN: 0.5-4.4 s, within about 0.5 s) and ReLU chains on this 2-core
@@ -104,7 +112,7 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
     (``experiments/results/suite.jsonl``).
 
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3), 2)
-    18.45
+    19.8
     """
     from graphsub.optimize.decide import ROUNDS_PER_GROUP
 
@@ -113,56 +121,132 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
 
 
 @dataclass(frozen=True)
+class Part:
+    """What the planner knows of one candidate source (:class:`graphsub.optimize.sources.Source`): its ``name``, the
+    seconds it is planned to take over all its turns (``estimate_s``), its drop rank (``drop``: the lowest is left out
+    first when the budget is short; None: never left out), how the notes name it (``label``, default the name), and
+    the seconds it asks for each thing it does (``each_s``: one search on top of each peer; default the estimate)."""
+
+    name: str
+    estimate_s: float
+    drop: int | None = None
+    label: str = ""
+    each_s: float | None = None
+
+    @property
+    def called(self) -> str:
+        """How the plan's notes name it."""
+        return self.label or self.name
+
+
+@dataclass(frozen=True)
 class Plan:
-    """The phases' times for one call: ``search_s`` for the main search (None: the ``Budget``'s own), ``eqsat_s``
-    and ``on_top_s`` (0: skipped), whether the ``peers`` run, ``tail_s`` kept for the tail, and the portfolio parts
-    ``dropped`` for lack of time (in the order they were dropped)."""
+    """The phases' times for one call: ``search_s`` for the main search (None: the ``Budget``'s own), ``tail_s`` kept
+    for the tail, the candidate sources ``kept`` (their planned seconds: :attr:`shares`) and those ``cut`` for lack
+    of time (in the order they were dropped)."""
 
     total_s: float | None
     search_s: float | None
-    eqsat_s: float
-    peers: bool
-    on_top_s: float
     tail_s: float
-    dropped: tuple[str, ...] = ()
+    kept: tuple[Part, ...] = ()
+    cut: tuple[Part, ...] = ()
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """Each kept source's planned seconds, by name."""
+        return {p.name: p.estimate_s for p in self.kept}
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """How the notes name the sources left out, in the order they were dropped."""
+        return tuple(p.called for p in self.cut)
+
+    def each(self, name: str) -> float:
+        """The seconds kept source ``name`` asks for each thing it does (0: not kept)."""
+        part = next((p for p in self.kept if p.name == name), None)
+        return 0.0 if part is None else part.estimate_s if part.each_s is None else part.each_s
+
+    @property
+    def eqsat_s(self) -> float:
+        """Equality saturation's time (0: left out)."""
+        return self.each("eqsat")
+
+    @property
+    def peers(self) -> bool:
+        """Whether the peers run."""
+        return "peers" in self.shares
+
+    @property
+    def on_top_s(self) -> float:
+        """The time of the search on top of each peer (0: left out)."""
+        return self.each("peer+search")
 
     def notes(self) -> list[str]:
         """One line per dropped part, for the result's portfolio notes."""
         return [f"{part}: skipped: the {self.total_s:g} s budget leaves no time for it" for part in self.dropped]
 
 
-def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsat_s: float, on_top_s: float,
-         n_peers: int, portfolio: bool, verify_s: float = 0.0) -> Plan:
+def plan_parts(total_s: float | None, left_s: float, *, search_cap: float | None, parts: Sequence[Part],
+               portfolio: bool = True, verify_s: float = 0.0) -> Plan:
     """The plan for a call with budget ``total_s`` (None: unbounded) of which ``left_s`` seconds are left after
-    loading; ``search_cap``: the time limit of the ``Budget`` passed to ``optimize`` (None: none); ``portfolio``:
-    whether candidates are timed at all (``measure_latency``); ``verify_s``: what verifying the search's result on
-    one input draw will take (:func:`verify_estimate_s`). See the module docstring."""
+    loading: the tail keeps its share, the main search gets ``SEARCH_SHARE`` of the budget (at most ``search_cap``,
+    the time limit of the ``Budget`` passed to ``optimize``), and the candidate sources' ``parts`` are kept while
+    they fit in the rest; the ones with a drop rank are left out lowest rank first (ties: in the order given) until
+    they do, and the main search gets the time they leave. ``portfolio``: whether candidates are timed at all
+    (``measure_latency``; without it no part is kept and the search gets the front); ``verify_s``: what verifying the
+    search's result on one input draw will take (:func:`verify_estimate_s`). See the module docstring.
+
+    >>> p = plan_parts(75.0, 74.8, search_cap=None, parts=[Part("eqsat", 5.0, DROP_EQSAT),
+    ...                                                    Part("forward-first", 12.0)])
+    >>> p.search_s, p.shares, p.dropped
+    (12.0, {'eqsat': 5.0, 'forward-first': 12.0}, ())
+    >>> p = plan_parts(10.0, 9.8, search_cap=None, parts=[Part("eqsat", 5.0, DROP_EQSAT), Part("forward-first", 1.6)])
+    >>> round(p.search_s, 2), p.shares, p.dropped
+    (5.2, {'forward-first': 1.6}, ('eqsat',))
+    """
+    parts = tuple(parts) if portfolio else ()
     if total_s is None:
-        return Plan(None, search_cap, eqsat_s if portfolio else 0.0, portfolio and n_peers > 0,
-                    on_top_s if portfolio else 0.0, 0.0)
+        return Plan(None, search_cap, 0.0, parts)
     tail = min(left_s, max(TAIL_MIN_S, (TAIL_SHARE if portfolio else 0.05) * total_s,
                            verify_s + (TAIL_MIN_S if portfolio else 0.0)))
     front = max(0.0, left_s - tail)
     nominal = SEARCH_SHARE * total_s if portfolio else front
-    parts: list[tuple[str, float]] = []  # in the order they are dropped
-    if portfolio and n_peers and on_top_s > 0:
-        parts.append(("searches on top of the peers", on_top_s * n_peers))
-    if portfolio and eqsat_s > 0:
-        parts.append(("eqsat", eqsat_s))
-    if portfolio and n_peers:
-        parts.append(("peers", PEERS_EST_S))
-    dropped: list[str] = []
-    while parts and nominal + sum(t for _, t in parts) > front:
-        dropped.append(parts.pop(0)[0])
-    search = nominal if not dropped else max(nominal, front - sum(t for _, t in parts))
+    fixed = sum(p.estimate_s for p in parts if p.drop is None)
+    droppable = sorted((p for p in parts if p.drop is not None), key=lambda p: p.drop or 0)
+    cut: list[Part] = []
+    while droppable and nominal + fixed + sum(p.estimate_s for p in droppable) > front:
+        cut.append(droppable.pop(0))
+    kept = tuple(p for p in parts if p not in cut)
+    search = nominal if not cut else max(nominal, front - sum(p.estimate_s for p in kept))
     search = min(search, front)
     if search_cap is not None:
         search = min(search, search_cap)
-    kept = {name for name, _ in parts}
-    return Plan(total_s, search, eqsat_s if "eqsat" in kept else 0.0, "peers" in kept,
-                on_top_s if "searches on top of the peers" in kept else 0.0, tail, tuple(dropped))
+    return Plan(total_s, search, tail, kept, tuple(cut))
 
 
-__all__ = ["DEFAULT_TIME_S", "EQSAT_MIN_S", "ON_TOP_MIN_S", "PEERS_EST_S", "PEERS_MIN_S", "SEARCH_SHARE",
-           "SESSION_BASE_S", "SESSION_S_PER_MB", "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS",
-           "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Plan", "confirm_reserve_s", "plan", "verify_estimate_s"]
+def inference_parts(*, eqsat_s: float, on_top_s: float, n_peers: int,
+                    peers_est_s: float = PEERS_EST_S) -> list[Part]:
+    """The parts an inference portfolio plans, from their settings, as its sources declare them
+    (:mod:`graphsub.optimize.sources`): equality saturation, the peers, a search on top of each peer."""
+    parts = [Part("eqsat", eqsat_s, DROP_EQSAT)] if eqsat_s > 0 else []
+    if n_peers:
+        parts.append(Part("peers", peers_est_s, DROP_PEERS))
+    if n_peers and on_top_s > 0:
+        parts.append(Part("peer+search", on_top_s * n_peers, DROP_ON_TOP, "searches on top of the peers", on_top_s))
+    return parts
+
+
+def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsat_s: float, on_top_s: float,
+         n_peers: int, portfolio: bool, verify_s: float = 0.0) -> Plan:
+    """:func:`plan_parts` for the inference portfolio's planned parts given by their settings
+    (:func:`inference_parts`); ``portfolio``: whether candidates are timed at all (``measure_latency``);
+    ``verify_s``: what verifying the search's result on one input draw will take (:func:`verify_estimate_s`). See the
+    module docstring."""
+    return plan_parts(total_s, left_s, search_cap=search_cap, portfolio=portfolio, verify_s=verify_s,
+                      parts=inference_parts(eqsat_s=eqsat_s, on_top_s=on_top_s, n_peers=n_peers))
+
+
+__all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_MIN_S", "ON_TOP_MIN_S", "PEERS_EST_S",
+           "PEERS_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S", "SESSION_S_PER_MB", "TAIL_MIN_S", "TAIL_SHARE",
+           "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan", "confirm_reserve_s",
+           "inference_parts", "plan", "plan_parts", "verify_estimate_s"]

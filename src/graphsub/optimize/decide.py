@@ -209,8 +209,9 @@ def measure(original: Maker, candidate: Maker, *, budget_ms: float, groups: int 
             rounds_per_group: int = ROUNDS_PER_GROUP, clock: Callable[[], float] | None = None,
             stop: Callable[[float], bool] | None = None) -> Rounds:
     """Time ``groups`` session groups (fresh ``original``, ``candidate`` and ``original`` units each) of
-    ``rounds_per_group`` rounds (module docstring; a multiple of three keeps every position balanced). No group starts once ``stop(need_s)`` says so, ``need_s`` being
-    what the last group took (0.0 before the first); a group once started is completed."""
+    ``rounds_per_group`` rounds (module docstring; a multiple of three keeps every position balanced). No group
+    starts once ``stop(need_s)`` says so, ``need_s`` being what the last group took (0.0 before the first); a group
+    once started is completed."""
     import time
 
     now = clock or time.perf_counter

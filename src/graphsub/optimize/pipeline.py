@@ -46,12 +46,12 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
-from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan, verify_estimate_s
+from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan_parts, verify_estimate_s
 from graphsub.optimize.config import (
     DEFAULT_ALGO,
     DEFAULT_BUDGET_S,
@@ -68,6 +68,9 @@ from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget
 from graphsub.spec import ModelSpec, Shapes, check_output
+
+if TYPE_CHECKING:
+    from graphsub.optimize.sources.training import TrainingTarget
 
 
 @dataclass
@@ -113,6 +116,7 @@ def optimize(
     config: OptimizeConfig | None = None,
     extra_candidates: Sequence[tuple[str, Graph, tuple[Any, ...]]] = (),
     timing_feeds: Mapping[str, Any] | None = None,
+    target: TrainingTarget | None = None,
     **settings: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
@@ -141,10 +145,12 @@ def optimize(
     provider (the search's cost model and the verification stay on the CPU) and raises ExecutionError before any
     work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
     byte for a file input). ``extra_candidates`` (name, graph, substitutions) join the portfolio, verified against
-    the input and timed like the others (:func:`graphsub.optimize.training.optimize_training` adds the training
-    graph of the searched forward graph). ``timing_feeds``: the inputs the candidates are timed on (default: the
-    first verification seed's random inputs); a training graph's kernels run at speeds that depend on its data
-    (one-hot labels, real weights), so :func:`~graphsub.optimize.training.optimize_training` passes a real step's.
+    the input and timed like the others. ``timing_feeds``: the inputs the candidates are timed on (default: the
+    first verification seed's random inputs, or a ``target``'s); ``target``: a training target
+    (:class:`~graphsub.optimize.sources.training.TrainingTarget`, what
+    :func:`~graphsub.optimize.training.optimize_training` passes with the joint graph as ``model``): its candidate
+    sources (``backward-rules``, ``forward-first``) join the portfolio, and the candidates are timed on its real
+    step's inputs (a training graph's kernels run at speeds that depend on its data: one-hot labels, real weights).
     Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
     the input file), ExportError/OSError when the output cannot be written, VerificationError (nothing written) when
@@ -153,6 +159,7 @@ def optimize(
     """
     from graphsub.cost import get_model
     from graphsub.data import materialize
+    from graphsub.optimize import sources as src
     from graphsub.optimize.portfolio import resolve_peers
     from graphsub.search import search
 
@@ -178,9 +185,10 @@ def optimize(
         rule_list = resolve_rules(rules)
         cm = get_model(cost, threads=threads, progress=False)
     search_budget = cfg.budget or Budget(time_s=DEFAULT_BUDGET_S if time_s is None else None)
-    shares = plan(time_s, run.deadline.remaining(), search_cap=search_budget.time_s, eqsat_s=cfg.eqsat_s,
-                  on_top_s=cfg.on_top_s, n_peers=len(peer_list), portfolio=measure_latency,
-                  verify_s=verify_estimate_s(graph) if time_s is not None else 0.0)
+    planning = src.Context(src.Sources(peers=peer_list, eqsat_s=cfg.eqsat_s, on_top_s=cfg.on_top_s,
+                                       layout=cfg.spelling, rows=cfg.spelling, config=cfg, target=target), graph)
+    shares = plan_parts(time_s, run.deadline.remaining(), search_cap=search_budget.time_s, parts=src.parts(planning),
+                        portfolio=measure_latency, verify_s=verify_estimate_s(graph) if time_s is not None else 0.0)
     if shares.search_s is not None:
         search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
     if shares.dropped:
@@ -225,8 +233,9 @@ def optimize(
                        keep_slower=keep_slower, budget_ms=cfg.timing_budget_ms,
                        peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
                        on_top_s=shares.on_top_s, spelling=cfg.spelling, provider=provider, plan=shares,
-                       extra=tuple(extra_candidates),
-                       timing_feeds=dict(timing_feeds) if timing_feeds is not None else None)
+                       extra=tuple(extra_candidates), config=cfg, target=target,
+                       timing_feeds=dict(timing_feeds) if timing_feeds is not None else
+                       dict(target.feeds) if target is not None and target.feeds is not None else None)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
@@ -278,6 +287,8 @@ class _Settings:
     plan: Plan | None = None
     extra: tuple[tuple[str, Graph, tuple[Any, ...]], ...] = ()
     timing_feeds: dict[str, Any] | None = None
+    config: OptimizeConfig | None = None
+    target: TrainingTarget | None = None
 
 
 def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
@@ -299,13 +310,14 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
     sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=_spelling_rules() if st.spelling
                          else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s, deadline=run.deadline,
-                         tail_s=tail_s, layout=st.spelling, rows=st.spelling)
+                         tail_s=tail_s, layout=st.spelling, rows=st.spelling, config=st.config, target=st.target,
+                         planned=None if st.plan is None else st.plan.shares)
     with run.step("portfolio", "portfolio_s"):
         pf.collect(port, ref, source, sources, note=lambda what: run.note("portfolio", 0.0, None))
     with run.step("verify", "verify_candidates_s"):
         feeds = [(s, random_inputs(graph, s)) for s in st.seeds]
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
-                  estimate_s=run.seed_s * (len(feeds) + 1) / 2)
+                  estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None)
     if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()
     timed = [c for c in port.distinct if c.verified]

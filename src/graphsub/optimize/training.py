@@ -33,6 +33,7 @@ from graphsub.ir.graph import Graph
 from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.pipeline import load_input, optimize
 from graphsub.optimize.result import OptimizeResult
+from graphsub.optimize.sources.training import TrainingTarget, backward_rules, forward_first, uses_training_rules
 from graphsub.optimize.timing import resolve_timers
 from graphsub.training import GRAD_PREFIX, TrainingSpec, build_training, initial_params
 
@@ -97,86 +98,21 @@ def compare_steps(a: Any, b: Any, feeds: Mapping[str, np.ndarray], *, threads: i
     return g.loss_abs_diff, g.max_grad_abs_diff, g.max_abs_grad
 
 
-def forward_first(fwd: Graph, spec: TrainingSpec, *, budget_s: float, rules: Any = "default",
-                  cost: str = "fused[min]", algo: str = "taso", seed: int = 0,
-                  threads: int | None = None) -> tuple[str, Graph, tuple[Any, ...]] | None:
-    """The portfolio candidate ``forward-first``: search the *forward* graph with its weights as weights (so the
-    rules that transform weights -- merging convolutions by concatenating their kernels, enlarging a kernel -- can
-    fire), then differentiate the result with the same trained weights. A transform of a trained weight stays an
-    op of the training graph, computed every step and differentiated (concat's gradient is a split, enlarge's a
-    slice): what is trained is unchanged, and the backward pass inherits the forward merges (one merged weight
-    gradient instead of two). None when the search changed nothing or the result cannot be differentiated."""
-    from graphsub.cost import get_model
-    from graphsub.errors import GraphsubError
-    from graphsub.rules.library import resolve_rules
-    from graphsub.search import Budget, search
-    from graphsub.training import build_training
-
-    rule_list = resolve_rules(rules) if isinstance(rules, str) else rules
-    result = search(fwd, rule_list, get_model(cost, threads=threads, progress=False), Budget(time_s=budget_s), seed,
-                    algo=algo)
-    if not result.sequence:
-        return None
-    try:
-        g, _ = build_training(result.best, loss=spec.loss, params=spec.params, batchnorm=spec.batchnorm)
-    except GraphsubError:
-        return None
-    return "forward-first", g, tuple(result.sequence)
-
-
-def uses_training_rules(rules: Any) -> bool:
-    """Whether a rule-set spec (or a rule list) includes the ``training`` rules (``default`` does)."""
-    if isinstance(rules, str):
-        return any(p.strip() in ("default", "training") for p in rules.split(","))
-    return any(getattr(r, "name", None) == "trn_grad_w_gemm" for r in rules)
-
-
-def backward_rules(joint: Graph, *, cost: str = "fused[min]", threads: int | None = None,
-                   deadline_s: float | None = None) -> tuple[str, Graph, tuple[Any, ...]] | None:
-    """The portfolio candidate ``backward-rules``: every match of the ``training`` rules
-    (:mod:`graphsub.rules.library.training`: a convolution's weight gradient as one GEMM, its stride-1 input gradient
-    as a convolution) that the cost model prices cheaper, applied. Each match rewrites one gradient kernel and none
-    overlaps another, so pricing each against the joint graph and applying the cheaper ones is exact and takes
-    seconds, where a search over the whole rule set may spend its budget elsewhere on a graph of thousands of ops
-    (ResNet-50: 1,475). None when nothing is cheaper. ``deadline_s``: stop pricing after that many seconds."""
-    import time
-
-    from graphsub.cost import get_model
-    from graphsub.rules.apply import apply
-    from graphsub.rules.library import get_set
-    from graphsub.rules.match import find_matches, still_valid
-    from graphsub.search.base import Step
-
-    t0 = time.perf_counter()
-    cm = get_model(cost, threads=threads, progress=False)
-    g, steps = joint, []
-    for rule in get_set("training"):
-        cheaper = []
-        for m in find_matches(g, rule):
-            if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
-                break
-            if cm.scalar(cm.delta(g, apply(g, m).graph)) < 0:
-                cheaper.append(m)
-        for m in cheaper:  # disjoint single-kernel matches: each is still there after the others
-            if still_valid(g, m):
-                g = apply(g, m).graph
-                steps.append(Step(rule.name, tuple(sorted(m.node_ids)), 0.0))
-    return ("backward-rules", g, tuple(steps)) if steps else None
-
-
 def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os.PathLike[str] | None = None,
                       loss: str = "cross_entropy", params: Collection[str] | None = None,
                       loss_output: str | None = None, batchnorm: str = "batch", forward_s: float | None = None,
                       config: OptimizeConfig | None = None, **settings: Any) -> TrainingResult:
     """Build the training graph of ``model`` and optimize it with :func:`graphsub.optimize.optimize` (``config`` and
-    ``settings`` as there: one :class:`~graphsub.optimize.config.OptimizeConfig`); see the module docstring.
+    ``settings`` as there: one :class:`~graphsub.optimize.config.OptimizeConfig`); see the module docstring. The
+    joint graph is optimize's model and a :class:`~graphsub.optimize.sources.training.TrainingTarget` its target: its
+    candidate sources ``backward-rules`` and ``forward-first`` join the portfolio, planned in the budget like the
+    others, and the candidates are timed on a real step's inputs (:func:`training_feeds`).
     ``forward_s``: seconds of the :func:`forward_first` search (default: the main search's share of ``time_s``; 0
     leaves that candidate out); it counts in ``time_s``. The config's ``timers`` time the candidates and are the
     budget's clock (``started``, when given, is a reading of it). Raises GradientError when the model cannot be
     differentiated (naming the ops)."""
     from graphsub.frontends.onnx_export import export_graph
     from graphsub.frontends.onnx_io import attach_initializers
-    from graphsub.optimize.config import DEFAULT_BUDGET_S
 
     cfg = OptimizeConfig.build(config, **settings).check()
     tm = resolve_timers(cfg.timers)
@@ -185,20 +121,9 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
     fwd = materialize(fwd, cfg.seed)
     joint, spec = build_training(fwd, loss=loss, params=params, output=loss_output, batchnorm=batchnorm)
     init = initial_params(fwd, spec)
-    extra = []
-    time_s = cfg.time_s
-    if cfg.measure_latency and uses_training_rules(cfg.rules):
-        cand = backward_rules(joint, cost=cfg.cost, threads=cfg.threads,
-                              deadline_s=None if time_s is None else 0.2 * time_s)
-        extra = [cand] if cand is not None else []
-    if cfg.measure_latency and forward_s != 0.0:
-        share = forward_s if forward_s is not None else (DEFAULT_BUDGET_S if time_s is None else 0.16 * time_s)
-        cand = forward_first(fwd, spec, budget_s=share, rules=cfg.rules, cost=cfg.cost, algo=cfg.algo,
-                             seed=cfg.seed, threads=cfg.threads)
-        extra += [cand] if cand is not None else []
     feeds = training_feeds(joint, spec, init, cfg.seed)
-    res = optimize(joint, output=output, config=dataclasses.replace(cfg, input_shapes=None), extra_candidates=extra,
-                   timing_feeds=feeds)
+    target = TrainingTarget(spec, fwd, feeds, forward_s)  # its sources: backward-rules, forward-first
+    res = optimize(joint, output=output, config=dataclasses.replace(cfg, input_shapes=None), target=target)
     loss_d = grad_d = scale = float("nan")
     if res.verified:
         original = export_graph(res.original).SerializeToString()
@@ -210,5 +135,5 @@ def optimize_training(model: str | os.PathLike[str] | Graph, *, output: str | os
     return TrainingResult(res, spec, fwd, grad_d, loss_d, scale)
 
 
-__all__ = ["TrainingResult", "backward_rules", "compare_steps", "forward_first", "optimize_training",
-           "training_feeds"]
+__all__ = ["TrainingResult", "TrainingTarget", "backward_rules", "compare_steps", "forward_first", "optimize_training",
+           "training_feeds", "uses_training_rules"]
