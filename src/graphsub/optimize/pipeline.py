@@ -157,85 +157,47 @@ def optimize(
     the chosen model does not keep the input file's symbolic dimensions that ``input_shapes`` leave free
     (:func:`graphsub.symbolic.keep_symbolic`).
     """
-    from graphsub.cost import get_model
-    from graphsub.data import materialize
-    from graphsub.optimize import sources as src
-    from graphsub.optimize.portfolio import resolve_peers
-    from graphsub.search import search
-
     cfg = OptimizeConfig.build(config, **settings).check()
-    algo, rules, cost, time_s, seed, seeds = cfg.algo, cfg.rules, cfg.cost, cfg.time_s, cfg.seed, cfg.seeds
-    keep_slower, min_speedup, measure_latency, input_shapes = (cfg.keep_slower, cfg.min_speedup, cfg.measure_latency,
-                                                               cfg.input_shapes)
-    rtol, atol, provider = cfg.rtol, cfg.atol, cfg.provider
     tm = resolve_timers(cfg.timers)
     run = _Run(cfg.progress or (lambda phase, elapsed, best: None), tm, t0=tm.clock())
-    run.deadline = Deadline.after(time_s, start=run.t0 if cfg.started is None else cfg.started, clock=tm.clock)
+    run.deadline = Deadline.after(cfg.time_s, start=run.t0 if cfg.started is None else cfg.started, clock=tm.clock)
     threads = cfg.threads or default_threads()
-    if provider != "cpu":
+    if cfg.provider != "cpu":
         from graphsub.frontends.ort import require_provider
 
-        require_provider(provider)
+        require_provider(cfg.provider)
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
         check_output(spec, output)
-    peer_list = resolve_peers(cfg.peers) if measure_latency else ()
     with run.step("load", "load_s"):
-        name, graph = load_input(model, input_shapes)
-        rule_list = resolve_rules(rules)
-        cm = get_model(cost, threads=threads, progress=False)
-    search_budget = cfg.budget or Budget(time_s=DEFAULT_BUDGET_S if time_s is None else None)
-    planning = src.Context(src.Sources(peers=peer_list, eqsat_s=cfg.eqsat_s, on_top_s=cfg.on_top_s,
-                                       layout=cfg.spelling, rows=cfg.spelling, config=cfg, target=target), graph)
-    shares = plan_parts(time_s, run.deadline.remaining(), search_cap=search_budget.time_s, parts=src.parts(planning),
-                        portfolio=measure_latency, verify_s=verify_estimate_s(graph) if time_s is not None else 0.0)
-    if shares.search_s is not None:
-        search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
-    if shares.dropped:
-        run.cut_short()
-    with run.step("search", "search_s"):
-        result = search(graph, rule_list, cm, search_budget, seed, algo=algo,
-                        progress=lambda elapsed, best: run.note("search", elapsed, best), **cfg.search_params)
-    with run.step("verify", "verify_s", result.best_cost):
-        ref = materialize(graph, seed)
-        seed_list = tuple(seed + 1000 * i for i in range(max(seeds, 1)))
-        final = finalize(ref, result.best, seed) if result.sequence else ref
-        ok, diff, worst, done = (True, 0.0, "", seed_list)
-        if result.sequence:
-            t = tm.clock()
-            ok, diff, worst, done = check_seeds(ref, final, seed_list, rtol=rtol, atol=atol, stop=run.deadline.expired)
-            run.seed_s = (tm.clock() - t) / len(done)
-        if ok and len(done) < len(seed_list):  # the budget ran out: the candidates are checked on the same draws
-            run.notes.append(f"verification: on {len(done)} of {len(seed_list)} random input draws (no time left in "
-                             "the budget for more)")
-            run.cut_short()
-            seed_list = done
-    res = OptimizeResult(name, ref, final, ref, result, ok, diff, worst, threads=threads, seeds=seed_list,
-                         timings_s=run.timings, rule_set=cfg.rule_set_name(len(rule_list)),
-                         cost_model=cost, rules=tuple(rule_list), time_budget_s=time_s)
-    if not ok:
+        name, graph = load_input(model, cfg.input_shapes)
+        rule_list = resolve_rules(cfg.rules)
+        cm = _cost_model(cfg.cost, threads)
+    shares, search_budget = _plan(run, cfg, graph, target)
+    res, result, final = _search_and_verify(run, cfg, name, graph, rule_list, cm, search_budget, threads)
+    if not res.verified:
         with run.step("bisect", "bisect_s"):
-            res.failure = bisect(graph, ref, rule_list, result.sequence, seed_list, seed, rtol=rtol, atol=atol,
-                                 stop=run.deadline.expired)
+            res.failure = bisect(graph, res.original, rule_list, result.sequence, res.seeds, cfg.seed, rtol=cfg.rtol,
+                                 atol=cfg.atol, stop=run.deadline.expired)
             res.decision = "verification failed: " + res.failure.message + "; nothing written"
         return _finish(res, run)
-    source = _source(spec, ref)
+    source = _source(spec, res.original)
     exported = _export(final) if result.sequence else None
-    if not measure_latency:  # nothing timed: the search's verified result is the answer
+    if not cfg.measure_latency:  # nothing timed: the search's verified result is the answer
         res.portfolio_notes.extend(run.notes)
         res.kept_original = not result.sequence
         res.decision = ("no cheaper equivalent graph found; kept the original" if res.kept_original else
                         "kept the optimized model (latency not measured)")
-        res.graph = ref if res.kept_original else final
+        res.graph = res.original if res.kept_original else final
         chosen_data: Any = exported
     else:
-        st = _Settings(seed=seed, seeds=seed_list, threads=threads, rtol=rtol, atol=atol, min_speedup=min_speedup,
-                       keep_slower=keep_slower, budget_ms=cfg.timing_budget_ms,
-                       peers=peer_list if shares.peers else (), eqsat_s=shares.eqsat_s,
-                       on_top_s=shares.on_top_s, spelling=cfg.spelling, provider=provider, plan=shares,
-                       extra=tuple(extra_candidates), config=cfg, target=target,
-                       timing_feeds=dict(timing_feeds) if timing_feeds is not None else
-                       dict(target.feeds) if target is not None and target.feeds is not None else None)
+        feeds = (dict(timing_feeds) if timing_feeds is not None else
+                 dict(target.feeds) if target is not None and target.feeds is not None else None)
+        st = _Settings(seed=cfg.seed, seeds=res.seeds, threads=threads, rtol=cfg.rtol, atol=cfg.atol,
+                       min_speedup=cfg.min_speedup, keep_slower=cfg.keep_slower, budget_ms=cfg.timing_budget_ms,
+                       peers=_peers(cfg) if shares.peers else (), eqsat_s=shares.eqsat_s, on_top_s=shares.on_top_s,
+                       spelling=cfg.spelling, provider=cfg.provider, plan=shares, extra=tuple(extra_candidates),
+                       config=cfg, target=target, timing_feeds=feeds)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
         if res.chosen == "search":
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
@@ -245,9 +207,73 @@ def optimize(
     if output is not None:
         with run.step("write", "write_s"):
             if not result.sequence and not res.latency_ms:  # the input never ran in onnxruntime in this call: a
-                check_reference(source, ref, seed_list[0])  # model it rejects is bad input, never passed through
-            _write(res, output, source, chosen_data, input_shapes)
+                check_reference(source, res.original, res.seeds[0])  # model it rejects is bad input, never passed
+            _write(res, output, source, chosen_data, cfg.input_shapes)
     return _finish(res, run)
+
+
+def _cost_model(cost: str, threads: int) -> Any:
+    from graphsub.cost import get_model
+
+    return get_model(cost, threads=threads, progress=False)
+
+
+def _peers(cfg: OptimizeConfig) -> tuple[str, ...]:
+    """The peers the call's portfolio runs (none without timing: their candidates would not be compared)."""
+    from graphsub.optimize.portfolio import resolve_peers
+
+    return resolve_peers(cfg.peers) if cfg.measure_latency else ()
+
+
+def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: TrainingTarget | None) -> tuple[Plan, Budget]:
+    """The shares of the call's budget (:func:`graphsub.optimize.budget.plan_parts`, from the registered sources'
+    estimates for this model and target) and the main search's budget."""
+    from graphsub.optimize import sources as src
+
+    search_budget = cfg.budget or Budget(time_s=DEFAULT_BUDGET_S if cfg.time_s is None else None)
+    planning = src.Context(src.Sources(peers=_peers(cfg), eqsat_s=cfg.eqsat_s, on_top_s=cfg.on_top_s,
+                                       layout=cfg.spelling, rows=cfg.spelling, config=cfg, target=target), graph)
+    shares = plan_parts(cfg.time_s, run.deadline.remaining(), search_cap=search_budget.time_s,
+                        parts=src.parts(planning), portfolio=cfg.measure_latency,
+                        verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0)
+    if shares.search_s is not None:
+        search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
+    if shares.dropped:
+        run.cut_short()
+    return shares, search_budget
+
+
+def _search_and_verify(run: _Run, cfg: OptimizeConfig, name: str, graph: Graph, rule_list: Sequence[Rule], cm: Any,
+                       search_budget: Budget, threads: int) -> tuple[OptimizeResult, Any, Graph]:
+    """The main search, its result finalized (weights folded) and verified on the call's input draws (fewer when the
+    budget runs out: the candidates are then checked on the same draws); the result, the search's result and the
+    finalized graph."""
+    from graphsub.data import materialize
+    from graphsub.search import search
+
+    tm = run.timers
+    with run.step("search", "search_s"):
+        result = search(graph, rule_list, cm, search_budget, cfg.seed, algo=cfg.algo,
+                        progress=lambda elapsed, best: run.note("search", elapsed, best), **cfg.search_params)
+    with run.step("verify", "verify_s", result.best_cost):
+        ref = materialize(graph, cfg.seed)
+        seed_list = tuple(cfg.seed + 1000 * i for i in range(max(cfg.seeds, 1)))
+        final = finalize(ref, result.best, cfg.seed) if result.sequence else ref
+        ok, diff, worst, done = (True, 0.0, "", seed_list)
+        if result.sequence:
+            t = tm.clock()
+            ok, diff, worst, done = check_seeds(ref, final, seed_list, rtol=cfg.rtol, atol=cfg.atol,
+                                                stop=run.deadline.expired)
+            run.seed_s = (tm.clock() - t) / len(done)
+        if ok and len(done) < len(seed_list):
+            run.notes.append(f"verification: on {len(done)} of {len(seed_list)} random input draws (no time left in "
+                             "the budget for more)")
+            run.cut_short()
+            seed_list = done
+    res = OptimizeResult(name, ref, final, ref, result, ok, diff, worst, threads=threads, seeds=seed_list,
+                         timings_s=run.timings, rule_set=cfg.rule_set_name(len(rule_list)), cost_model=cfg.cost,
+                         rules=tuple(rule_list), time_budget_s=cfg.time_s)
+    return res, result, final
 
 
 def _confirmed(res: OptimizeResult) -> bool:
