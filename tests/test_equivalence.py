@@ -209,7 +209,7 @@ def test_the_pytorch_routes_gradient_check_is_verified_in_float64_when_rounding_
             self.halves, self.second = halves, second
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x = x + 1000.0
+            x = x + 3000.0  # cancellation well past rtol at any thread count (at 1000, 1 thread rounds within it)
             if not self.halves:
                 return self.bn(x @ self.w)
             return self.bn(torch.cat([x[:128] @ self.w, self.second * (x[128:] @ self.w)]))

@@ -12,10 +12,11 @@ import pytest
 from graphsub import zoo
 from graphsub.deadline import Deadline
 from graphsub.errors import GraphsubError
-from graphsub.optimize import optimize
+from graphsub.optimize import decide, optimize
 from graphsub.optimize.budget import inference_parts, plan_parts
 from graphsub.optimize.candidates import Candidate, export_bytes, rewrite_everywhere
 from graphsub.optimize.sources import Context, Source, Sources, parts, register, registered, run, unregister
+from graphsub.optimize.target import Target
 from graphsub.rules import get_set
 from helpers import fake_timers
 
@@ -124,3 +125,63 @@ def test_the_training_sources_apply_only_to_a_training_target() -> None:
     no_forward = Context(Sources(config=cfg.build(cfg, rules="cpu"), target=TrainingTarget(spec, fwd, forward_s=0)),
                          joint)
     assert not parts(no_forward)  # neither the training rules nor a forward search
+
+
+class _Only(Target):
+    """A target that accepts only the sources whose candidates are graphs of graphsub's rules (as a module does)."""
+
+    def accepts(self, source: Source) -> bool:
+        return source.graphs
+
+
+class _Refusing(Target):
+    """A target whose further check refuses every candidate."""
+
+    def check(self, candidate: Candidate) -> str | None:
+        return f"{candidate.name}: refused by the target"
+
+
+class _OwnClock(Target):
+    """A target that times candidates its own way: the candidate's units run in half the original's time."""
+
+    own_timing = True
+
+    def makers(self, candidate: Candidate) -> tuple[decide.Maker, decide.Maker]:
+        import random
+
+        rng = random.Random(0)
+
+        def unit(ms: float) -> decide.Maker:
+            return lambda: lambda budget_ms: ms * (1.0 + 0.01 * rng.gauss(0.0, 1.0))
+
+        return unit(10.0), unit(5.0)
+
+    def where(self, threads: int) -> str:
+        return "in the toy rig"
+
+
+def test_a_target_decides_which_sources_run_how_candidates_are_checked_and_timed(toy: Source) -> None:
+    """One pipeline, several targets: a target that takes only graph sources leaves the toy source out; one that
+    refuses every candidate keeps the original, the candidate's error saying why; one with its own timing decides by
+    its units (session groups with an A/A control) and names its runtime in the decision."""
+    graph = zoo.get("resnet", blocks=1)
+    timers = fake_timers(lambda model: 10.0)  # ONNX Runtime would read the candidate as no faster
+    only = optimize(graph, time_s=30, timers=timers, target=_Only(), **QUIET)  # type: ignore[arg-type]
+    assert not only.candidates and only.kept_original
+    refused = optimize(graph, time_s=30, timers=timers, target=_Refusing(), **QUIET)  # type: ignore[arg-type]
+    (cand,) = refused.candidates
+    assert cand.verified is False and cand.error == "builtin: refused by the target" and refused.kept_original
+    own = optimize(graph, time_s=30, timers=timers, target=_OwnClock(), **QUIET)  # type: ignore[arg-type]
+    (cand,) = own.candidates
+    assert own.chosen == "builtin" and cand.confirmation is not None and cand.confirmation.faster
+    assert cand.confirmation.speedup == pytest.approx(2.0, rel=0.03) and cand.confirmation.groups == decide.GROUPS
+    assert "in the toy rig" in own.decision and "ORT_ENABLE_ALL" not in own.decision
+
+
+def test_a_module_target_accepts_only_the_sources_of_graphsubs_rules() -> None:
+    from graphsub.equivalence import Tolerance
+    from graphsub.optimize.torch_training import ModuleTarget
+
+    target = ModuleTarget(None, [], None, (), {}, Tolerance(1e-4, 1e-5))
+    assert {s.name for s in registered() if target.accepts(s)} == {"eqsat", "backward-rules", "forward-first"}
+    assert {s.name for s in registered() if s.graphs} == {"eqsat", "backward-rules", "forward-first"}

@@ -63,7 +63,7 @@ def test_optimize_module_for_training_trains_like_the_module(faster: bool) -> No
     module = _small_net()
     x = torch.randn(4, 3, 12, 12)
     labels = one_hot(4, 5, 0)
-    r = optimize_module(module, [x], training=True, labels=labels, budget_s=3, cost="roofline:cpu",
+    r = optimize_module(module, [x], training=True, labels=labels, budget_s=3, cost="roofline:cpu", eqsat_s=0,
                         timers=_favour(faster))
     assert isinstance(r, TrainedModule)
     assert r.verified and r.max_grad_abs_diff <= 1e-5 and len(r.params) == len(list(module.parameters()))
@@ -105,16 +105,20 @@ def test_optimize_module_for_training_trains_like_the_module(faster: bool) -> No
 
 def test_optimize_module_for_training_keeps_the_module_when_the_optimized_one_is_a_twin() -> None:
     """An optimized module that trains as fast as the module, within 1% noise, is not chosen -- even with no minimum
-    speedup asked for: the verdict's interval includes 1.0x, and the decision says so."""
+    speedup asked for: the verdict's interval includes 1.0x, and the decision says so. The trainers' thread count
+    (``threads``) is not left set in the caller's torch."""
     from graphsub.optimize import optimize_module
 
     module = _small_net()
+    before = torch.get_num_threads()
     r = optimize_module(module, [torch.randn(4, 3, 12, 12)], training=True, budget_s=3, cost="roofline:cpu",
-                        min_speedup=1.0, timers=step_timers(fake_step_timer({"module": 10.0}, run=False)))
+                        eqsat_s=0, min_speedup=1.0, threads=max(1, before - 1),
+                        timers=step_timers(fake_step_timer({"module": 10.0}, run=False)))
     assert r.verified and r.applied and not r.optimized and r.module is module and r.source == ""
     assert r.verdict is not None and not r.verdict.faster and r.verdict.speedup == pytest.approx(1.0, abs=0.02)
     assert r.decision.startswith("kept the module") and "not faster beyond the noise" in r.decision, r.decision
     assert r.to_dict()["speedup_ci"][0] <= 1.0 <= r.to_dict()["speedup_ci"][1]
+    assert torch.get_num_threads() == before  # the trainers' thread count does not leak into the caller's
 
 
 @pytest.mark.parametrize("bad", [{"loss": "nope"}, {"batchnorm": "sometimes"}, {"params": ["missing"]}])

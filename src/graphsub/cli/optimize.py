@@ -41,6 +41,36 @@ PHASES = {"load": "loading", "search": "searching",
           "report": "writing the report"}
 
 
+def _checked_spec(model: str, output: Path, report_path: Path | None, *, peers: str, provider: str,
+                  as_json: bool) -> ModelSpec:
+    """The model's spec once the peers, the provider and the output files are usable (usage errors exit 2)."""
+    from graphsub.optimize.portfolio import resolve_peers
+
+    with exits(as_json, default=Exit.USAGE):
+        resolve_peers(peers)
+        if provider != "cpu":
+            from graphsub.frontends.ort import require_provider
+
+            require_provider(provider)
+    spec = parse_spec(model, as_json)
+    confirm_output(spec, output, as_json)
+    if report_path is not None:
+        confirm_output(spec, report_path, as_json)
+        if report_path.resolve() == output.resolve():
+            fail(Exit.USAGE, "--report and --output must be different files", as_json)
+    return spec
+
+
+def _check_training(loss: str, batchnorm: str, as_json: bool) -> None:
+    """Usage errors of --training's --loss and --batchnorm."""
+    from graphsub.training import BATCHNORM_MODES, LOSSES
+
+    if loss not in (*LOSSES, "output"):
+        fail(Exit.USAGE, f"unknown --loss {loss!r}; choose one of {', '.join((*LOSSES, 'output'))}", as_json)
+    if batchnorm not in BATCHNORM_MODES:
+        fail(Exit.USAGE, f"unknown --batchnorm {batchnorm!r}; choose one of {', '.join(BATCHNORM_MODES)}", as_json)
+
+
 def optimize_cmd(
     model: Annotated[str, typer.Argument(help="The model: an .onnx file, zoo:NAME[:k=v,...], or a PyTorch "
                                               "module FILE.py:ClassName (with --input-shape); for the latter, "
@@ -133,12 +163,15 @@ def optimize_cmd(
     input or an earlier candidate (the same graph after its own optimizations) is not timed: a tie that timing
     noise must not pass off as a gain.
 
-    4. Confirm: the leaders (at most two) are re-timed on fresh sessions in rounds paired with the
-    input, so that a lucky round does not pass for a gain; as many rounds again when the median says
-    faster but fewer than 80% of the rounds agree.
+    4. Decide: the leaders (at most two) are measured anew against the input in fresh session groups (new
+    sessions of each file per group, paired rounds in balanced orders) with an A/A control (the input against
+    fresh sessions of itself), and a one-sided test over the groups decides, its false-positive rate bounded
+    (5%, shared between the leaders): a candidate is faster only when its interval is above 1.0x, its speedup
+    above --min-speedup and above what the A/A control reads. The line and --json report the speedup with its
+    interval (speedup_ci), the A/A ratio (aa_ratio), rounds and sessions.
 
-    5. Write OUTPUT atomically: the fastest confirmed candidate if it is faster than the input (by
-    --min-speedup, in 80% of the paired rounds), else the original.
+    5. Write OUTPUT atomically: the fastest candidate the decision declares faster, else the original (the
+    decision says why in one line).
 
     6. With --report FILE.html, write an HTML report of all of the above (also when nothing is written).
 
@@ -171,30 +204,12 @@ def optimize_cmd(
     started = command_started()  # --budget bounds the whole command (start-up, checks, loading included)
     check_names(as_json, algo=algo, k=k)  # numeric options: checked by graphsub.cli.validate before this runs
     from graphsub.optimize.pipeline import default_threads
-    from graphsub.optimize.portfolio import resolve_peers
 
     threads = threads or default_threads()
-    with exits(as_json, default=Exit.USAGE):
-        resolve_peers(peers)
-        if provider != "cpu":
-            from graphsub.frontends.ort import require_provider
-
-            require_provider(provider)
-    spec = parse_spec(model, as_json)
-    confirm_output(spec, output, as_json)
-    if report_path is not None:
-        confirm_output(spec, report_path, as_json)
-        if report_path.resolve() == output.resolve():
-            fail(Exit.USAGE, "--report and --output must be different files", as_json)
+    spec = _checked_spec(model, output, report_path, peers=peers, provider=provider, as_json=as_json)
     check_names(as_json, rules=rules, cost=cost, threads=threads)
     if training:
-        from graphsub.training import BATCHNORM_MODES, LOSSES
-
-        if loss not in (*LOSSES, "output"):
-            fail(Exit.USAGE, f"unknown --loss {loss!r}; choose one of {', '.join((*LOSSES, 'output'))}", as_json)
-        if batchnorm not in BATCHNORM_MODES:
-            fail(Exit.USAGE, f"unknown --batchnorm {batchnorm!r}; choose one of {', '.join(BATCHNORM_MODES)}",
-                 as_json)
+        _check_training(loss, batchnorm, as_json)
     shapes = parse_shapes(input_shape)
     from graphsub.cli import train_module
 

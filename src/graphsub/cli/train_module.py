@@ -1,12 +1,12 @@
 """``graphsub optimize FILE.py:ClassName --training``: the PyTorch route (issue 22: "PyTorch in: the emitted module").
 
 The module is optimized for training in PyTorch (:func:`graphsub.optimize.torch_training.optimize_module_training`:
-its trainable forward graph searched, the emitted module's loss and gradients checked against the module's own
-``loss.backward()``, full SGD steps timed against the module and decided by :func:`graphsub.optimize.decide.compare`:
-the command decides nothing itself). When the verdict says the emitted module is faster, ``-o OUT.py``
-receives its class (``GraphModule``, readable code, one line per node) and ``OUT.pt`` its state dict (the module's
-weights under their own ``state_dict`` names, and the graph's constants); otherwise nothing is written and the
-decision says why. ``-o OUT.onnx`` takes the ONNX route instead (the joint training graph).
+its trainable forward graph optimized by the one pipeline with a module target, each candidate's emitted module's
+loss and gradients checked against the module's own ``loss.backward()``, full SGD steps timed against the module and
+decided by :mod:`graphsub.optimize.decide`: the command decides nothing itself). When the verdict says the emitted
+module is faster, ``-o OUT.py`` receives its class (``GraphModule``, readable code, one line per node) and ``OUT.pt``
+its state dict (the module's weights under their own ``state_dict`` names, and the graph's constants); otherwise
+nothing is written and the decision says why. ``-o OUT.onnx`` takes the ONNX route instead (the joint training graph).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ from graphsub.optimize.config import (
     OptimizeConfig,
     ProgressFn,
 )
-from graphsub.optimize.race import time_portfolio
+from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
@@ -70,7 +70,7 @@ from graphsub.search.base import Budget
 from graphsub.spec import ModelSpec, Shapes, check_output
 
 if TYPE_CHECKING:
-    from graphsub.optimize.sources.training import TrainingTarget
+    from graphsub.optimize.target import Target
 
 
 @dataclass
@@ -116,7 +116,7 @@ def optimize(
     config: OptimizeConfig | None = None,
     extra_candidates: Sequence[tuple[str, Graph, tuple[Any, ...]]] = (),
     timing_feeds: Mapping[str, Any] | None = None,
-    target: TrainingTarget | None = None,
+    target: Target | None = None,
     **settings: Any,
 ) -> OptimizeResult:
     """Optimize ``model`` (see the module docstring) and, if ``output`` is given and the result is
@@ -146,11 +146,17 @@ def optimize(
     work where this onnxruntime has none; otherwise the original is chosen (and written, byte for
     byte for a file input). ``extra_candidates`` (name, graph, substitutions) join the portfolio, verified against
     the input and timed like the others. ``timing_feeds``: the inputs the candidates are timed on (default: the
-    first verification seed's random inputs, or a ``target``'s); ``target``: a training target
+    first verification seed's random inputs, or a ``target``'s); ``target``: what the call optimizes for
+    (:class:`~graphsub.optimize.target.Target`; None: inference in ONNX Runtime): which sources it accepts, a check
+    of each verified candidate, how a candidate is timed. A training target
     (:class:`~graphsub.optimize.sources.training.TrainingTarget`, what
-    :func:`~graphsub.optimize.training.optimize_training` passes with the joint graph as ``model``): its candidate
-    sources (``backward-rules``, ``forward-first``) join the portfolio, and the candidates are timed on its real
-    step's inputs (a training graph's kernels run at speeds that depend on its data: one-hot labels, real weights).
+    :func:`~graphsub.optimize.training.optimize_training` passes with the joint graph as ``model``) adds its candidate
+    sources (``backward-rules``, ``forward-first``), and the candidates are timed on its real step's inputs (a
+    training graph's kernels run at speeds that depend on its data: one-hot labels, real weights); a module target
+    (:class:`~graphsub.optimize.torch_training.ModuleTarget`, what
+    :func:`~graphsub.optimize.torch_training.optimize_module_training` passes with the module's trainable forward
+    graph) takes the sources of graphsub's own rules, checks each candidate's gradients in PyTorch and times its SGD
+    steps there.
     Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
     the input file), ExportError/OSError when the output cannot be written, VerificationError (nothing written) when
@@ -225,7 +231,7 @@ def _peers(cfg: OptimizeConfig) -> tuple[str, ...]:
     return resolve_peers(cfg.peers) if cfg.measure_latency else ()
 
 
-def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: TrainingTarget | None) -> tuple[Plan, Budget]:
+def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None) -> tuple[Plan, Budget]:
     """The shares of the call's budget (:func:`graphsub.optimize.budget.plan_parts`, from the registered sources'
     estimates for this model and target) and the main search's budget."""
     from graphsub.optimize import sources as src
@@ -314,7 +320,14 @@ class _Settings:
     extra: tuple[tuple[str, Graph, tuple[Any, ...]], ...] = ()
     timing_feeds: dict[str, Any] | None = None
     config: OptimizeConfig | None = None
-    target: TrainingTarget | None = None
+    target: Target | None = None
+
+    @property
+    def where(self) -> str:
+        """How the decision names what was timed (the target's words; ONNX Runtime at the thread count)."""
+        from graphsub.optimize.target import Target
+
+        return (self.target or Target()).where(self.threads)
 
 
 def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str, exported: Any,
@@ -343,14 +356,17 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     with run.step("verify", "verify_candidates_s"):
         feeds = [(s, random_inputs(graph, s)) for s in st.seeds]
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
-                  estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None)
+                  estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
+                  also=None if st.target is None else st.target.check)
     if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()
     timed = [c for c in port.distinct if c.verified]
     if timed:
         with run.step("time", "time_s"):
-            if time_portfolio(port, timed, source, feeds[0][1] if st.timing_feeds is None else st.timing_feeds, st,
-                              run.deadline, run.timers):
+            if (confirm_each(port, timed, st.target, st, run.deadline, run.timers)
+                    if st.target is not None and st.target.own_timing else
+                    time_portfolio(port, timed, source, feeds[0][1] if st.timing_feeds is None else st.timing_feeds,
+                                   st, run.deadline, run.timers)):
                 run.cut_short()
     res.provider = st.provider
     res.candidates = port.candidates
@@ -387,7 +403,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
 def _decision(chosen: Any, shown: Any, st: _Settings) -> str:
     """One line: what was kept and the measurement behind it (:meth:`graphsub.optimize.decide.Verdict.details`), or
     why the original was kept (the verdict's reason)."""
-    where = f"under ORT_ENABLE_ALL at {st.threads} thread(s)"
+    where = st.where
     if chosen is not None:
         v = chosen.confirmation
         if v is None or v.speedup is None:  # keep_slower without a confirmation

@@ -116,20 +116,29 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
 
 def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int, Mapping[str, np.ndarray]]], *,
            rtol: float, atol: float, skip: Sequence[str] = (), deadline: Deadline = NO_DEADLINE,
-           estimate_s: float = 0.0, original: Graph | None = None) -> None:
+           estimate_s: float = 0.0, original: Graph | None = None,
+           also: Callable[[Candidate], str | None] | None = None) -> None:
     """Compare every distinct candidate not in ``skip`` (already verified) with the original on ``feeds``
     (``(seed, inputs)`` draws) in ONNX Runtime (:func:`graphsub.equivalence.check`); candidates with the same file
     inherit the verdict. Candidates reached after ``deadline`` (or a stop request), or when less than ``estimate_s``
     (what one check takes) is left, stay unverified (``verified`` None, ``error`` says why). ``original``: the
     original as a Graph when ``source`` is its export (a Graph given to ``optimize``: a training graph), so that a
     training graph that float32 rounding alone moves is re-checked in float64 on the graphs themselves, the
-    candidates' own graphs too where their file is their graph's export."""
+    candidates' own graphs too where their file is their graph's export. ``also``: a further check of each verified
+    candidate (those in ``skip`` too), None when it passes, else why not (the target's,
+    :meth:`graphsub.optimize.target.Target.check`): a candidate it refuses is not verified."""
     from graphsub.equivalence import Reference, Tolerance, check
 
     tolerance = Tolerance(rtol, atol)
     reference = Reference(source, as_graph=original)  # loaded and run once for all the candidates
+    def further(c: Candidate) -> None:
+        why = also(c) if also is not None and c.verified else None
+        if why is not None:
+            c.verified, c.error = False, why
+
     for c in portfolio.distinct:
         if c.name in skip:
+            further(c)
             continue
         if deadline.expired() or deadline.remaining() < estimate_s:
             why = "interrupted" if deadline.reason() == "interrupt" else "no time left in the budget"
@@ -143,6 +152,7 @@ def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int,
         chk = check(reference, c.data, feeds, tolerance, as_graph=own_graph)
         c.verified, c.max_abs_diff, c.error = chk.verified, chk.max_abs_diff, chk.error
         c.float64 = chk.float64
+        further(c)
     by_name = {c.name: c for c in portfolio.candidates}
     for c in portfolio.candidates:
         if c.same_as:

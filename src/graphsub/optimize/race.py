@@ -28,6 +28,7 @@ from graphsub.optimize.timing import Timers, resolve_timers, time_candidates
 
 if TYPE_CHECKING:
     from graphsub.optimize.pipeline import _Settings
+    from graphsub.optimize.target import Target
 
 #: with more verified candidates than this, one short screening round picks the ones timed side by side
 FINALISTS = 5
@@ -140,6 +141,39 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
     return cut
 
 
+def confirm_each(port: Any, timed: list[Any], target: Target, st: _Settings, deadline: Deadline = NO_DEADLINE,
+                 timers: Timers | None = None) -> bool:
+    """The timing step for a target that times candidates its own way (:attr:`~graphsub.optimize.target.Target.
+    own_timing`: a PyTorch module's SGD steps, where no cheap side-by-side race in ONNX Runtime says what runs faster
+    there): the first :data:`CONFIRM` verified candidates ``timed``, in the portfolio's order (the main search's result
+    first), are each measured against the original in the target's session groups with an A/A control
+    (:func:`graphsub.optimize.decide.measure` on :meth:`~graphsub.optimize.target.Target.makers`) and decided at
+    ``alpha / k`` (``k`` candidates: the portfolio is declared faster at most ``alpha`` of the time when none is).
+    No group starts after ``deadline``; returns whether it cut a measurement short (one cut below
+    :data:`~graphsub.optimize.decide.MIN_GROUPS` groups decides nothing)."""
+    from graphsub.optimize import portfolio as pf
+
+    tm = resolve_timers(timers)
+    chosen = timed[:CONFIRM]
+    cut = False
+    for c in chosen:
+        original, candidate = target.makers(c)
+        m = decide.measure(original, candidate, budget_ms=target.budget_ms, groups=target.groups,
+                           rounds_per_group=target.rounds, clock=tm.clock,
+                           stop=lambda need: deadline.expired() or deadline.remaining() < need)
+        v = decide.verdict(m, min_speedup=st.min_speedup, alpha=target.alpha / len(chosen))
+        c.speedup = v.speedup
+        pf.record_confirmation(port, c, v)
+        if m.groups < target.groups:
+            cut = True
+            port.notes.append(f"{c.name}: measured in {m.groups} of {target.groups} session group(s), the budget "
+                              "left no time for more")
+    if len(timed) > len(chosen):
+        port.notes.append("timing: " + ", ".join(c.name for c in timed[len(chosen):]) + f": not timed (the first "
+                          f"{CONFIRM} verified candidates are)")
+    return cut
+
+
 def _lean(out: list[Any], sessions: Mapping[str, Any]) -> list[Any]:
     """Of the candidates the screening left ``out``, the :data:`LEAN_PICKS` whose graphs onnxruntime runs with the
     fewest kernels, when those are at most :data:`LEAN_SHARE` of the original's: finalists the screening's noise
@@ -176,4 +210,5 @@ def _cut(port: Any, st: _Settings) -> bool:
     return True
 
 
-__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_ROUND_MS", "SLOW_MS", "time_portfolio"]
+__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_ROUND_MS", "SLOW_MS", "confirm_each",
+           "time_portfolio"]

@@ -7,16 +7,20 @@ and a merge or an enlargement of weights stays an op computed every step, which 
 1. export the module as it trains (:func:`graphsub.frontends.torch_export.export_module` with ``training=True``:
    batch norms with the batch's statistics, weights under their ``state_dict`` names, dropout left out) and import
    it;
-2. search the trainable forward graph (rules, cost model, budget as :func:`graphsub.search.search`), and verify the
-   result against it on random draws (:func:`graphsub.optimize.verification.check_seeds`);
-3. emit both graphs as modules (:func:`graphsub.frontends.torch_emit.to_module`) holding copies of the module's
-   parameters, and check the optimized one against the module itself: the loss and every gradient of
-   ``loss.backward()`` on the example batch;
-4. time full SGD steps (forward, backward, update) of the module and of the emitted optimized one, and decide by
-   :func:`graphsub.optimize.decide.compare`: session groups of fresh units (each a :class:`TorchTrainer` on a new
-   deep copy of the module, of the optimized module and of the module again -- the A/A control), paired rounds,
-   and a one-sided t-test over the groups whose false-positive rate is ``alpha``. The optimized module is chosen when
-   the verdict says *faster* (:attr:`graphsub.optimize.decide.Verdict.faster`), otherwise the module itself; the
+2. optimize the trainable forward graph with :func:`graphsub.optimize.optimize` -- the same pipeline as every other
+   model, with a :class:`ModuleTarget` as its target (:mod:`graphsub.optimize.target`): the budget planned from the
+   registered sources' estimates, the main search and the sources of graphsub's own rules (``eqsat``; a peer's file
+   or ONNX Runtime's contrib ops do not emit as a module), each candidate verified against the forward graph on
+   random draws (:mod:`graphsub.equivalence`);
+3. the target's check: each verified candidate is emitted as a module (:func:`graphsub.frontends.torch_emit.
+   to_module`) holding copies of the module's parameters, and its loss and every gradient of ``loss.backward()`` on
+   the example batch are compared with the module's own, by the one tolerance policy (float64 where float32
+   rounding alone moves them);
+4. the target's timing: full SGD steps (forward, backward, update) of the module and of each emitted candidate, in
+   session groups of fresh units (each a :class:`~graphsub.optimize.train_step.TorchTrainer` on a new deep copy of
+   the module, of the candidate's module and of the module again -- the A/A control), paired rounds, decided by
+   :mod:`graphsub.optimize.decide` at ``alpha / k`` for ``k`` candidates (:func:`graphsub.optimize.race.
+   confirm_each`). The fastest candidate the decision declares faster is chosen, otherwise the module itself; the
    decision text is the verdict's reason. The emitted *unoptimized* graph is timed against the module too, in a
    shorter measurement (:data:`~graphsub.optimize.decide.MIN_GROUPS` groups of one round): what emission alone
    changes, reported, never decided on. ``TrainedModule.source`` is then the chosen module's class as Python source
@@ -33,18 +37,23 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphsub.equivalence import GradientCheck, Tolerance, check_gradients
-from graphsub.errors import VerificationError
+from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.optimize import decide
+from graphsub.optimize.candidates import Candidate
 from graphsub.optimize.config import OptimizeConfig
+from graphsub.optimize.result import OptimizeResult
+from graphsub.optimize.target import Target
 from graphsub.optimize.timing import Timers, resolve_timers
-from graphsub.rules.rule import Rule
 from graphsub.training import GRAD_PREFIX, freeze_params, trainable_forward
+
+if TYPE_CHECKING:
+    from graphsub.optimize.sources.base import Source
 
 
 @dataclass
@@ -135,22 +144,84 @@ class TrainedModule:
                 "rounds_ms": self.rounds_ms, "params": len(self.params), "timings_s": self.timings_s}
 
 
-#: the share of the budget (``time_s``) the PyTorch route's forward search gets; the rest: export, the gradient
-#: check and the timed training steps
-SEARCH_SHARE = 0.4
+
+@dataclass(eq=False)
+class ModuleTarget(Target):
+    """A PyTorch module trained in PyTorch, as the target of :func:`graphsub.optimize.optimize` (see the module
+    docstring): the graph optimized is the module's trainable forward graph; it accepts only the sources of graphsub's
+    own rules (their candidates emit as modules); :meth:`check` emits a verified candidate as a module and compares its
+    loss and every gradient with the module's own ``loss.backward()`` (:func:`_check_grads`); :meth:`makers` time full
+    SGD steps of fresh copies of the module and of the emitted one (:func:`graphsub.optimize.train_step.torch_maker`).
+    ``inputs`` and ``labels`` are torch tensors, ``params`` the trained weights' names, ``values`` their data."""
+
+    module: Any
+    inputs: Sequence[Any]
+    labels: Any
+    params: tuple[str, ...]
+    values: Mapping[str, np.ndarray]
+    tolerance: Tolerance
+    lr: float = 0.01
+    steps: int = 3
+    threads: int | None = None
+    timers: Timers | None = None
+    groups: int = decide.GROUPS
+    rounds: int = decide.ROUNDS_PER_GROUP
+    budget_ms: float = 200.0
+    alpha: float = decide.ALPHA
+    own_timing: bool = True
+    emitted: dict[str, Any] = field(default_factory=dict)  # candidate name -> its emitted module (checked)
+    checks: dict[str, GradientCheck] = field(default_factory=dict)  # candidate name -> its gradient check
+    _reference: tuple[float, dict[str, np.ndarray]] | None = None
+
+    def accepts(self, source: Source) -> bool:
+        return source.graphs
+
+    def emit(self, graph: Graph) -> Any:
+        """``graph`` (a trainable forward graph) as a module holding the trained weights' values."""
+        from graphsub.frontends.torch_emit import to_module
+
+        return to_module(freeze_params(graph, dict(self.values)), trainable=self.params)
+
+    def reference(self) -> tuple[float, dict[str, np.ndarray]]:
+        """The module's own loss and gradients on the example batch (computed once)."""
+        if self._reference is None:
+            self._reference = _grads(self.module, self.inputs, self.labels)
+        return self._reference
+
+    def check(self, candidate: Candidate) -> str | None:
+        if candidate.graph is None:
+            return "no graph to emit as a PyTorch module"
+        try:
+            emitted = self.emit(candidate.graph)
+        except GraphsubError as e:
+            return f"cannot be emitted as a PyTorch module: {e}"
+        opt = _grads(emitted.train(), self.inputs, self.labels)
+        chk = _check_grads(self.module, emitted, dict(emitted.graph_names), self.params, self.inputs, self.labels,
+                           self.reference(), opt, self.tolerance)
+        self.checks[candidate.name] = chk
+        if not chk.verified:
+            return f"the emitted module's loss or gradients differ from the module's: {chk.error}"
+        self.emitted[candidate.name] = emitted
+        return None
+
+    def maker(self, module: Any, name: str) -> decide.Maker:
+        """Fresh units of SGD steps of copies of ``module`` (the module itself is never stepped)."""
+        from graphsub.optimize.train_step import torch_maker
+
+        return torch_maker(module, [x.numpy() for x in self.inputs], self.labels.numpy(), name=name, lr=self.lr,
+                           threads=self.threads, steps=self.steps, timers=self.timers)
+
+    def makers(self, candidate: Candidate) -> tuple[decide.Maker, decide.Maker]:
+        return self.maker(self.module, "module"), self.maker(self.emitted[candidate.name], "optimized")
+
+    def where(self, threads: int) -> str:
+        return f"per training step in PyTorch at {self.threads or threads} thread(s)"
 
 
 def optimize_module_training_with(module: Any, example_inputs: Sequence[Any], config: OptimizeConfig) -> TrainedModule:
     """:func:`optimize_module_training` with the settings of one :class:`~graphsub.optimize.config.OptimizeConfig`
-    (what ``graphsub optimize FILE.py:Class --training -o OUT.py`` runs): its rules, cost, algorithm, seed, threads,
-    threshold, tolerances and timers; the forward search gets :data:`SEARCH_SHARE` of ``time_s``."""
-    from graphsub.optimize.config import DEFAULT_BUDGET_S
-
-    cfg = config.check()
-    budget_s = SEARCH_SHARE * cfg.time_s if cfg.time_s is not None else DEFAULT_BUDGET_S
-    return optimize_module_training(module, example_inputs, rules=cfg.rules, cost=cfg.cost, algo=cfg.algo,
-                                    budget_s=budget_s, seed=cfg.seed, threads=cfg.threads,
-                                    min_speedup=cfg.min_speedup, rtol=cfg.rtol, atol=cfg.atol, timers=cfg.timers)
+    (what ``graphsub optimize FILE.py:Class --training -o OUT.py`` runs)."""
+    return optimize_module_training(module, example_inputs, config=config)
 
 
 def one_hot(batch: int, classes: int, seed: int) -> np.ndarray:
@@ -208,36 +279,40 @@ def _no_dropout(module: Any) -> list[Any]:
 
 
 def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labels: Any = None,
-                             rules: str | Sequence[Rule] = "default", cost: str = "fused[min]", algo: str = "taso",
-                             budget_s: float = 12.0, seed: int = 0, threads: int | None = None,
-                             min_speedup: float = decide.MIN_SPEEDUP, groups: int = decide.GROUPS,
-                             rounds: int = decide.ROUNDS_PER_GROUP, steps: int = 3, budget_ms: float = 200.0,
-                             alpha: float = decide.ALPHA, lr: float = 0.01, rtol: float = 1e-4, atol: float = 1e-5,
-                             timers: Timers | None = None) -> TrainedModule:
-    """See the module docstring. ``labels``: one-hot (or soft) targets of the module's output for the timing and
-    the gradient check (default: random one-hot). The timing: ``groups`` session groups of ``rounds`` paired rounds
-    (:func:`graphsub.optimize.decide.compare`), a round of a variant being at least ``steps`` SGD steps and as many
-    more as fit in ``budget_ms`` (their median); ``alpha``: the decision's false-positive rate. ``timers``
-    (:class:`~graphsub.optimize.timing.Timers`; None: the current ones): the steps are timed by its step timer
-    (:func:`graphsub.optimize.train_step.timer_factory`) on its ``clock``, which also times the steps of
-    ``timings_s``. Raises VerificationError when the optimized module's loss or gradients differ from the
-    module's."""
+                             config: OptimizeConfig | None = None, budget_s: float | None = None,
+                             groups: int = decide.GROUPS, rounds: int = decide.ROUNDS_PER_GROUP, steps: int = 3,
+                             budget_ms: float = 200.0, alpha: float = decide.ALPHA, lr: float = 0.01,
+                             **settings: Any) -> TrainedModule:
+    """See the module docstring. ``config`` and ``settings`` are :func:`graphsub.optimize.optimize`'s (rules, cost,
+    algorithm, seed, threads, ``min_speedup``, tolerances, timers, ``time_s``, ``eqsat_s`` ...); ``budget_s``: the
+    main search's seconds (and, without a config or a ``time_s``, no bound on the whole call). ``labels``: one-hot
+    (or soft) targets of the module's output for the timing and the gradient check (default: random one-hot). The
+    timing of a candidate: ``groups`` session groups of ``rounds`` paired rounds (:func:`graphsub.optimize.decide.
+    measure`), a round of a variant being at least ``steps`` SGD steps and as many more as fit in ``budget_ms``
+    (their median); ``alpha``: the decision's false-positive rate. The config's timers
+    (:class:`~graphsub.optimize.timing.Timers`; None: the current ones) time the steps by their step timer
+    (:func:`graphsub.optimize.train_step.timer_factory`) on their ``clock``, which also times ``timings_s``.
+    ``verified`` is False when the search's result fails a check (its graph against the forward graph in ONNX
+    Runtime, or its emitted module's gradients against the module's); nothing else is then chosen."""
+    import dataclasses
+
     import torch
 
-    from graphsub.cost import get_model
-    from graphsub.data import materialize
-    from graphsub.frontends.torch_emit import module_source, to_module
+    from graphsub.frontends.torch_emit import module_source
     from graphsub.frontends.torch_export import export_module
-    from graphsub.optimize.train_step import torch_maker
-    from graphsub.optimize.verification import check_seeds
-    from graphsub.rules.library import resolve_rules
-    from graphsub.search import Budget, search
+    from graphsub.optimize.pipeline import optimize
+    from graphsub.search import Budget
     from graphsub.spec import ModelSpec
 
-    tm = resolve_timers(timers)
+    if budget_s is not None:
+        settings.setdefault("budget", Budget(time_s=budget_s))
+        if config is None:
+            settings.setdefault("time_s", None)
+    cfg = dataclasses.replace(OptimizeConfig.build(config, **settings).check(), measure_latency=True,
+                              input_shapes=None)
+    tm = resolve_timers(cfg.timers)
     clock = tm.clock
     t0 = clock()
-    timings: dict[str, float] = {}
     xs = [x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x)) for x in example_inputs]
     with tempfile.TemporaryDirectory(prefix="graphsub-train-") as tmp:
         path = os.path.join(tmp, "module.onnx")
@@ -247,76 +322,63 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     trained = [n for n, p in module.named_parameters() if p.requires_grad]
     names = tuple(n for n in trained if n in {fwd.nodes[i].sig.attr["name"] for i in fwd.ops_of("weight")})
     graph, names = trainable_forward(fwd, params=names)
-    timings["export_s"] = clock() - t0
-    t = clock()
-    cm = get_model(cost, threads=threads, progress=False)
-    result = search(graph, resolve_rules(rules), cm, Budget(time_s=budget_s), seed, algo=algo)
-    timings["search_s"] = clock() - t
-    t = clock()
-    best = result.best if result.sequence else graph
-    ok = True
-    if result.sequence:
-        ok, _, _, _ = check_seeds(materialize(graph, seed), materialize(best, seed), (seed, seed + 1000), rtol=rtol,
-                                  atol=atol)
-        if not ok:
-            best = graph
-    timings["verify_s"] = clock() - t
-    values = {n: state[n] for n in names}
-    emitted = {k: to_module(freeze_params(g, values), trainable=names) for k, g in (("original", graph),
-                                                                                     ("optimized", best))}
     labels_t = torch.from_numpy(np.asarray(labels if labels is not None else
-                                           one_hot(xs[0].shape[0], int(module(*xs).shape[1]), seed)))
+                                           one_hot(xs[0].shape[0], int(module(*xs).shape[1]), cfg.seed)))
+    target = ModuleTarget(module, xs, labels_t, names, {n: state[n] for n in names}, Tolerance(cfg.rtol, cfg.atol),
+                          lr=lr, steps=steps, threads=cfg.threads, timers=tm, groups=groups, rounds=rounds,
+                          budget_ms=budget_ms, alpha=alpha)
+    timings = {"export_s": clock() - t0}
     dropped = _no_dropout(module.train())
+    torch_threads = torch.get_num_threads()  # the trainers set theirs: the caller's is restored
     try:
-        loss_ref, grads_ref = _grads(module, xs, labels_t)
-        loss_opt, grads_opt = _grads(emitted["optimized"].train(), xs, labels_t)
-        named: Any = emitted["optimized"]
-        keys: dict[str, str] = dict(named.graph_names)  # graph weight name -> the module's state_dict key
-        grad_check = _check_grads(module, named, keys, names, xs, labels_t, (loss_ref, grads_ref),
-                                  (loss_opt, grads_opt), Tolerance(rtol, atol))
-        grad_d, loss_d = grad_check.max_grad_abs_diff, grad_check.loss_abs_diff
-        if not grad_check.verified:
-            raise VerificationError(f"the optimized module's loss or gradients differ from the module's: "
-                                    f"{grad_check.error}")
-        timings["check_s"] = clock() - t
+        res = optimize(graph, config=dataclasses.replace(cfg, timers=tm), target=target)
         t = clock()
-        x_np, y_np = [x.numpy() for x in xs], labels_t.numpy()
-
-        def maker(m: Any, name: str) -> decide.Maker:  # fresh copies: the module itself is never stepped
-            return torch_maker(m, x_np, y_np, name=name, lr=lr, threads=threads, steps=steps, timers=tm)
-
-        verdict = decide.compare(maker(module, "module"), maker(emitted["optimized"], "optimized"),
-                                 budget_ms=budget_ms, min_speedup=min_speedup, alpha=alpha, groups=groups,
-                                 rounds_per_group=rounds, clock=clock)
         emitted_verdict = decide.verdict(  # informational: what emission alone changes
-            decide.measure(maker(module, "module"), maker(emitted["original"], "emitted_original"),
+            decide.measure(target.maker(module, "module"), target.maker(target.emit(graph), "emitted_original"),
                            budget_ms=budget_ms, groups=decide.MIN_GROUPS, rounds_per_group=1, clock=clock),
-            min_speedup=min_speedup, alpha=alpha)
+            min_speedup=cfg.min_speedup, alpha=alpha)
+        timings["emitted_s"] = clock() - t
         module.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-        timings["time_s"] = clock() - t
     finally:
+        torch.set_num_threads(torch_threads)
         for m in dropped:
             m.train()
-    chosen = bool(result.sequence) and ok and verdict.faster
-    final = emitted["optimized"] if chosen else module
-    source = ""
-    if chosen:
+    chosen = None if res.kept_original else res.chosen_candidate
+    searched = target.checks.get("search")
+    verified = res.verified and (searched is None or searched.verified)
+    check = target.checks.get(chosen.name if chosen is not None else "search") or searched
+    final, source = module, ""
+    if chosen is not None:
+        final = target.emitted[chosen.name]
+        keys = dict(final.graph_names)
         final.load_state_dict({keys[n]: torch.from_numpy(state[n]) for n in names}, strict=False)
-        source = module_source(freeze_params(best, values))
-    if chosen:
-        decision = f"chose the optimized module: per training step it is {verdict.reason}"
-    elif not result.sequence:
-        decision = "kept the module: no cheaper equivalent graph found"
-    elif not ok:
-        decision = "kept the module: the optimized graph failed verification"
-    elif verdict.speedup is None:
-        decision = f"kept the module: the optimized one's training steps were not measured ({verdict.reason})"
-    else:
-        decision = f"kept the module: per training step the optimized one is {verdict.reason}"
-    timings["total_s"] = clock() - t0
-    return TrainedModule(final, chosen, ok, grad_d, loss_d, verdict=verdict, emitted_verdict=emitted_verdict,
-                         applied=[s.rule for s in result.sequence], decision=decision, graph=best, params=names,
+        source = module_source(freeze_params(chosen.graph, dict(target.values)))
+    timings.update({k: v for k, v in res.timings_s.items() if k != "total_s"}, total_s=clock() - t0)
+    return TrainedModule(final, chosen is not None, verified, 0.0 if check is None else check.max_grad_abs_diff,
+                         0.0 if check is None else check.loss_abs_diff, verdict=res.verdict,
+                         emitted_verdict=emitted_verdict,
+                         applied=[s.rule for s in (chosen.steps if chosen is not None else res.search.sequence)],
+                         decision=_decision(res, chosen, verified, searched), graph=res.graph, params=names,
                          timings_s=timings, source=source)
 
 
-__all__ = ["SEARCH_SHARE", "TrainedModule", "one_hot", "optimize_module_training", "optimize_module_training_with"]
+def _decision(res: OptimizeResult, chosen: Candidate | None, verified: bool, searched: GradientCheck | None) -> str:
+    """One line: the module chosen, or why the module itself was kept."""
+    v = res.verdict
+    if chosen is not None and v is not None:
+        return f"chose the optimized module ({chosen.name}): per training step it is {v.reason}"
+    if not res.verified:
+        return f"kept the module: the optimized graph failed verification ({res.decision})"
+    if not verified and searched is not None:
+        return f"kept the module: the optimized module's loss or gradients differ from the module's: {searched.error}"
+    if not res.candidates:
+        return "kept the module: no cheaper equivalent graph found"
+    if not any(c.verified for c in res.candidates):
+        errors = "; ".join(f"{c.name}: {c.error}" for c in res.candidates if c.error)
+        return f"kept the module: no candidate passed the checks ({errors or 'none verified'})"
+    if v is None or v.speedup is None:
+        return f"kept the module: the optimized one's training steps were not measured ({res.decision})"
+    return f"kept the module: per training step the optimized one is {v.reason}"
+
+
+__all__ = ["ModuleTarget", "TrainedModule", "one_hot", "optimize_module_training", "optimize_module_training_with"]

@@ -5,7 +5,9 @@ A source is one frozen record: a ``name``, a declared time ``estimate_s(ctx)`` t
 (:func:`graphsub.optimize.budget.plan_parts`) shares the budget by, a ``drop`` rank (which sources the planner leaves
 out first when the estimates do not fit; None: never), ``applies(ctx)`` (whether it has anything to do for this
 model and target), ``turns`` (when it runs: the registered sources run in the order of their turns), ``min_s`` (the
-least time worth starting it with) and ``make(ctx, seconds)``, which adds candidates to ``ctx.portfolio``. A derived
+least time worth starting it with), ``graphs`` (whether its candidates are graphs of graphsub's rules, which a target
+that runs graphs outside ONNX Runtime can use: :meth:`graphsub.optimize.target.Target.accepts`) and
+``make(ctx, seconds)``, which adds candidates to ``ctx.portfolio``. A derived
 source -- a pass over other candidates, like spelling or layout -- may have several turns; each time it works on the
 candidates made since its last turn (:meth:`Context.fresh`).
 
@@ -38,7 +40,7 @@ from graphsub.search.base import Step
 
 if TYPE_CHECKING:
     from graphsub.optimize.config import OptimizeConfig
-    from graphsub.optimize.sources.training import TrainingTarget
+    from graphsub.optimize.target import Target
 
 #: ``search_fn(graph, budget_s, algo)``: graphsub's search, returning the best graph with data and its steps
 SearchFn = Callable[[Graph, float, str], tuple[Graph, tuple[Step, ...]]]
@@ -68,6 +70,12 @@ class Source:
     drop: int | None = None
     label: str = ""
     each_s: Callable[[Context], float] | None = None
+    graphs: bool = False
+
+    def live(self, ctx: Context) -> bool:
+        """Whether it runs in ``ctx``: it applies, and the call's target (if any) accepts it."""
+        target = ctx.sources.target
+        return self.applies(ctx) and (target is None or target.accepts(self))
 
     def part(self, ctx: Context) -> Part:
         """What the planner knows of it in ``ctx``."""
@@ -104,8 +112,8 @@ class Sources:
     (:data:`SearchFn`), ``spelling`` the rules of the spelling pass, ``peers`` the peers to run, ``eqsat_s`` and
     ``on_top_s`` the time of equality saturation and of a search on top of each peer (0: none), ``layout`` and
     ``rows`` the layout passes, ``deadline`` the call's, ``tail_s`` the seconds kept for the phases after the
-    portfolio, ``config`` the call's settings, ``target`` a training target
-    (:class:`graphsub.optimize.sources.training.TrainingTarget`; None: inference), and ``planned`` the planner's
+    portfolio, ``config`` the call's settings, ``target`` what the call optimizes for
+    (:class:`graphsub.optimize.target.Target`; None: inference in ONNX Runtime), and ``planned`` the planner's
     shares of the sources it kept (None: not planned, every applicable source runs)."""
 
     search_fn: SearchFn | None = None
@@ -119,7 +127,7 @@ class Sources:
     deadline: Deadline = NO_DEADLINE  # the call's
     tail_s: float = 0.0  # seconds to keep for the phases after the portfolio
     config: OptimizeConfig | None = None
-    target: TrainingTarget | None = None
+    target: Target | None = None
     planned: Mapping[str, float] | None = None
 
     def left(self, seconds: float, reserve: float = 0.0) -> float:
@@ -217,7 +225,7 @@ def parts(ctx: Context, sources: Sequence[Source] | None = None) -> list[Part]:
     """What the planner needs of the registered sources (or ``sources``) that apply in ``ctx`` and declare a time."""
     out = []
     for s in registered() if sources is None else sources:
-        if s.applies(ctx):
+        if s.live(ctx):
             part = s.part(ctx)
             if part.estimate_s > 0:
                 out.append(part)
@@ -228,7 +236,7 @@ def run(ctx: Context, sources: Sequence[Source] | None = None) -> Portfolio:
     """Run the registered sources (or ``sources``) that apply, turn by turn, within their shares (see the module
     docstring); the portfolio."""
     chosen = registered() if sources is None else tuple(sources)
-    live = [s for s in chosen if s.applies(ctx)]
+    live = [s for s in chosen if s.live(ctx)]
     planned = {p.name: p.estimate_s for p in parts(ctx, live)}
     if ctx.sources.planned is not None:  # the planner's shares; a planned source it left out does not run
         live = [s for s in live if s.name in ctx.sources.planned or s.name not in planned]

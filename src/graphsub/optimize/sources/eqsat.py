@@ -20,6 +20,6 @@ def make(ctx: Context, seconds: float) -> None:
 
 
 EQSAT = register(Source("eqsat", make, turns=(20,), estimate_s=lambda ctx: ctx.sources.eqsat_s,
-                        applies=lambda ctx: ctx.sources.eqsat_s > 0, min_s=EQSAT_MIN_S, drop=DROP_EQSAT))
+                        applies=lambda ctx: ctx.sources.eqsat_s > 0, min_s=EQSAT_MIN_S, drop=DROP_EQSAT, graphs=True))
 
 __all__ = ["EQSAT", "make"]

@@ -29,6 +29,7 @@ from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import SEARCH_SHARE
 from graphsub.optimize.candidates import ORIGINAL, Candidate, export_bytes
 from graphsub.optimize.sources.base import Context, Source, register
+from graphsub.optimize.target import Target
 from graphsub.training import TrainingSpec
 
 #: ``backward-rules`` is planned at this constant plus this much per op of the joint graph: pricing each match of the
@@ -40,7 +41,7 @@ BACKWARD_SHARE = 0.2
 
 
 @dataclass(frozen=True)
-class TrainingTarget:
+class TrainingTarget(Target):
     """What a training target adds to an optimize call: the training graph's ``spec``, the ``forward`` graph it was
     built from (with data), the inputs of one real step (``feeds``: data, one-hot labels, the model's weights; the
     candidates are timed on them, since a training graph's kernels run at data-dependent speeds), and the seconds of
@@ -50,6 +51,10 @@ class TrainingTarget:
     forward: Graph
     feeds: Mapping[str, np.ndarray] | None = None
     forward_s: float | None = None
+
+
+def _training(ctx: Context) -> bool:
+    return isinstance(ctx.sources.target, TrainingTarget)
 
 
 def forward_first(fwd: Graph, spec: TrainingSpec, *, budget_s: float, rules: Any = "default",
@@ -146,7 +151,7 @@ def forward_s(ctx: Context) -> float:
     from graphsub.optimize.config import DEFAULT_BUDGET_S
 
     target, time_s = ctx.sources.target, ctx.config.time_s
-    if target is not None and target.forward_s is not None:
+    if isinstance(target, TrainingTarget) and target.forward_s is not None:
         return target.forward_s
     return DEFAULT_BUDGET_S if time_s is None else SEARCH_SHARE * time_s
 
@@ -154,7 +159,7 @@ def forward_s(ctx: Context) -> float:
 def make_forward(ctx: Context, seconds: float) -> None:
     """Add ``forward-first`` (:func:`forward_first` on the target's forward graph for ``seconds``)."""
     cfg, target, t0 = ctx.config, ctx.sources.target, time.perf_counter()
-    assert target is not None
+    assert isinstance(target, TrainingTarget)
     ctx.attempt("forward-first", "forward-first", lambda: _candidate(ctx, forward_first(
         target.forward, target.spec, budget_s=seconds, rules=cfg.rules, cost=cfg.cost, algo=cfg.algo, seed=cfg.seed,
         threads=cfg.threads), t0))
@@ -163,11 +168,11 @@ def make_forward(ctx: Context, seconds: float) -> None:
 BACKWARD = register(Source(
     "backward-rules", make_backward, turns=(10,),
     estimate_s=lambda ctx: min(_backward_cap_s(ctx), BACKWARD_BASE_S + BACKWARD_S_PER_OP * ctx.ref.num_ops),
-    applies=lambda ctx: ctx.sources.target is not None and uses_training_rules(ctx.config.rules),
-    limit_s=_backward_cap_s))
+    applies=lambda ctx: _training(ctx) and uses_training_rules(ctx.config.rules),
+    limit_s=_backward_cap_s, graphs=True))
 FORWARD = register(Source(
     "forward-first", make_forward, turns=(11,), estimate_s=forward_s,
-    applies=lambda ctx: ctx.sources.target is not None and forward_s(ctx) != 0.0))
+    applies=lambda ctx: _training(ctx) and forward_s(ctx) != 0.0, graphs=True))
 
 __all__ = ["BACKWARD", "BACKWARD_BASE_S", "BACKWARD_SHARE", "BACKWARD_S_PER_OP", "FORWARD", "TrainingTarget",
            "backward_rules", "forward_first", "forward_s", "make_backward", "make_forward", "uses_training_rules"]
