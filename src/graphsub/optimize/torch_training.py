@@ -299,10 +299,8 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     import torch
 
     from graphsub.frontends.torch_emit import module_source
-    from graphsub.frontends.torch_export import export_module
     from graphsub.optimize.pipeline import optimize
     from graphsub.search import Budget
-    from graphsub.spec import ModelSpec
 
     if budget_s is not None:
         settings.setdefault("budget", Budget(time_s=budget_s))
@@ -314,14 +312,7 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
     clock = tm.clock
     t0 = clock()
     xs = [x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x)) for x in example_inputs]
-    with tempfile.TemporaryDirectory(prefix="graphsub-train-") as tmp:
-        path = os.path.join(tmp, "module.onnx")
-        export_module(module, xs, path, training=True)
-        fwd = ModelSpec.parse(path).load()
-    state = {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
-    trained = [n for n, p in module.named_parameters() if p.requires_grad]
-    names = tuple(n for n in trained if n in {fwd.nodes[i].sig.attr["name"] for i in fwd.ops_of("weight")})
-    graph, names = trainable_forward(fwd, params=names)
+    graph, names, state = _trainable_forward(module, xs)
     labels_t = torch.from_numpy(np.asarray(labels if labels is not None else
                                            one_hot(xs[0].shape[0], int(module(*xs).shape[1]), cfg.seed)))
     target = ModuleTarget(module, xs, labels_t, names, {n: state[n] for n in names}, Tolerance(cfg.rtol, cfg.atol),
@@ -360,6 +351,23 @@ def optimize_module_training(module: Any, example_inputs: Sequence[Any], *, labe
                          applied=[s.rule for s in (chosen.steps if chosen is not None else res.search.sequence)],
                          decision=_decision(res, chosen, verified, searched), graph=res.graph, params=names,
                          timings_s=timings, source=source)
+
+
+def _trainable_forward(module: Any, xs: Sequence[Any]) -> tuple[Graph, tuple[str, ...], dict[str, np.ndarray]]:
+    """The module exported as it trains (step 1 of the module docstring), as a trainable forward graph; the names of
+    its trained weights (``state_dict`` names) and the module's state dict as arrays."""
+    from graphsub.frontends.torch_export import export_module
+    from graphsub.spec import ModelSpec
+
+    with tempfile.TemporaryDirectory(prefix="graphsub-train-") as tmp:
+        path = os.path.join(tmp, "module.onnx")
+        export_module(module, xs, path, training=True)
+        fwd = ModelSpec.parse(path).load()
+    state = {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+    trained = [n for n, p in module.named_parameters() if p.requires_grad]
+    names = tuple(n for n in trained if n in {fwd.nodes[i].sig.attr["name"] for i in fwd.ops_of("weight")})
+    graph, names = trainable_forward(fwd, params=names)
+    return graph, names, state
 
 
 def _decision(res: OptimizeResult, chosen: Candidate | None, verified: bool, searched: GradientCheck | None) -> str:
