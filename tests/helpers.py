@@ -316,7 +316,7 @@ def _dense_weights() -> list[onnx.TensorProto]:
             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")]
 
 
-def symbolic_dense(path: Path, batch: str | None = "batch") -> Path:
+def symbolic_dense(path: Path, batch: str | int | None = "batch") -> Path:
     """``y = relu(x @ w + b)`` over ``x: [batch, 8]``: nothing in it depends on the batch size."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
              helper.make_node("Relu", ["u"], ["y"])]

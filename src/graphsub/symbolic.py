@@ -34,6 +34,7 @@ from graphsub.frontends.dims import (
     interface,
     restored,
     source_for_session,
+    with_metadata,
 )
 from graphsub.ir.graph import Graph
 
@@ -144,11 +145,14 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     fixed by ``input_shapes``; also when ``original`` is None: a zoo model), else a copy with the original's
     symbolic dims restored, checked at other sizes (:func:`check_other_sizes`; ``graph``: the imported original, whose
     inputs' roles give the random data, imported here when not given; ``iface``: ``interface(original,
-    input_shapes)`` when the caller has it).  Raises VerificationError (exit code 1) when the candidate does not
-    keep them, naming the ``--input-shape`` options that give a static model."""
+    input_shapes)`` when the caller has it). Either way the original's own description (``metadata_props``,
+    ``doc_string``, ``model_version``, ``domain``) is carried over (:func:`graphsub.frontends.dims.with_metadata`).
+    Raises VerificationError (exit code 1) when the candidate does not keep the dims, naming the ``--input-shape``
+    options that give a static model."""
     if original is None:
         return candidate
     iface = iface or interface(original, input_shapes)
+    candidate = with_metadata(candidate, iface.metadata)  # a drop-in replacement says what the original says of itself
     if not iface.free:
         return candidate
     model = restored(candidate, iface)

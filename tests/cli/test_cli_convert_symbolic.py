@@ -87,3 +87,46 @@ def test_a_name_fixed_on_one_input_is_written_fixed_on_the_others(tmp_path: Path
     code, out = invoke("convert", str(src), "-o", str(dst), "--input-shape", "x=2x5", "--json")
     assert code == 0, out
     assert declared_dims(dst) == {"x": [2, 5], "m": [2, 5], "y": [2, 5]}
+
+
+def _described(path: Path) -> Path:
+    """The model at ``path`` with a description of itself, as exporters write one (Hugging Face, genai's builder)."""
+    import onnx
+
+    m = onnx.load(str(path))
+    helper.set_model_props(m, {"model_type": "dense", "author": "a test"})
+    m.doc_string, m.model_version, m.domain = "a dense layer", 7, "org.example"
+    onnx.save(m, str(path))
+    return path
+
+
+def _description(path: Path) -> tuple[dict[str, str], str, int, str]:
+    import onnx
+
+    m = onnx.load(str(path))
+    return {p.key: p.value for p in m.metadata_props}, m.doc_string, m.model_version, m.domain
+
+
+def test_what_graphsub_writes_keeps_the_models_own_description(tmp_path: Path) -> None:
+    """A written model is a drop-in replacement: ``metadata_props``, ``doc_string``, ``model_version`` and ``domain``
+    of the input are in it -- from ``convert`` (the IR's export) with a symbolic and with a static batch, and from
+    ``optimize`` writing a rewritten model (a transpose pair the search removes; not timed, so it is written)."""
+    from graphsub.optimize import optimize
+
+    want = ({"model_type": "dense", "author": "a test"}, "a dense layer", 7, "org.example")
+    for batch in ("batch", 2):
+        src = _described(symbolic_dense(tmp_path / f"m{batch}.onnx", batch=batch))
+        dst = tmp_path / f"out{batch}.onnx"
+        code, out = invoke("convert", str(src), "-o", str(dst), "--json")
+        assert code == 0, out
+        assert _description(dst) == want
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Transpose", ["t"], ["u"], perm=[1, 0]),
+             helper.make_node("Transpose", ["u"], ["v"], perm=[1, 0]), helper.make_node("Relu", ["v"], ["y"])]
+    src = _described(save_onnx(nodes, [float_vi("x", ["batch", 8])], [float_vi("y", ["batch", 8])], [w],
+                               tmp_path / "pair.onnx"))
+    res = optimize(src, output=tmp_path / "opt.onnx", rules="default", cost="roofline:cpu", measure_latency=False,
+                   peers="none", eqsat_s=0, time_s=None)
+    assert not res.kept_original and res.applied, res.decision  # the search's graph, not the input's bytes
+    assert _description(tmp_path / "opt.onnx") == want
+    assert declared_dims(tmp_path / "opt.onnx") == {"x": ["batch", 8], "y": ["batch", 8]}

@@ -83,14 +83,36 @@ def bound_params(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int
 
 
 @dataclass(frozen=True)
+class Metadata:
+    """What a model says of itself: ``metadata_props`` (key, value pairs in order), ``doc_string``, ``model_version``,
+    ``domain``."""
+
+    props: tuple[tuple[str, str], ...] = ()
+    doc_string: str = ""
+    model_version: int = 0
+    domain: str = ""
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> Metadata:
+        return cls(tuple((p.key, p.value) for p in model.metadata_props), model.doc_string, model.model_version,
+                   model.domain)
+
+    def __bool__(self) -> bool:
+        return bool(self.props or self.doc_string or self.model_version or self.domain)
+
+
+@dataclass(frozen=True)
 class Interface:
     """The declared inputs and outputs of a model (``(name, dims)`` pairs; dims None where no shape is declared),
-    the shapes the user gave inputs and the ``dim_param`` names they bind (:func:`bound_params`)."""
+    the shapes the user gave inputs and the ``dim_param`` names they bind (:func:`bound_params`), and the model's own
+    description (``metadata``: its ``metadata_props``, ``doc_string``, ``model_version`` and ``domain``, which a
+    drop-in replacement keeps: :func:`with_metadata`)."""
 
     inputs: tuple[tuple[str, tuple[Dim, ...] | None], ...]
     outputs: tuple[tuple[str, tuple[Dim, ...] | None], ...]
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     bound: dict[str, int] = field(default_factory=dict)
+    metadata: Metadata = field(default_factory=lambda: Metadata())
 
     @property
     def fixed(self) -> tuple[str, ...]:
@@ -147,7 +169,34 @@ def interface(original: Source, input_shapes: Mapping[str, Sequence[int]] | None
         outputs=tuple((vi.name, _dims(vi)) for vi in g.output),
         shapes={n: tuple(int(d) for d in v) for n, v in shapes.items() if any(vi.name == n for vi in g.input)},
         bound=bound_params(g, shapes),
+        metadata=Metadata.of(model),
     )
+
+
+def with_metadata(candidate: Model, metadata: Metadata) -> Model:
+    """``candidate`` (a ModelProto or serialized bytes, in the same form) with the original's ``metadata``: its
+    ``metadata_props`` first (a key the candidate also has takes the original's value; the candidate's other keys
+    follow), its ``doc_string``, ``model_version`` and ``domain`` where it has them. ``candidate`` itself when the
+    original has none or the candidate already says the same."""
+    if not metadata:
+        return candidate
+    parsed: onnx.ModelProto = onnx.load_from_string(candidate) if isinstance(candidate, bytes) else candidate
+    if Metadata.of(parsed) == metadata:
+        return candidate
+    model = onnx.ModelProto()
+    model.CopyFrom(parsed)  # the caller's proto is not changed
+    keys = {k for k, _ in metadata.props}
+    props: dict[str, str] = dict(metadata.props)
+    for entry in parsed.metadata_props:
+        if entry.key not in keys:
+            props[entry.key] = entry.value
+    del model.metadata_props[:]
+    onnx.helper.set_model_props(model, props)
+    for name in ("doc_string", "model_version", "domain"):
+        value = getattr(metadata, name)
+        if value:
+            setattr(model, name, value)
+    return as_candidate(model, candidate)
 
 
 def _set_dims(vi: onnx.ValueInfoProto, dims: Sequence[Dim], axes: Sequence[int], what: str) -> None:
@@ -228,5 +277,5 @@ def display_name(original: Source) -> str:
     return Path(os.fspath(original)).name if isinstance(original, str | os.PathLike) else "the model"
 
 
-__all__ = ["Dim", "Interface", "Model", "Source", "as_candidate", "as_proto", "bound_params", "display_name",
-           "interface", "restore", "restored", "source_for_session"]
+__all__ = ["Dim", "Interface", "Metadata", "Model", "Source", "as_candidate", "as_proto", "bound_params",
+           "display_name", "interface", "restore", "restored", "source_for_session", "with_metadata"]
