@@ -1,12 +1,5 @@
-"""Two Graphs compared (:func:`equivalent`): the check of :mod:`graphsub.equivalence.reference`, raising.
-
->>> from graphsub.ir import Builder
->>> def g(swap):
-...     b = Builder(); x = b.input("x", (4, 4)); y = b.input("y", (4, 4))
-...     return b.build(b.add(y, x) if swap else b.add(x, y))
->>> equivalent(g(False), g(True)).equivalent
-True
-"""
+"""Two Graphs compared (:func:`equivalent`): the check of :mod:`graphsub.equivalence.reference`, raising (the
+package's docstring, :mod:`graphsub.equivalence`, has the example)"""
 
 from __future__ import annotations
 
