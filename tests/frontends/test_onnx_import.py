@@ -188,3 +188,63 @@ def test_external_data_load_and_atomic_save(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(ImportError_):
         load(path)
     assert read_model(out).graph.name
+
+
+def _control_flow_reading_outer_values() -> onnx.ModelProto:
+    """``y = If(sum(x) > 0, relu(a), -a) * x`` with ``a = x + x`` read by both branches from the outer graph, then
+    ``Loop`` 3 times adding ``b = x * 2`` (read by the body, inside a nested If too) to a carried value."""
+    f = TensorProto.FLOAT
+    then_b = helper.make_graph([helper.make_node("Relu", ["a"], ["t"])], "then", [], [
+        helper.make_tensor_value_info("t", f, [2, 4])])
+    else_b = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [], [
+        helper.make_tensor_value_info("e", f, [2, 4])])
+    inner = helper.make_graph([helper.make_node("Add", ["acc", "b"], ["nx"])], "inner", [], [
+        helper.make_tensor_value_info("nx", f, [2, 4])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("If", ["cond_in"], ["acc_out"], then_branch=inner, else_branch=inner)],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in",
+                                                                                                  TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc", f, [2, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", f,
+                                                                                                       [2, 4])])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Mul", ["x", "two"], ["b"]),
+             helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y0"], then_branch=then_b, else_branch=else_b),
+             helper.make_node("Loop", ["n", "true", "y0"], ["y1"], body=body),
+             helper.make_node("Mul", ["y1", "x"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(2, np.float32), "two"), numpy_helper.from_array(np.array(3), "n"),
+             numpy_helper.from_array(np.array(True), "true")]
+    g = helper.make_graph(nodes, "cf", [helper.make_tensor_value_info("x", f, [2, 4])],
+                          [helper.make_tensor_value_info("y", f, [2, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def test_control_flow_reading_outer_values_is_kept_opaque_and_round_trips(tmp_path: Path) -> None:
+    """An If or Loop whose subgraphs read values of the enclosing graph (the normal way ONNX control flow is written)
+    is imported as an opaque node with those values as extra inputs (``captures``), so the data flow is in the graph;
+    the export writes the subgraphs reading the exported names, and the round trip computes what the original does;
+    ``optimize`` runs on it (nothing refused)."""
+    from graphsub.optimize import optimize
+
+    m = _control_flow_reading_outer_values()
+    g = from_onnx(m)
+    opaque = [g.nodes[i].sig.attr for i in g.ops_of("opaque")]
+    flow = [(a["op_type"], a["captures"]) for a in opaque if a["op_type"] in ("If", "Loop")]
+    assert flow == [("If", ("a",)), ("Loop", ("b",))]
+    back = to_onnx(g)
+    onnx.checker.check_model(back, full_check=True)
+    for sign in (1.0, -1.0):
+        x = sign * np.abs(np.random.default_rng(0).standard_normal((2, 4))).astype(np.float32)
+        want = run_model(m, {"x": x})[0]
+        np.testing.assert_allclose(run_model(back, {"x": x})[0], want, rtol=1e-6)
+        np.testing.assert_allclose(run(g, {"x": x})["y"], want, rtol=1e-6)  # the reference executor runs it too
+    path = tmp_path / "cf.onnx"
+    onnx.save(m, str(path))
+    res = optimize(path, output=tmp_path / "out.onnx", cost="roofline:cpu", peers="none", eqsat_s=0, time_s=None,
+                   measure_latency=False)
+    assert res.verified and (tmp_path / "out.onnx").is_file(), res.decision

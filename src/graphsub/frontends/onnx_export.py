@@ -101,9 +101,13 @@ def opaque_node(attrs: Mapping[str, Any], inputs: Sequence[str], outputs: Sequen
                 name: str = "") -> onnx.NodeProto:
     """The ONNX node an ``opaque`` IR node with attributes ``attrs`` stands for: its op type, domain
     and serialized attributes, with ``inputs``/``outputs`` (one value name per IR input/output) at
-    their ONNX positions; absent optional positions are empty, trailing empty outputs dropped."""
-    ins = [""] * max(attrs["num_onnx_inputs"], len(inputs))
-    for value, slot in zip(inputs, attrs["input_slots"], strict=True):
+    their ONNX positions; absent optional positions are empty, trailing empty outputs dropped. The inputs after the
+    slotted ones are the outer values its subgraphs read (``captures``): the subgraphs are written reading them under
+    the names given here."""
+    slots = tuple(attrs["input_slots"])
+    captured = dict(zip(attrs.get("captures", ()), inputs[len(slots):], strict=True))
+    ins = [""] * max(attrs["num_onnx_inputs"], len(slots))
+    for value, slot in zip(inputs[:len(slots)], slots, strict=True):
         ins[slot] = value
     outs = [""] * max(attrs["num_onnx_outputs"], len(outputs))
     for value, slot in zip(outputs, attrs["output_slots"] or range(len(outputs)), strict=True):
@@ -115,11 +119,47 @@ def opaque_node(attrs: Mapping[str, Any], inputs: Sequence[str], outputs: Sequen
         node.ParseFromString(attrs["onnx_attrs"])
     node.op_type = attrs["op_type"]
     node.domain = attrs["domain"]
+    renames = {old: new for old, new in captured.items() if old != new}
+    if renames:
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                rename_reads(sub, renames)
     if name:
         node.name = name
     node.input.extend(ins)
     node.output.extend(outs)
     return node
+
+
+def outer_reads(graph: onnx.GraphProto) -> list[str]:
+    """The values ``graph`` (a subgraph of If, Loop, Scan) reads from the scopes around it, nested subgraphs
+    included, in the order they are first read."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    out: dict[str, None] = {}
+    for n in graph.node:
+        reads = [x for x in n.input if x]
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                reads += outer_reads(sub)
+        out.update((x, None) for x in reads if x not in defined)
+        defined.update(n.output)
+    out.update((o.name, None) for o in graph.output if o.name not in defined)
+    return list(out)
+
+
+def rename_reads(graph: onnx.GraphProto, renames: Mapping[str, str]) -> None:
+    """Rename, in place, the values ``graph`` and its nested subgraphs read (node inputs and outputs that pass an
+    outer value through) by ``renames``; names are single-assignment in ONNX, so nothing inside defines them."""
+    for n in graph.node:
+        for i, x in enumerate(n.input):
+            if x in renames:
+                n.input[i] = renames[x]
+        for a in n.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                rename_reads(sub, renames)
+    for o in graph.output:
+        if o.name in renames:
+            o.name = renames[o.name]
 
 
 def make_model(graph: onnx.GraphProto, opsets: Sequence[onnx.OperatorSetIdProto], **kw: Any) -> onnx.ModelProto:
@@ -271,4 +311,5 @@ def _export_op(ctx: ExportCtx, graph: Graph, nid: int, names: dict[Ref, str], ou
         raise ExportError(f"cannot export {sig.op} node: {e}") from e
 
 
-__all__ = ["DEFAULT_OPSET", "MAX_IR_VERSION", "ExportCtx", "export_graph", "make_model", "opaque_node", "value_info"]
+__all__ = ["DEFAULT_OPSET", "MAX_IR_VERSION", "ExportCtx", "export_graph", "make_model", "opaque_node", "outer_reads",
+           "rename_reads", "value_info"]

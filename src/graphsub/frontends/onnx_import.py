@@ -35,7 +35,7 @@ from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ImportError_, ShapeError
 from graphsub.frontends.onnx_checks import check_schema, check_single_definitions, check_size, topological_nodes
-from graphsub.frontends.onnx_export import make_model
+from graphsub.frontends.onnx_export import make_model, outer_reads
 from graphsub.frontends.onnx_types import FOLD_LIMIT, infer_types, static_inputs
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
@@ -265,11 +265,12 @@ class _Importer:
         return True
 
     def _add_opaque(self, node: onnx.NodeProto, reason: str) -> None:
+        captures: dict[str, None] = {}  # the outer values its subgraphs read: extra IR inputs, so data flows
         for a in node.attribute:
-            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                self._check_closed_subgraphs(node, a)
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                captures.update((x, None) for x in outer_reads(sub))
         slots = [i for i, x in enumerate(node.input) if x]
-        refs = [self.ref(node.input[i], node) for i in slots]
+        refs = [self.ref(node.input[i], node) for i in slots] + [self.ref(x, node) for x in captures]
         out_slots = [k for k, x in enumerate(node.output) if x]
         out_types = []
         for k in out_slots:
@@ -297,24 +298,12 @@ class _Importer:
             "output_slots": tuple(out_slots),
             "num_onnx_outputs": len(node.output),
             "reason": reason,
+            "captures": tuple(captures),
         }
         nid = self.add("opaque", attrs, refs)
         for j, k in enumerate(out_slots):
             self.env[node.output[k]] = Ref(nid, j)
         self.opaque_reasons[reason] = self.opaque_reasons.get(reason, 0) + 1
-
-    def _check_closed_subgraphs(self, node: onnx.NodeProto, a: onnx.AttributeProto) -> None:
-        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-        for sub in graphs:
-            defined = {i.name for i in sub.input} | {t.name for t in sub.initializer}
-            for n in sub.node:
-                for x in n.input:
-                    if x and x not in defined:
-                        raise ImportError_(
-                            f"{node.op_type} node {node.name!r}: its subgraph reads outer value {x!r}; "
-                            "control flow capturing outer values is not supported"
-                        )
-                defined.update(n.output)
 
     def _fold_shape(self, node: onnx.NodeProto) -> bool:
         try:

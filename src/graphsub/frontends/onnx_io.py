@@ -152,7 +152,7 @@ def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None
 
 #: the attributes of an opaque node that define the one-node model running it
 _MODEL_ATTRS = ("op_type", "domain", "version", "onnx_attrs", "out_types", "input_slots", "num_onnx_inputs",
-                "output_slots", "num_onnx_outputs")
+                "output_slots", "num_onnx_outputs", "captures")
 
 
 def run_opaque(inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.ndarray]:

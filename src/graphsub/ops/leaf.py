@@ -53,9 +53,11 @@ register(OpDef(
 
 
 def _opaque_infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
-    if len(ins) != len(a["input_slots"]):
+    want = len(a["input_slots"]) + len(a.get("captures", ()))
+    if len(ins) != want:
         raise ShapeError(
-            f"opaque {a['op_type']}: {len(ins)} inputs but {len(a['input_slots'])} input slots"
+            f"opaque {a['op_type']}: {len(ins)} inputs but {len(a['input_slots'])} input slots and "
+            f"{len(a.get('captures', ()))} captured value(s)"
         )
     return tuple(TensorType(tuple(s), d) for s, d in a["out_types"])
 
@@ -82,6 +84,8 @@ register(OpDef(
         AttrSpec("output_slots", "ints", (), doc="ONNX output position of each IR output"),
         AttrSpec("num_onnx_outputs", "int", 0),
         AttrSpec("reason", "str", "", doc="why the node is opaque"),
+        AttrSpec("captures", "strs", (), doc="outer values its subgraphs read (If/Loop/Scan), by their name in the "
+                 "subgraphs; the IR inputs after the slotted ones"),
     ),
     infer=_opaque_infer, reference=None, flops=zero_cost,
     onnx_export=_opaque_export,
