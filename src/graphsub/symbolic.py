@@ -5,7 +5,8 @@ or to 1), so a model exported from it accepts only those sizes. Every write of a
 free symbolic dimensions goes through :func:`keep_symbolic`: the original's ``dim_param`` names are restored on the
 output's inputs and outputs (:func:`graphsub.frontends.dims.restore`, from the original's declared
 :func:`~graphsub.frontends.dims.interface`), and the result is run beside the original in onnxruntime at two other
-sizes (:func:`check_other_sizes`). It is written only when it computes what the original computes there; otherwise
+sizes (:func:`check_other_sizes`). It is written only when it computes what the original computes there (its plain
+meaning, or what onnxruntime's own kernels make of it, e.g. MatMulNBits for int4 weights); otherwise
 :class:`~graphsub.errors.VerificationError` (exit 1) names the ``--input-shape`` options that give a static model
 instead. An original that declares symbolic dimensions but itself fails at other sizes cannot be compared there: the
 output keeps the declared dims, with a warning.
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.equivalence import DEFAULT_ATOL, DEFAULT_RTOL, compare_arrays
+from graphsub.equivalence import DEFAULT_ATOL, DEFAULT_RTOL, OutputDiff, compare_arrays
 from graphsub.errors import ExecutionError, VerificationError
 from graphsub.frontends.dims import (
     Interface,
@@ -82,6 +83,17 @@ def _advice(iface: Interface, graph: Graph) -> str:
             f"{' '.join(fixes)} (the sizes imported); nothing written")
 
 
+def _first_diff(pairs: Sequence[tuple[str, int, int]], got: Sequence[np.ndarray], want: Sequence[np.ndarray],
+                rtol: float, atol: float) -> OutputDiff | None:
+    """The first output pair ``(name, reference index, candidate index)`` outside tolerance (its OutputDiff), or
+    None."""
+    for name, ri, ci in pairs:
+        diff, _ = compare_arrays(name, got[ci], want[ri], rtol, atol)
+        if not diff.ok:
+            return diff
+    return None
+
+
 def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Graph, *, seed: int = 0,
                 rtol: float | None = None, atol: float | None = None) -> list[dict[str, int]]:
     """Run ``model`` (with symbolic dims restored) beside ``original`` at the sizes of :func:`_trials`; the sizes
@@ -101,6 +113,24 @@ def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Gra
         cand = make_session(model, optimization="all", threads=1)
     except ExecutionError as e:
         raise VerificationError(f"{lead}: with them symbolic, {_one_line(e)}; {_advice(iface, graph)}") from e
+    as_run: list[Any] = []  # the original as users run it (ORT_ENABLE_ALL), made when needed
+
+    def differs(feeds: Mapping[str, np.ndarray], got: Sequence[np.ndarray],
+                want: Sequence[np.ndarray]) -> OutputDiff | None:
+        """The first output outside tolerance against the original's plain meaning and, failing that, against the
+        original as onnxruntime runs it (whose own kernels -- MatMulNBits for int4 weights, QDQ fusions -- may round
+        otherwise, and the candidate's with them); None when one of them agrees."""
+        bad = _first_diff(pairs, got, want, rtol, atol)
+        if bad is None:
+            return None
+        try:
+            if not as_run:
+                as_run.append(make_session(ref_src, optimization="all", threads=1))
+            also = run_session(as_run[0], {n: v for n, v in feeds.items() if n in ref_inputs})
+        except ExecutionError:
+            return bad
+        return bad if _first_diff(pairs, got, also, rtol, atol) is not None else None
+
     cand_inputs = {i.name for i in cand.get_inputs()}
     ref_inputs = {i.name for i in ref.get_inputs()}
     ref_names = [o.name for o in ref.get_outputs()]
@@ -124,12 +154,11 @@ def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Gra
                                     f"{_one_line(e)}; {_advice(iface, graph)}") from e
         if len(got) != len(want):
             raise VerificationError(f"{lead}: it has {len(got)} outputs, the original {len(want)}")
-        for name, ri, ci in pairs:
-            diff, _ = compare_arrays(name, got[ci], want[ri], rtol, atol)
-            if not diff.ok:
-                raise VerificationError(
-                    f"{lead}: at {at} output {name!r} differs from the input model's ({why}): {diff.reason}, "
-                    f"max abs diff {diff.max_abs_diff:.3g}; {_advice(iface, graph)}")
+        diff = differs(feeds, got, want)
+        if diff is not None:
+            raise VerificationError(
+                f"{lead}: at {at} output {diff.name!r} differs from the input model's ({why}): {diff.reason}, "
+                f"max abs diff {diff.max_abs_diff:.3g}; {_advice(iface, graph)}")
         checked.append(dict(sizes))
     if not checked:  # it declares them symbolic but runs only at the imported sizes: so does the output
         log.warning("the input model declares symbolic dimension(s) %s but does not run at other sizes (%s); the "
@@ -153,8 +182,8 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
         return candidate
     iface = iface or interface(original, input_shapes)
     candidate = with_metadata(candidate, iface.metadata)  # a drop-in replacement says what the original says of itself
-    if not iface.free:
-        return candidate
+    if not iface.free:  # no input size to vary: outputs sized at run time (a Loop's) are declared as the original does
+        return as_candidate(restored(candidate, iface), candidate) if iface.free_outputs else candidate
     model = restored(candidate, iface)
     if graph is None:
         from graphsub.frontends.onnx_import import from_onnx

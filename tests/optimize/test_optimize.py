@@ -11,6 +11,7 @@ import pytest
 
 from graphsub.errors import GraphsubError
 from graphsub.optimize import optimize
+from graphsub.optimize.candidates import CLEANUP_STEP
 from graphsub.rules.library import find_rule, resolve_rules
 from graphsub.rules.replay import replay
 from graphsub.rules.rule import Rule
@@ -48,6 +49,18 @@ def test_replay_reproduces_the_search(model_path: Path, fake_timing: Callable[..
 
     g = replay(load(model_path), resolve_rules("default"), res.search.sequence)
     assert g.structural_hash() == res.search.best.structural_hash()
+
+
+def test_searches_start_from_the_cleaned_model(model_path: Path, fake_timing: Callable[..., None]) -> None:
+    """The clean-up runs first (one step of the sequence, its substitutions in the result) unless switched off."""
+    on = optimize(model_path, measure_latency=False, **FAST)  # type: ignore[arg-type]
+    off = optimize(model_path, measure_latency=False, cleanup=False, **FAST)  # type: ignore[arg-type]
+    assert on.verified and off.verified
+    assert on.search.sequence[0] == CLEANUP_STEP and [s.rule for s in on.cleanup] == ["cpu_identity_remove"]
+    assert any(n.startswith("cleanup: 1 substitution") for n in on.portfolio_notes)
+    assert CLEANUP_STEP not in off.search.sequence and off.cleanup == ()
+    assert {a["rule"] for a in on.applied} >= {"cpu_identity_remove"} and "cleanup" not in {
+        a["rule"] for a in on.applied}  # the clean-up's own substitutions, one by one
 
 
 def test_keeps_original_unless_faster(model_path: Path, tmp_path: Path,

@@ -17,7 +17,7 @@ from graphsub.optimize.portfolio import installed_peers, resolve_peers, rewrite_
 from graphsub.rules.library import get_set
 from helpers import fake_timers
 
-QUIET = {"cost": "roofline:cpu", "eqsat_s": 0, "on_top_s": 0, "seeds": 2}
+QUIET = {"cost": "roofline:cpu", "eqsat_s": 0, "on_top_s": 0, "seeds": 2, "cleanup": False}  # exact portfolios
 
 
 def encoder_block(layers: int = 2) -> onnx.ModelProto:

@@ -41,6 +41,7 @@ def test_optimize_training_without_timing_reports_gradients() -> None:
     assert r.verified and r.spec.label_input == "labels" and len(r.spec.params) == 3
     assert r.max_grad_abs_diff <= 1e-4 * max(r.grad_norm, 1.0)
     assert r.to_dict()["max_grad_abs_diff"] == r.max_grad_abs_diff
+    assert "cleanup" not in {s.rule for s in r.result.search.sequence}  # trained weights are never folded or merged
 
 
 def _small_net() -> torch.nn.Module:

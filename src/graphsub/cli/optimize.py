@@ -35,7 +35,7 @@ from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.decide import MIN_SPEEDUP
 from graphsub.spec import ModelSpec
 
-PHASES = {"load": "loading", "search": "searching",
+PHASES = {"load": "loading", "cleanup": "cleaning up", "search": "searching",
           "portfolio": "building candidates (eqsat, peers, spelling)", "verify": "verifying in onnxruntime",
           "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing",
           "report": "writing the report"}
@@ -114,6 +114,11 @@ def optimize_cmd(
                                                                             "where the model has channels-last MLPs "
                                                                             "(ConvNeXt), written channels-first."),
                         ] = True,
+    cleanup: Annotated[bool, typer.Option("--cleanup/--no-cleanup", help="Start every search from the model "
+                                                                          "cleaned up: constants folded, repeated "
+                                                                          "subexpressions merged, no-op and chained "
+                                                                          "layout ops removed (the cleanup rules, "
+                                                                          "in linear time).")] = True,
     keep_slower: Annotated[bool, typer.Option("--keep-slower", help="Write the optimized model even when it is "
                                                                     "not faster under ORT_ENABLE_ALL.")] = False,
     min_speedup: Annotated[float, typer.Option("--min-speedup", help="Smallest speedup under ORT_ENABLE_ALL worth "
@@ -150,7 +155,8 @@ def optimize_cmd(
 ) -> None:
     """Optimize an ONNX model: find an equivalent graph that onnxruntime runs faster.
 
-    1. Search with the rule set and cost model (ops graphsub does not model are kept as they are).
+    1. Clean up (fold constants, merge repeated subexpressions, remove no-op and chained layout ops), then search
+    with the rule set and cost model (ops graphsub does not model are kept as they are).
 
     2. Verify against the input in onnxruntime on random inputs; on failure, name the bad substitution.
 
@@ -222,7 +228,7 @@ def optimize_cmd(
     cfg = OptimizeConfig(algo=algo, rules=rules, cost=cost, seed=seed, budget=Budget(time_s=None, k=k), time_s=budget,
                          started=started, seeds=seeds, threads=threads, keep_slower=keep_slower,
                          min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
-                         spelling=spelling, provider=provider, input_shapes=shapes)
+                         spelling=spelling, cleanup=cleanup, provider=provider, input_shapes=shapes)
     progress = _progress_bar(budget, as_json)
     with progress, exits(as_json, (ReferenceFailed, Exit.BAD_INPUT), (VerificationError, Exit.NOT_EQUIVALENT),
                          (ExportError, Exit.CANNOT_WRITE), (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):

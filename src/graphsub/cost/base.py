@@ -258,7 +258,7 @@ def describe_sig(sig: OpSig, width: int = 100) -> str:
     'conv2d[act=relu pads=1,1,1,1](f32[1,8,14,14], f32[16,8,3,3])'
     """
     skip = {"onnx_attrs", "out_types", "input_slots", "output_slots", "num_onnx_inputs", "num_onnx_outputs",
-            "reason", "captures"}
+            "reason", "captures", "embedded"}
     defaults = {a.name: a.default for a in sig.opdef.attrs}
     parts = []
     for k, v in sig.attrs:

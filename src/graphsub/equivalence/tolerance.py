@@ -42,10 +42,31 @@ class OutputDiff:
     reason: str = ""
 
 
+#: the least ``rtol`` of an output in a 16-bit float format: this many units in its last place. Every float16 op
+#: rounds to 11 significant bits, so an exact rewrite that sums in another order moves an element by several units of
+#: the output's RMS (float32's default rtol is ~840 of its own units); a wrong rewrite still moves it by O(RMS)
+HALF_ULPS = 16
+
+
+def format_rtol(dtype: Any) -> float:
+    """The least ``rtol`` an output of ``dtype`` is compared at: :data:`HALF_ULPS` units in the last place for the
+    16-bit float formats (float16, bfloat16), else 0 (the tolerance as given).
+
+    >>> format_rtol(np.float16) == 16 * 2.0 ** -10, format_rtol(np.float32)
+    (True, 0.0)
+    """
+    dt = np.dtype(dtype)
+    if dt.name == "bfloat16":  # ml_dtypes' (numpy's finfo does not know it)
+        return HALF_ULPS * 2.0 ** -7
+    return HALF_ULPS * float(np.finfo(dt).eps) if dt.kind == "f" and dt.itemsize == 2 else 0.0
+
+
 def compare_arrays(name: str, a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[OutputDiff, float]:
-    """Compare ``a`` (candidate) to ``b`` (reference); returns the diff and the worst excess."""
+    """Compare ``a`` (candidate) to ``b`` (reference); returns the diff and the worst excess. A reference in a 16-bit
+    float format is held to at least :func:`format_rtol` (its own rounding), whatever ``rtol`` says."""
     inf = float("inf")
     a, b = np.asarray(a), np.asarray(b)
+    rtol = max(rtol, format_rtol(b.dtype))
     if a.shape != b.shape:
         return OutputDiff(name, inf, inf, 0.0, False, f"shape {a.shape} != {b.shape}"), inf
     if a.size == 0:
@@ -142,5 +163,5 @@ def one_line(text: object, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-__all__ = ["CHUNK", "DEFAULT_ATOL", "DEFAULT_RTOL", "DEFAULT_TOLERANCE", "FLOAT64_FACTOR", "OutputDiff", "Tolerance",
-           "compare_arrays", "one_line"]
+__all__ = ["CHUNK", "DEFAULT_ATOL", "DEFAULT_RTOL", "DEFAULT_TOLERANCE", "FLOAT64_FACTOR", "HALF_ULPS", "OutputDiff",
+           "Tolerance", "compare_arrays", "format_rtol", "one_line"]

@@ -139,6 +139,14 @@ class Interface:
         return tuple(dict.fromkeys(keys))
 
     @property
+    def free_outputs(self) -> bool:
+        """Whether an output declares a named symbolic dimension that no input declares: one known only at run time
+        (a Loop's iteration count, NonZero's count), which a written model declares as the original does."""
+        on_inputs = {d for _, dims in self.inputs for d in dims or () if isinstance(d, str)}
+        return any(isinstance(d, str) and d and d not in on_inputs and d not in self.bound
+                   for _, dims in self.outputs for d in dims or ())
+
+    @property
     def fixed_dims(self) -> dict[str, int]:
         """The symbolic dimensions the user fixed: name (``NAME[axis]`` when anonymous) -> size."""
         out = dict(self.bound)
@@ -216,8 +224,9 @@ def restore(model: onnx.ModelProto, iface: Interface) -> bool:
     """Give the inputs and outputs of ``model`` (in place) the free symbolic dims of ``iface``: the free input axes,
     and every output axis the original declares symbolic except those named by a fixed name (an output the original
     declares without a shape gets its rank only, no sizes: onnx.checker wants a shape on graph outputs); drops the
-    graph's ``value_info`` (shape hints at the static sizes). Whether anything was free."""
-    if not iface.free:
+    graph's ``value_info`` (shape hints at the static sizes). Whether anything was free (an input dim, or an output
+    dim: :attr:`Interface.free_outputs`)."""
+    if not iface.free and not iface.free_outputs:
         return False
     orig_in = dict(iface.inputs)
     for vi in _graph_inputs(model.graph):

@@ -92,22 +92,44 @@ class ExportCtx:
 
     def emit_opaque(self, node: ExportNode) -> None:
         a = node.attrs
-        self.nodes.append(opaque_node(a, node.inputs, node.outputs, name=f"{a['op_type']}_{len(self.nodes)}"))
+        names = {}
+        for slot, t in embedded_tensors(a, "").items():  # constants of dtypes the IR does not hold: initializers
+            t.name = names[slot] = self.fresh("embedded")
+            self.initializers.append(t)
+        self.nodes.append(opaque_node(a, node.inputs, node.outputs, name=f"{a['op_type']}_{len(self.nodes)}",
+                                      embedded=names))
         if a["domain"] not in ("", "ai.onnx"):
             self.domains[a["domain"]] = max(self.domains.get(a["domain"], 1), a["version"] or 1)
 
 
+def embedded_tensors(attrs: Mapping[str, Any], prefix: str) -> dict[int, TensorProto]:
+    """The constant inputs an ``opaque`` node holds itself (``embedded``: of dtypes the IR has no type for, e.g. int4
+    weights), by ONNX input position, named ``PREFIX<position>``."""
+    out = {}
+    for slot, data in attrs.get("embedded", ()):
+        t = TensorProto.FromString(data)
+        t.name = f"{prefix}{slot}"
+        out[int(slot)] = t
+    return out
+
+
 def opaque_node(attrs: Mapping[str, Any], inputs: Sequence[str], outputs: Sequence[str], *,
-                name: str = "") -> onnx.NodeProto:
+                name: str = "", embedded: Mapping[int, str] | None = None) -> onnx.NodeProto:
     """The ONNX node an ``opaque`` IR node with attributes ``attrs`` stands for: its op type, domain
     and serialized attributes, with ``inputs``/``outputs`` (one value name per IR input/output) at
     their ONNX positions; absent optional positions are empty, trailing empty outputs dropped. The inputs after the
     slotted ones are the outer values its subgraphs read (``captures``): the subgraphs are written reading them under
-    the names given here."""
+    the names given here. ``embedded``: the value names of the node's own constants (:func:`embedded_tensors`), by
+    ONNX input position."""
     slots = tuple(attrs["input_slots"])
     captured = dict(zip(attrs.get("captures", ()), inputs[len(slots):], strict=True))
-    ins = [""] * max(attrs["num_onnx_inputs"], len(slots))
+    held = dict(embedded or {})
+    if sorted(held) != sorted(int(slot) for slot, _ in attrs.get("embedded", ())):
+        raise ExportError(f"opaque {attrs['op_type']}: its embedded constants need value names")
+    ins = [""] * max(attrs["num_onnx_inputs"], len(slots), *(k + 1 for k in held))
     for value, slot in zip(inputs[:len(slots)], slots, strict=True):
+        ins[slot] = value
+    for slot, value in held.items():
         ins[slot] = value
     outs = [""] * max(attrs["num_onnx_outputs"], len(outputs))
     for value, slot in zip(outputs, attrs["output_slots"] or range(len(outputs)), strict=True):
@@ -311,5 +333,5 @@ def _export_op(ctx: ExportCtx, graph: Graph, nid: int, names: dict[Ref, str], ou
         raise ExportError(f"cannot export {sig.op} node: {e}") from e
 
 
-__all__ = ["DEFAULT_OPSET", "MAX_IR_VERSION", "ExportCtx", "export_graph", "make_model", "opaque_node", "outer_reads",
-           "rename_reads", "value_info"]
+__all__ = ["DEFAULT_OPSET", "MAX_IR_VERSION", "ExportCtx", "embedded_tensors", "export_graph", "make_model",
+           "opaque_node", "outer_reads", "rename_reads", "value_info"]

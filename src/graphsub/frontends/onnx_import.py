@@ -1,6 +1,7 @@
 """ONNX ModelProto -> Graph.
 
-* Opsets 13+ of the default domain (older models are upgraded with onnx's version converter).
+* Opsets 13+ of the default domain (older models are upgraded with onnx's version converter); model-local
+  functions are inlined (as onnxruntime runs them).
 * Inputs must get static shapes: symbolic dims come from ``input_shapes`` (a ``dim_param`` name it gives a size
   has that size in every input) or ``default_dim``; writes restore the others
   (:mod:`graphsub.frontends.dims`).
@@ -11,7 +12,8 @@
   kept as ops: folding them is an optimization, not an import.
 * Each node is imported by the first OpDef importer that accepts it; a node no importer
   accepts becomes an ``opaque`` node carrying its serialized attributes and the output types
-  from ONNX shape inference, so it survives the round trip untouched.
+  from ONNX shape inference, so it survives the round trip untouched; a constant it reads whose dtype the IR has
+  no type for (int4, float8) stays inside it (``embedded``), written back as an initializer.
 * Problems raise :class:`~graphsub.errors.ImportError_` naming the node and value -- and nothing
   else: hostile files are refused before anything is allocated or run.  Each tensor name must be
   defined once; default-domain nodes must fit their ONNX schema (attribute names and types, input and
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ImportError_, ShapeError
@@ -40,7 +43,7 @@ from graphsub.frontends.onnx_types import FOLD_LIMIT, infer_types, static_inputs
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
 from graphsub.ops.registry import ONNX_IMPORTERS, Imported, Unsupported
-from graphsub.ops.types import FLOAT_DTYPES, TensorType, dtype_of
+from graphsub.ops.types import DTYPES, FLOAT_DTYPES, TensorType, dtype_of
 
 log = logging.getLogger("graphsub")
 
@@ -83,7 +86,27 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray:
             return np.asarray(v, dtype=np.int64)
         if a.name == "value_ints":
             return np.asarray(v, dtype=np.int64)
-    raise ImportError_(f"Constant node {node.name!r}: unsupported value kind (sparse/string)")
+        if a.name == "sparse_value":
+            return _sparse_to_dense(v)
+    raise ImportError_(f"Constant node {node.name!r}: unsupported value kind (string)")
+
+
+def _ir_dtype(array: np.ndarray) -> bool:
+    """Whether the IR has a type for ``array``'s dtype (not for int4, uint4, the float8 formats ...)."""
+    return str(array.dtype) in DTYPES
+
+
+def _sparse_to_dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """The dense array of a ``SparseTensorProto``: its values at its indices (``[NNZ]`` linear ones or ``[NNZ, rank]``
+    coordinates), zeros elsewhere."""
+    values = numpy_helper.to_array(sparse.values).reshape(-1)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dims = tuple(int(d) for d in sparse.dims)
+    check_size("a Constant's sparse_value", TensorType(dims, dtype_of(values)))  # before allocating it dense
+    dense = np.zeros(dims, dtype=values.dtype)
+    flat = indices.reshape(-1) if indices.ndim == 1 else np.ravel_multi_index(tuple(indices.T), dims)
+    dense.reshape(-1)[flat] = values
+    return dense
 
 
 class _NodeCtx:
@@ -146,6 +169,7 @@ class _Importer:
         self.used = self.graph_outputs | self.used_by_nodes
         self._next = 0
         self.opaque_reasons: dict[str, int] = {}
+        self.initializers: dict[str, onnx.TensorProto] = {}  # by name, as the file has them
 
     # -- arena --------------------------------------------------------------------------
     def add(self, op: str, attrs: Mapping[str, Any], inputs: Sequence[Ref]) -> int:
@@ -269,7 +293,10 @@ class _Importer:
         for a in node.attribute:
             for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
                 captures.update((x, None) for x in outer_reads(sub))
-        slots = [i for i, x in enumerate(node.input) if x]
+        embedded = tuple((i, self._held_constant(x)) for i, x in enumerate(node.input)
+                         if x and x not in self.env and x in self.consts and not _ir_dtype(self.consts[x]))
+        held = {i for i, _ in embedded}  # constants of dtypes the IR has no type for (int4 ...): the node keeps them
+        slots = [i for i, x in enumerate(node.input) if x and i not in held]
         refs = [self.ref(node.input[i], node) for i in slots] + [self.ref(x, node) for x in captures]
         out_slots = [k for k, x in enumerate(node.output) if x]
         out_types = []
@@ -300,10 +327,22 @@ class _Importer:
             "reason": reason,
             "captures": tuple(captures),
         }
+        if embedded:
+            attrs["embedded"] = embedded
         nid = self.add("opaque", attrs, refs)
         for j, k in enumerate(out_slots):
             self.env[node.output[k]] = Ref(nid, j)
         self.opaque_reasons[reason] = self.opaque_reasons.get(reason, 0) + 1
+
+    def _held_constant(self, name: str) -> bytes:
+        """A constant an opaque node keeps itself, serialized (the initializer as the file has it)."""
+        t = self.initializers.get(name)
+        if t is None:
+            t = numpy_helper.from_array(self.consts[name])
+        held = onnx.TensorProto()
+        held.CopyFrom(t)
+        held.name = ""
+        return held.SerializeToString(deterministic=True)
 
     def _fold_shape(self, node: onnx.NodeProto) -> bool:
         try:
@@ -416,6 +455,11 @@ def _from_onnx(
     if model.ir_version > onnx.IR_VERSION:
         raise ImportError_(f"the model's IR version {model.ir_version} is newer than {onnx.IR_VERSION}, the "
                            f"newest that onnx {onnx.__version__} reads")
+    if model.functions:  # model-local functions (the dynamo exporter's modules): onnxruntime inlines them too
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as e:
+            raise ImportError_(f"the model's local functions cannot be inlined: {e}") from e
     if opset < MIN_OPSET:
         try:
             model = onnx.version_converter.convert_version(model, MIN_OPSET)
@@ -438,6 +482,7 @@ def _from_onnx(
         except Exception as e:
             raise ImportError_(f"initializer {t.name!r} cannot be read (missing external data?): {e}") from e
         imp.consts[t.name] = arr
+        imp.initializers[t.name] = t
     for vi in graph.input:
         if vi.name in static:
             t = static[vi.name]

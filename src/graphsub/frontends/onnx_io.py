@@ -26,7 +26,14 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from graphsub.errors import ExecutionError, ExportError, ImportError_
-from graphsub.frontends.onnx_export import DEFAULT_OPSET, export_graph, make_model, opaque_node, value_info
+from graphsub.frontends.onnx_export import (
+    DEFAULT_OPSET,
+    embedded_tensors,
+    export_graph,
+    make_model,
+    opaque_node,
+    value_info,
+)
 from graphsub.frontends.onnx_import import from_onnx
 from graphsub.frontends.ort import make_session, run_session
 from graphsub.ir.graph import Graph
@@ -152,7 +159,7 @@ def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None
 
 #: the attributes of an opaque node that define the one-node model running it
 _MODEL_ATTRS = ("op_type", "domain", "version", "onnx_attrs", "out_types", "input_slots", "num_onnx_inputs",
-                "output_slots", "num_onnx_outputs", "captures")
+                "output_slots", "num_onnx_outputs", "captures", "embedded")
 
 
 def run_opaque(inputs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> list[np.ndarray]:
@@ -172,11 +179,14 @@ def _opaque_session(key: tuple[tuple[str, Any], ...], in_types: tuple[TensorType
     attrs = dict(key)
     domain, version = attrs["domain"], attrs["version"]
     out_types = [TensorType(tuple(s), d) for s, d in attrs["out_types"]]
-    node = opaque_node(attrs, [f"in{k}" for k in range(len(in_types))], [f"out{k}" for k in range(len(out_types))])
+    consts = embedded_tensors(attrs, "embedded")
+    node = opaque_node(attrs, [f"in{k}" for k in range(len(in_types))], [f"out{k}" for k in range(len(out_types))],
+                       embedded={slot: t.name for slot, t in consts.items()})
     g = onnx.helper.make_graph(
         [node], "opaque",
         [value_info(f"in{k}", t) for k, t in enumerate(in_types)],
         [value_info(f"out{k}", t) for k, t in enumerate(out_types)],
+        initializer=list(consts.values()),
     )
     opsets = [onnx.helper.make_opsetid("", version if domain in ("", "ai.onnx") else DEFAULT_OPSET)]
     if domain not in ("", "ai.onnx"):

@@ -86,6 +86,8 @@ register(OpDef(
         AttrSpec("reason", "str", "", doc="why the node is opaque"),
         AttrSpec("captures", "strs", (), doc="outer values its subgraphs read (If/Loop/Scan), by their name in the "
                  "subgraphs; the IR inputs after the slotted ones"),
+        AttrSpec("embedded", "any", (), doc="((ONNX input position, serialized TensorProto), ...): constant inputs "
+                 "of a dtype the IR does not hold (int4, float8 ...), written back as initializers"),
     ),
     infer=_opaque_infer, reference=None, flops=zero_cost,
     onnx_export=_opaque_export,

@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from graphsub.ir.graph import Graph
 from graphsub.optimize.decide import Verdict
+from graphsub.rules.cleanup import CLEANUP
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Step
 
@@ -111,25 +113,33 @@ class Portfolio:
 
 def rewrite_everywhere(graph: Graph, rules: Sequence[Rule], limit: int = 10_000,
                        stop: Callable[[], bool] | None = None) -> tuple[Graph, tuple[Step, ...]]:
-    """Apply ``rules`` wherever they match, first match first, until none does (at most ``limit`` times, and not after
-    ``stop()`` says so: every prefix is a sound rewrite); the graph and the substitutions applied. For rules that
-    cannot re-enable themselves (the ``ort-spelling`` ones)."""
-    from graphsub.errors import BudgetExceeded
-    from graphsub.rules.apply import apply
-    from graphsub.rules.match import find_all
+    """:func:`graphsub.rules.everywhere.rewrite_everywhere` (``rules`` wherever they match, in linear time), its
+    substitutions as search steps."""
+    from graphsub.rules.everywhere import rewrite_everywhere as everywhere
 
-    steps: list[Step] = []
-    while len(steps) < limit and not (stop is not None and stop()):
-        try:
-            matches = find_all(graph, rules, stop=stop)
-        except BudgetExceeded:
-            break
-        if not matches:
-            break
-        sub = apply(graph, matches[0])
-        graph = sub.graph
-        steps.append(Step(matches[0].rule.name, tuple(n for _, n in matches[0].nodes), math.nan))
-    return graph, tuple(steps)
+    out, steps = everywhere(graph, rules, limit, stop)
+    return out, tuple(Step(s.rule, s.nodes, math.nan) for s in steps)
+
+
+#: the first step of a search that started from the cleaned graph (:func:`graphsub.rules.cleanup.clean` as a whole)
+CLEANUP_STEP = Step(CLEANUP, (), math.nan)
+_CLEANED: weakref.WeakKeyDictionary[Graph, tuple[Graph, tuple[Step, ...]]] = weakref.WeakKeyDictionary()
+
+
+def cleaned_start(graph: Graph, *, stop: Callable[[], bool] | None = None) -> tuple[Graph, tuple[Step, ...]]:
+    """:func:`graphsub.rules.cleanup.clean` of ``graph`` and its substitutions as steps, computed once per graph
+    object (the main search, equality saturation and the searches on top of the same graph share it); a run cut
+    short by ``stop`` is not kept."""
+    from graphsub.rules.cleanup import clean
+
+    hit = _CLEANED.get(graph)
+    if hit is not None:
+        return hit
+    out, steps = clean(graph, stop=stop)
+    result = out, tuple(Step(s.rule, s.nodes, math.nan) for s in steps)
+    if stop is None or not stop():
+        _CLEANED[graph] = result
+    return result
 
 
 def export_bytes(graph: Graph) -> bytes:
@@ -139,4 +149,5 @@ def export_bytes(graph: Graph) -> bytes:
     return bytes(export_graph(graph).SerializeToString())
 
 
-__all__ = ["ORIGINAL", "Candidate", "Portfolio", "export_bytes", "rewrite_everywhere"]
+__all__ = ["CLEANUP_STEP", "ORIGINAL", "Candidate", "Portfolio", "cleaned_start", "export_bytes", "rewrite_everywhere"]
+

@@ -51,6 +51,7 @@ class OptimizeConfig:
     count the decision is made at; ``min_speedup`` the smallest gain worth keeping a candidate for
     (:mod:`graphsub.optimize.decide`); ``measure_latency`` False skips the portfolio and the timing (the search's
     verified result is the answer); ``peers``, ``eqsat_s``, ``on_top_s``, ``spelling`` shape the portfolio;
+    ``cleanup`` runs graphsub's general clean-up (:mod:`graphsub.rules.cleanup`) before every search;
     ``search_params`` go to the search algorithm."""
 
     algo: str = DEFAULT_ALGO
@@ -73,6 +74,7 @@ class OptimizeConfig:
     eqsat_s: float = DEFAULT_EQSAT_S
     on_top_s: float = DEFAULT_ON_TOP_S
     spelling: bool = True
+    cleanup: bool = True
     provider: str = "cpu"
     timers: Timers | None = None
     progress: ProgressFn | None = None

@@ -49,9 +49,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
+from graphsub.errors import VerificationError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan_parts, verify_estimate_s
+from graphsub.optimize.candidates import CLEANUP_STEP, cleaned_start
 from graphsub.optimize.config import (
     DEFAULT_ALGO,
     DEFAULT_BUDGET_S,
@@ -64,6 +66,7 @@ from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
+from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
 from graphsub.search.base import Budget
@@ -159,9 +162,9 @@ def optimize(
     steps there.
     Nothing is written when the search's result fails verification.
     Raises GraphsubError for bad input (:class:`~graphsub.spec.OverwriteError` for an output that is
-    the input file), ExportError/OSError when the output cannot be written, VerificationError (nothing written) when
-    the chosen model does not keep the input file's symbolic dimensions that ``input_shapes`` leave free
-    (:func:`graphsub.symbolic.keep_symbolic`).
+    the input file), ExportError/OSError when the output cannot be written. A chosen model that does not keep the
+    input file's symbolic dimensions that ``input_shapes`` leave free (:func:`graphsub.symbolic.keep_symbolic`)
+    gives way to the original, which is written, with a note and the decision saying why.
     """
     cfg = OptimizeConfig.build(config, **settings).check()
     tm = resolve_timers(cfg.timers)
@@ -180,6 +183,7 @@ def optimize(
         rule_list = resolve_rules(cfg.rules)
         cm = _cost_model(cfg.cost, threads)
     shares, search_budget = _plan(run, cfg, graph, target)
+    cfg = cfg if target is None or target.cleanup else dataclasses.replace(cfg, cleanup=False)
     res, result, final = _search_and_verify(run, cfg, name, graph, rule_list, cm, search_budget, threads)
     if not res.verified:
         with run.step("bisect", "bisect_s"):
@@ -258,9 +262,17 @@ def _search_and_verify(run: _Run, cfg: OptimizeConfig, name: str, graph: Graph, 
     from graphsub.search import search
 
     tm = run.timers
+    start, cleaned = graph, ()
+    if cfg.cleanup:
+        with run.step("cleanup", "cleanup_s"):
+            start, cleaned = cleaned_start(graph, stop=run.deadline.expired)  # type: ignore[assignment]
+        if cleaned:
+            run.notes.append(cleanup_note(cleaned, run.timings["cleanup_s"]))
     with run.step("search", "search_s"):
-        result = search(graph, rule_list, cm, search_budget, cfg.seed, algo=cfg.algo,
+        result = search(start, rule_list, cm, search_budget, cfg.seed, algo=cfg.algo,
                         progress=lambda elapsed, best: run.note("search", elapsed, best), **cfg.search_params)
+    if start is not graph:  # the clean-up is the sequence's first step (replayed as a whole by the bisection)
+        result = dataclasses.replace(result, sequence=(CLEANUP_STEP, *result.sequence))
     with run.step("verify", "verify_s", result.best_cost):
         ref = materialize(graph, cfg.seed)
         seed_list = tuple(cfg.seed + 1000 * i for i in range(max(cfg.seeds, 1)))
@@ -278,7 +290,7 @@ def _search_and_verify(run: _Run, cfg: OptimizeConfig, name: str, graph: Graph, 
             seed_list = done
     res = OptimizeResult(name, ref, final, ref, result, ok, diff, worst, threads=threads, seeds=seed_list,
                          timings_s=run.timings, rule_set=cfg.rule_set_name(len(rule_list)), cost_model=cfg.cost,
-                         rules=tuple(rule_list), time_budget_s=cfg.time_s)
+                         rules=tuple(rule_list), time_budget_s=cfg.time_s, cleanup=tuple(cleaned))
     return res, result, final
 
 
@@ -347,7 +359,8 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         port.add(pf.Candidate(name, pf.export_bytes(fin), fin, pf.ORIGINAL, steps))
     tail_s = st.plan.tail_s if st.plan is not None else 0.0
     port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
-    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st), spelling=_spelling_rules() if st.spelling
+    cleanup = st.config is None or st.config.cleanup
+    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st, cleanup), spelling=_spelling_rules() if st.spelling
                          else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s, deadline=run.deadline,
                          tail_s=tail_s, layout=st.spelling, rows=st.spelling, config=st.config, target=st.target,
                          planned=None if st.plan is None else st.plan.shares)
@@ -361,7 +374,10 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()
     timed = [c for c in port.distinct if c.verified]
-    if timed:
+    if timed and run.deadline.expired():
+        port.notes.append("timing: skipped: " + ("interrupted" if stop_requested() else "no time left in the budget"))
+        run.cut_short()
+    elif timed:
         with run.step("time", "time_s"):
             if (confirm_each(port, timed, st.target, st, run.deadline, run.timers)
                     if st.target is not None and st.target.own_timing else
@@ -427,19 +443,22 @@ def _spelling_rules() -> list[Rule]:
     return [*get_set("ort-spelling"), *(r for r in get_set("cpu") if r.name == "cpu_reshape_reshape")]
 
 
-def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings) -> Any:
+def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings, cleanup: bool = True) -> Any:
     """The portfolio's ``search_fn``: graphsub's search on any graph (an imported peer output too), its best graph
-    finalized with the graph's weights. Equality saturation prices ops one by one (``measured[min]``)."""
+    finalized with the graph's weights; with ``cleanup``, each search starts from the graph cleaned
+    (:mod:`graphsub.rules.cleanup`). Equality saturation prices ops one by one (``measured[min]``)."""
     from graphsub.cost import get_model
     from graphsub.data import materialize
     from graphsub.search import search
 
     def fn(g: Graph, budget_s: float, algo: str) -> tuple[Graph, tuple[Any, ...]]:
         model = get_model("measured[min]", threads=st.threads, progress=False) if algo == "eqsat" else cm
-        r = search(g, rule_list, model, Budget(time_s=budget_s), st.seed, algo=algo)
-        if not r.sequence:
+        start, cleaned = cleaned_start(g) if cleanup else (g, ())
+        r = search(start, rule_list, model, Budget(time_s=budget_s), st.seed, algo=algo)
+        sequence = ((CLEANUP_STEP,) if cleaned else ()) + r.sequence
+        if not sequence:
             return g, ()
-        return finalize(materialize(g, st.seed), r.best, st.seed), r.sequence
+        return finalize(materialize(g, st.seed), r.best, st.seed), sequence
 
     return fn
 
@@ -462,13 +481,24 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
            input_shapes: Shapes | None = None) -> None:
     """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
     with large weights beside it); the original when it was kept.  Symbolic dims of an input file that
-    ``input_shapes`` leave free stay symbolic, or VerificationError (:func:`graphsub.symbolic.keep_symbolic`)."""
+    ``input_shapes`` leave free stay symbolic (:func:`graphsub.symbolic.keep_symbolic`); a chosen model that does not
+    keep them (graphsub computes at the imported sizes: a reshape's target baked in) gives way to the original,
+    with a note."""
     from graphsub.optimize.output import write_bytes, write_optimized, write_original
     from graphsub.symbolic import keep_symbolic
 
     if chosen is not None and not res.kept_original:
-        chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
-                               graph=res.original, seed=res.seeds[0] if res.seeds else 0)
+        try:
+            chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
+                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0)
+        except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
+            res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
+            res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "
+                            "symbolic dimensions (see the notes; --input-shape gives a model with static shapes)")
+            res.kept_original, res.chosen, res.graph, res.verdict = True, "original", res.original, None
+            write_original(source, output)
+            res.written = os.fspath(output)
+            return
         if isinstance(chosen, bytes):
             write_bytes(chosen, output)
         else:

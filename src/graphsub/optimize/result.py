@@ -11,8 +11,9 @@ from typing import Any
 
 from graphsub.ir.graph import Graph
 from graphsub.optimize.decide import Verdict
+from graphsub.rules.cleanup import CLEANUP
 from graphsub.rules.rule import Rule
-from graphsub.search.base import SearchResult
+from graphsub.search.base import SearchResult, Step
 
 
 def _finite(x: float) -> float | None:
@@ -71,6 +72,8 @@ class OptimizeResult:
     budget_stop: str = ""
     # the decision on the candidate shown (the chosen one, else the best confirmed): its speedup, interval, A/A ratio
     verdict: Verdict | None = None
+    # the clean-up's own substitutions (graphsub.rules.cleanup), which a sequence records as its first step
+    cleanup: tuple[Step, ...] = ()
 
     @property
     def interrupted(self) -> bool:
@@ -100,6 +103,8 @@ class OptimizeResult:
         """graphsub's substitutions in the model chosen (the search's, without a portfolio)."""
         cand = self.chosen_candidate
         steps = self.search.sequence if not self.candidates else (cand.steps if cand is not None else ())
+        if steps and steps[0].rule == CLEANUP:  # the clean-up's substitutions, one by one
+            steps = (*self.cleanup, *steps[1:])
         return [{"rule": s.rule, "nodes": list(s.nodes), "cost": _finite(s.cost)} for s in steps]
 
     def to_dict(self) -> dict[str, Any]:

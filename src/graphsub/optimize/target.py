@@ -46,6 +46,9 @@ class Target:
     rounds: int = decide.ROUNDS_PER_GROUP
     budget_ms: float = 200.0
     alpha: float = decide.ALPHA
+    #: whether the searches start from the graph cleaned (:mod:`graphsub.rules.cleanup`): folding weights into
+    #: constants and merging equal ones is right where weights are constants (inference), not where they are trained
+    cleanup: bool = True
 
     def accepts(self, source: Source) -> bool:
         """Whether the candidate source ``source`` makes candidates this target can use."""

@@ -159,6 +159,7 @@ class ModuleTarget(Target):
     labels: Any
     params: tuple[str, ...]
     values: Mapping[str, np.ndarray]
+    cleanup = False  # the weights are trained: none is folded into a constant or merged with an equal one
     tolerance: Tolerance
     lr: float = 0.01
     steps: int = 3

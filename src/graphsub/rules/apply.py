@@ -182,24 +182,39 @@ def weight_only_nodes(graph: Graph) -> list[int]:
             if not graph.nodes[n].sig.opdef.leaf and is_weight_only(graph, n)]
 
 
+#: ONNX ops whose weight-only outputs are never folded, nor anything computed from them: a ``DequantizeLinear`` of a
+#: constant is how a QDQ model states a quantized weight, which onnxruntime runs fused with its consumer as a quantized
+#: kernel (its own constant folding leaves them too); folded, the model would compute in float, with other values
+UNFOLDED = frozenset({"DequantizeLinear"})
+
+
 def fold_weights(graph: Graph, *, only_with_data: bool = True) -> Graph:
     """Replace every weight-only value consumed by a run-time node (or a graph output) by a
-    constant weight holding its value, computed with the reference implementations.
+    constant weight holding its value, computed with the reference implementations (all in one run).
 
-    Values whose leaves lack data are left as they are (``only_with_data``).  The result is
+    Values whose leaves lack data are left as they are (``only_with_data``), and so are the outputs of the
+    :data:`UNFOLDED` ops and what is computed from them (a quantized weight stays quantized).  The result is
     numerically identical; its structure is what an exporter should write.
     """
     from graphsub.execute import run
 
+    kept: set[int] = set()  # weight-only nodes that stay: an UNFOLDED op or something computed from one
+
+    def foldable(ref: Ref) -> bool:
+        return not graph.nodes[ref.node].sig.opdef.leaf and ref.node not in kept and is_weight_only(graph, ref)
+
     targets: list[Ref] = []
     for nid in graph.topo_order():
         node = graph.nodes[nid]
-        if node.sig.opdef.leaf or is_weight_only(graph, nid):
+        if node.sig.opdef.leaf:
             continue
-        targets.extend(r for r in node.inputs if not graph.nodes[r.node].sig.opdef.leaf
-                       and is_weight_only(graph, r))
-    targets.extend(r for r in graph.outputs if not graph.nodes[r.node].sig.opdef.leaf
-                   and is_weight_only(graph, r))
+        if (node.sig.op == "opaque" and node.sig.attr.get("op_type") in UNFOLDED) or \
+                any(r.node in kept for r in node.inputs):
+            kept.add(nid)
+        elif is_weight_only(graph, nid):
+            continue
+        targets.extend(r for r in node.inputs if foldable(r))
+    targets.extend(r for r in graph.outputs if foldable(r))
     targets = list(dict.fromkeys(targets))
     if not targets:
         return graph
@@ -216,16 +231,28 @@ def fold_weights(graph: Graph, *, only_with_data: bool = True) -> Graph:
 
 
 def _evaluate(graph: Graph, refs: list[Ref], only_with_data: bool, run: Any) -> dict[Ref, np.ndarray]:
+    """The values of ``refs`` (weight-only), all in one run of the reference executor; with ``only_with_data``
+    those that depend on a weight without data are left out. O(graph): a graph with thousands of folded values
+    (a TorchScript export's per-layer constants) is evaluated once, not once per value."""
+    if only_with_data:
+        missing: set[int] = set()
+        for nid in graph.topo_order():
+            node = graph.nodes[nid]
+            if (node.sig.op == "weight" and node.sig.attr["name"] not in graph.params) or \
+                    any(r.node in missing for r in node.inputs):
+                missing.add(nid)
+        refs = [r for r in refs if r.node not in missing]
+    if not refs:
+        return {}
+    names = [f"v{i}" for i in range(len(refs))]
+    sub = Graph.from_arena(dict(graph.nodes), (), refs, names, graph.params)
+    values = run(sub, {})
     out: dict[Ref, np.ndarray] = {}
-    for ref in refs:
-        sub = Graph.from_arena(dict(graph.nodes), (), [ref], ["v"], graph.params)
-        missing = [nid for nid in sub.ops_of("weight") if sub.nodes[nid].sig.attr["name"] not in graph.params]
-        if missing and only_with_data:
-            continue
-        arr = run(sub, {})["v"]
-        if dtype_of(np.asarray(arr)) != graph.type_of(ref).dtype:
+    for ref, name in zip(refs, names, strict=True):
+        arr = np.asarray(values[name])
+        if dtype_of(arr) != graph.type_of(ref).dtype:
             raise RuleError(f"folding {ref!r}: dtype changed")
-        out[ref] = np.asarray(arr)
+        out[ref] = arr
     return out
 
 

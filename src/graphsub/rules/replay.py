@@ -19,32 +19,13 @@ region each step changed.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 from graphsub.errors import RuleError
 from graphsub.ir.graph import Graph
 from graphsub.rules.apply import Substitution, apply
+from graphsub.rules.cleanup import replay_cleanup
 from graphsub.rules.match import Match, find_matches
-from graphsub.rules.rule import Rule
-
-
-class StepLike(Protocol):
-    """What replay needs of a step (``graphsub.search.Step`` is one)."""
-
-    @property
-    def rule(self) -> str: ...
-
-    @property
-    def nodes(self) -> tuple[int, ...]: ...
-
-
-@dataclass(frozen=True)
-class RuleStep:
-    """A step named by rule and matched node ids (the plain form of :class:`StepLike`)."""
-
-    rule: str
-    nodes: tuple[int, ...]
+from graphsub.rules.rule import Rule, RuleStep, StepLike
 
 
 def find_step(graph: Graph, rule: Rule, nodes: Sequence[int]) -> Match | None:
@@ -85,7 +66,10 @@ def replay_steps(graph: Graph, rules: Sequence[Rule], steps: Sequence[StepLike])
 
 
 def replay(graph: Graph, rules: Sequence[Rule], steps: Sequence[StepLike]) -> Graph:
-    """``graph`` after all ``steps`` (see :func:`replay_steps`)."""
+    """``graph`` after all ``steps`` (see :func:`replay_steps`); a sequence that starts with the clean-up step
+    (:data:`graphsub.rules.cleanup.CLEANUP_STEP`, what ``optimize``'s searches start with) replays the whole
+    clean-up first."""
+    graph, steps = replay_cleanup(graph, steps)
     g = graph
     for _, sub in replay_steps(graph, rules, steps):
         g = sub.graph

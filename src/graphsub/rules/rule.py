@@ -39,7 +39,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from graphsub.errors import GraphsubError, RuleError
 from graphsub.rules.pattern import Pattern, PatternBuilder
@@ -184,7 +184,26 @@ def mirrored(rule: Rule, name: str, nodes: Sequence[str] | None = None, doc: str
                                doc=rule.doc if doc is None else doc)
 
 
+class StepLike(Protocol):
+    """What replay needs of a step (``graphsub.search.Step`` is one)."""
+
+    @property
+    def rule(self) -> str: ...
+
+    @property
+    def nodes(self) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True)
+class RuleStep:
+    """A step named by rule and matched node ids (the plain form of :class:`StepLike`)."""
+
+    rule: str
+    nodes: tuple[int, ...]
+
+
+
 __all__ = [
-    "ORIGINS", "Example", "Rule", "TargetFn", "ViewTargetFn", "Where", "WhereFn", "caller_location",
-    "make_rule", "mirrored",
+    "ORIGINS", "Example", "Rule", "RuleStep", "StepLike", "TargetFn", "ViewTargetFn", "Where", "WhereFn",
+    "caller_location", "make_rule", "mirrored",
 ]

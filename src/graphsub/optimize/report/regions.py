@@ -32,6 +32,7 @@ from graphsub.errors import GraphsubError, RuleError
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node
 from graphsub.optimize.report.plots import FONT, data_uri, new_figure, png_bytes
+from graphsub.rules.cleanup import replay_cleanup
 from graphsub.rules.replay import StepLike, replay_steps
 from graphsub.rules.rule import Rule
 
@@ -62,7 +63,8 @@ class Change:
 
 def replay_changes(graph: Graph, rules: Sequence[Rule], steps: Sequence[StepLike]) -> tuple[list[Change], str]:
     """Replay ``steps`` from ``graph``: the changes replayed, and why replay stopped early ('' if it
-    did not).  Rules are looked up in ``rules`` by name, then in the rule library."""
+    did not).  Rules are looked up in ``rules`` by name, then in the rule library. A leading clean-up step
+    (:data:`graphsub.rules.cleanup.CLEANUP_STEP`) is replayed as a whole and has no change of its own."""
     known = {r.name: r for r in rules}
     for step in steps:
         if step.rule not in known:
@@ -73,8 +75,11 @@ def replay_changes(graph: Graph, rules: Sequence[Rule], steps: Sequence[StepLike
             except GraphsubError:
                 pass  # replay_steps names the unknown rule
     changes: list[Change] = []
+    graph, rest = replay_cleanup(graph, steps)  # the clean-up step as a whole: no picture, the steps after it have
+    first = len(steps) - len(rest)
     try:
-        for i, sub in replay_steps(graph, list(known.values()), steps):
+        for i, sub in replay_steps(graph, list(known.values()), rest):
+            i += first
             info = sub.graph.edit_info()
             g = sub.parent
             rewired = tuple(sorted(n for n in (info[2] if info else ()) if n in g.nodes and n in sub.graph.nodes

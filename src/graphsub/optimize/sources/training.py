@@ -51,6 +51,7 @@ class TrainingTarget(Target):
     forward: Graph
     feeds: Mapping[str, np.ndarray] | None = None
     forward_s: float | None = None
+    cleanup = False  # the weights are trained: none is folded into a constant or merged with an equal one
 
 
 def _training(ctx: Context) -> bool:

@@ -86,6 +86,12 @@ def _algebra() -> list[Rule]:
     return algebra.rules()
 
 
+def _cleanup() -> list[Rule]:
+    from graphsub.rules.library import cleanup
+
+    return cleanup.rules()
+
+
 def _cpu() -> list[Rule]:
     from graphsub.rules.library import cpu
 
@@ -126,6 +132,7 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
     "metaflow": ("MetaFlow's relaxed substitutions", _metaflow),
     "algebra": ("TASO's operator properties as rules", _algebra),
     "cpu": ("CPU-relevant algebra and clean-ups", _cpu),
+    "cleanup": ("no-ops and collapsible chains, applied everywhere by optimize's clean-up pass", _cleanup),
     "ort": ("rewrites into onnxruntime fused kernels", _ort),
     "ort-spelling": ("spellings that steer onnxruntime's own fusions (applied and timed by optimize)",
                      _ort_spelling),
