@@ -126,7 +126,7 @@ def test_biases_and_norm_scales_are_trained_like(name: str) -> None:
 def test_catalog_metadata() -> None:
     assert len(ARCHITECTURES) >= 15
     for a in ARCHITECTURES.values():
-        assert a.family in ("transformer", "cnn", "rnn")
+        assert a.family in ("transformer", "cnn", "rnn", "recsys")
         assert (a.transformer is not None) == (a.family == "transformer")
         assert 1 in a.batches and len(a.batches) == 2
         for s in a.input_specs(3):

@@ -95,6 +95,9 @@ def bench_cmd(
                                                                          "portfolio runs the peers itself).")] = True,
     build: Annotated[bool, typer.Option("--build", help="suite: export the suite's models first (needs "
                                                         "`pip install -e .[suite]`; cached).")] = False,
+    half: Annotated[str | None, typer.Option("--half", help="suite: only the models of one half of the suite: "
+                                                            "development (graphsub was tuned on them) or held-out "
+                                                            "(see graphsub.bench.suite.halves).")] = None,
     budget: Annotated[float, typer.Option("--budget", help="suite: graphsub optimize's --budget per run: the "
                                                           "whole command's wall time (s; default: graphsub "
                                                           "optimize's own, so that its time is the user's).")
@@ -140,7 +143,7 @@ def bench_cmd(
 
         suite(models=models, peers=peers, compose=compose, threads=threads, build=build, budget=budget, rounds=rounds,
               seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json,
-              executor=executor, ray_address=ray_address, provider=provider)
+              executor=executor, ray_address=ray_address, provider=provider, half=half)
         return
     if list_presets:
         _list_presets(as_json)

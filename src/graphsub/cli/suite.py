@@ -12,22 +12,32 @@ from graphsub.cli.common import Exit, err, exits, fail, out, split_list
 from graphsub.spec import split_specs
 
 
-def _models(models: str | None, build: bool, as_json: bool) -> list[Any]:
-    """The suite's models (built first with ``--build``) and the selection of ``--models``."""
+def _models(models: str | None, build: bool, as_json: bool, half: str | None = None) -> list[Any]:
+    """The suite's models (built first with ``--build``: only ``half``'s architectures when given) and the selection
+    of ``--models`` and ``--half``."""
+    from graphsub.bench.suite.halves import check_half
+    from graphsub.bench.suite.halves import half as half_of
     from graphsub.bench.suite.select import select
+
+    if half is not None:
+        try:
+            check_half(half)
+        except ValueError as e:
+            fail(Exit.USAGE, f"--half: {e}", as_json)
 
     patterns = None if models is None else split_specs(models)
     user_files_only = patterns is not None and all(p.endswith(".onnx") for p in patterns)
     suite: list[Any] = []
     if build or not user_files_only:
         try:
-            from graphsub.bench.suite.catalog import build_suite, load_suite
+            from graphsub.bench.suite.catalog import ARCHITECTURES, build_suite, load_suite
         except ImportError as e:  # the export dependencies are an optional extra
             fail(Exit.USAGE, f"the suite needs `pip install -e .[suite]` ({e})", as_json)
+        archs = None if half is None else [a for a in ARCHITECTURES if half_of(a) == half]
         with exits(as_json):
-            suite = build_suite(progress=not as_json) if build else load_suite()
+            suite = build_suite(archs=archs, progress=not as_json) if build else load_suite()
     with exits(as_json, default=Exit.USAGE):
-        chosen = select(patterns, suite)
+        chosen = select(patterns, suite, half)
     if not chosen:
         fail(Exit.USAGE, "no models: build the suite with `graphsub bench suite --build`, or give --models a.onnx",
              as_json)
@@ -51,7 +61,7 @@ def _tools(peers: str | None, as_json: bool, compose: bool = True) -> list[str]:
 def suite(*, models: str | None, peers: str | None, compose: bool = True, threads: str | None, build: bool,
           budget: float, rounds: int, seed: int, out_dir: Path | None, name: str | None, resume: bool, plots: bool,
           dry_run: bool, as_json: bool, executor: str = "serial", ray_address: str | None = None,
-          provider: str = "cpu") -> None:
+          provider: str = "cpu", half: str | None = None) -> None:
     """Run the suite and print (or ``--json``) its table; writes ``OUT/NAME.jsonl``, ``.md`` and ``.png``."""
     from graphsub.bench.suite.measure import parse_threads
     from graphsub.bench.suite.runner import run_suite
@@ -69,7 +79,7 @@ def suite(*, models: str | None, peers: str | None, compose: bool = True, thread
         with exits(as_json, default=Exit.USAGE):
             require_provider(provider)
     tools = _tools(peers, as_json, compose)
-    chosen = _models(models, build, as_json)
+    chosen = _models(models, build, as_json, half)
     name = name or "suite"
     out_path = out_dir or Path("results")
     if dry_run:

@@ -27,12 +27,19 @@ Invariants:
   (token ids below the vocabulary size); attention masks add ``"role": "attention_mask"`` (their examples are
   right-padded rows of ones).
 
+The catalog is split into two halves (:mod:`.halves`): the 15 architectures of the suite before the split are the
+*development* half (graphsub's passes were tuned on them); those added since (:data:`ADDED`, factories in
+:mod:`.models_more` and :mod:`.tv_models_more`) are *held-out* unless :mod:`.halves` lists them with a reason.
+:attr:`SuiteModel.half` gives a built model's half.
+
 This module imports neither torch nor transformers: building imports :mod:`.export`, which does.
 
 >>> ARCHITECTURES["bert"].input_specs(8)[0]
 {'name': 'input_ids', 'dtype': 'int64', 'shape': [8, 128], 'low': 0, 'high': 30522}
 >>> model_id("bert", "torchscript", 8)
 'bert.ts.b8'
+>>> ARCHITECTURES["llama"].family, half("llama"), half("bert")
+('transformer', 'held-out', 'development')
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.bench.suite.halves import Half, half
 from graphsub.bench.suite.measure import make_feeds
 
 FORMAT = 2  # 2: trained-like biases and normalisation parameters (export.trained_like); cached models rebuild
@@ -58,6 +66,9 @@ MANIFEST = "manifest.json"
 EXPORTER_TAGS = {"torchscript": "ts", "dynamo": "dynamo"}
 BATCH = "batch"  # the placeholder for the batch dimension in an architecture's input shapes
 TEXT_SEQ = 128
+#: the DLRM model's embedding tables (rows of 64 floats: 98.8 MB in all) and indices per sample and table
+DLRM_TABLES = (200_000, 100_000, 50_000, 20_000, 10_000, 5_000, 1_000, 100)
+DLRM_BAG = 4
 _SUITE = "graphsub.bench.suite"
 
 
@@ -108,6 +119,11 @@ class SuiteModel:
     ops: int = 0
     size: int = 0
 
+    @property
+    def half(self) -> Half:
+        """The suite half of its architecture (:func:`graphsub.bench.suite.halves.half`)."""
+        return half(self.arch)
+
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any], root: Path) -> SuiteModel:
         return cls(id=entry["id"], path=root / entry["path"], arch=entry["arch"], family=entry["family"],
@@ -129,11 +145,15 @@ def _floats(name: str, *dims: int) -> dict[str, Any]:
     return {"name": name, "dtype": "float32", "shape": [BATCH, *dims]}
 
 
-def _hf(name: str, cls: str, config: dict[str, Any], inputs: Sequence[dict[str, Any]], seq: int, model_type: str,
-        heads: int, hidden: int) -> Arch:
-    return Arch(name, "transformer", f"transformers.{cls}", f"{_SUITE}.models:{name}",
-                {"inputs": [s["name"] for s in inputs], **config}, tuple(inputs), (1, 8), seq,
-                {"model_type": model_type, "num_heads": heads, "hidden_size": hidden})
+def _hf(name: str, cls: str, config: dict[str, Any], inputs: Sequence[dict[str, Any]], seq: int | None,
+        model_type: str | None, heads: int = 0, hidden: int = 0, *, module: str = "models",
+        batches: tuple[int, ...] = (1, 8), family: str = "transformer") -> Arch:
+    """A Hugging Face model (factory ``<module>:<name>``); ``model_type`` None: no transformer metadata (heads and
+    hidden 0: the optimizer detects them from the graph, for models whose stages differ)."""
+    transformer = None if model_type is None else {"model_type": model_type, "num_heads": heads,
+                                                    "hidden_size": hidden}
+    return Arch(name, family, f"transformers.{cls}", f"{_SUITE}.{module}:{name}",
+                {"inputs": [s["name"] for s in inputs], **config}, tuple(inputs), batches, seq, transformer)
 
 
 def _torch(name: str, family: str, source: str, config: dict[str, Any], inputs: Sequence[dict[str, Any]],
@@ -142,16 +162,77 @@ def _torch(name: str, family: str, source: str, config: dict[str, Any], inputs: 
                 transformer, attention)
 
 
-def _cnn(name: str, fn: str, config: dict[str, Any] | None = None, image: int = 224, calibrate: bool = True) -> Arch:
-    """A torchvision-structure CNN; BatchNorm statistics calibrated on random images (:mod:`.tv_models`)."""
+def _cnn(name: str, fn: str, config: dict[str, Any] | None = None, image: int = 224, calibrate: bool = True,
+         module: str = "tv_models", tv_fn: str | None = None) -> Arch:
+    """A torchvision-structure CNN (``tv_fn``: torchvision's function, default ``fn``); BatchNorm statistics
+    calibrated on random images (:mod:`.tv_models`)."""
     config = {**(config or {}), **({"calibrate_image": image} if calibrate else {})}
-    return Arch(name, "cnn", f"torchvision.models.{fn}() (structure, {_SUITE}.tv_models)",
-                f"{_SUITE}.tv_models:{fn}", config, (_floats("input", 3, image, image),), (1, 4))
+    return Arch(name, "cnn", f"torchvision.models.{tv_fn or fn}() (structure, {_SUITE}.{module})",
+                f"{_SUITE}.{module}:{fn}", config, (_floats("input", 3, image, image),), (1, 4))
 
 
 _ENC = {"model_type": "bert", "num_heads": 4, "hidden_size": 256}  # torch's encoders: the optimizer's generic type
+_LM = {"num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 256, "max_position_embeddings": 512,
+       "use_cache": False}  # the decoder-only LMs' common size (their FFN: 1024)
+_MORE = "models_more"
 
-#: The suite's architectures by name (hidden 256, 4 heads, FFN 1024, sequence 128 for text).
+#: The architectures added after the split into halves (:mod:`.halves`: held-out unless listed there).  Decoder
+#: LMs and encoders: hidden 256, 4 layers, 4 heads, FFN 1024, sequence 128; images at 224 (MobileViT at its 256);
+#: the two vocabularies over 100k are cut to 32000 (Qwen2's 151936, DeBERTa-v3's 128100) to keep the files small.
+ADDED: tuple[Arch, ...] = (
+    _hf("llama", "LlamaModel", {**_LM, "intermediate_size": 1024, "num_key_value_heads": 2, "vocab_size": 32000},
+        [_ids("input_ids", 32000), _mask()], TEXT_SEQ, "gpt2", 4, 256, module=_MORE),
+    _hf("qwen2", "Qwen2Model", {**_LM, "intermediate_size": 1024, "num_key_value_heads": 2, "vocab_size": 32000},
+        [_ids("input_ids", 32000), _mask()], TEXT_SEQ, "gpt2", 4, 256, module=_MORE),
+    _hf("opt", "OPTModel", {**_LM, "ffn_dim": 1024, "word_embed_proj_dim": 256, "vocab_size": 50272},
+        [_ids("input_ids", 50272), _mask()], TEXT_SEQ, "gpt2", 4, 256, module=_MORE),
+    _hf("gpt_neox", "GPTNeoXModel", {**_LM, "intermediate_size": 1024, "rotary_pct": 0.25, "vocab_size": 50432},
+        [_ids("input_ids", 50432), _mask()], TEXT_SEQ, "gpt_neox", 4, 256, module=_MORE),
+    _hf("phi", "PhiModel", {**_LM, "intermediate_size": 1024, "partial_rotary_factor": 0.5,
+                            "vocab_size": 51200},
+        [_ids("input_ids", 51200), _mask()], TEXT_SEQ, "phi", 4, 256, module=_MORE),
+    _hf("bart", "BartModel", {"d_model": 256, "encoder_layers": 4, "decoder_layers": 4, "encoder_attention_heads": 4,
+                              "decoder_attention_heads": 4, "encoder_ffn_dim": 1024, "decoder_ffn_dim": 1024,
+                              "vocab_size": 50265, "max_position_embeddings": 512, "use_cache": False},
+        [_ids("input_ids", 50265), _mask(), _ids("decoder_input_ids", 50265)], TEXT_SEQ, "bart", 4, 256,
+        module=_MORE),
+    _hf("swin", "SwinModel", {"image_size": 224, "patch_size": 4, "embed_dim": 96, "depths": [2, 2, 6, 2],
+                              "num_heads": [3, 6, 12, 24], "window_size": 7},  # Swin-T
+        [_floats("pixel_values", 3, 224, 224)], 49, "swin", module=_MORE, batches=(1, 4)),
+    _hf("mobilevit", "MobileViTModel", {"image_size": 256, "calibrate_image": 256},  # MobileViT-S (the defaults)
+        [_floats("pixel_values", 3, 256, 256)], None, "vit", module=_MORE, batches=(1, 4)),
+    # LeViT-128 (the defaults), BatchNorm statistics jittered around their init (models_more.jitter_batchnorms):
+    # calibrated ones (as for MobileViT) grow its residual stream to ~1e3, where the batch-4 exports miss the check
+    _hf("levit", "LevitModel", {"image_size": 224, "batchnorm_noise": 0.02},
+        [_floats("pixel_values", 3, 224, 224)], None, "vit", module=_MORE, batches=(1, 4)),
+    _hf("segformer", "SegformerModel", {"image_size": 224},  # MiT-b0 (the config's defaults), the encoder
+        [_floats("pixel_values", 3, 224, 224)], None, "vit", module=_MORE, batches=(1, 4)),
+    _hf("convnextv2", "ConvNextV2Model", {"depths": [2, 2, 6, 2], "hidden_sizes": [40, 80, 160, 320]},  # Atto
+        [_floats("pixel_values", 3, 224, 224)], None, None, module=_MORE, batches=(1, 4), family="cnn"),
+    _hf("wav2vec2", "Wav2Vec2Model", {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+                                      "intermediate_size": 1024},  # the base model's feature encoder (7 convs, 512)
+        [_floats("input_values", 16000)], 49, "bert", 4, 256, module=_MORE),
+    _hf("deberta_v2", "DebertaV2Model", {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+                                         "intermediate_size": 1024, "vocab_size": 32000, "type_vocab_size": 0,
+                                         "max_position_embeddings": 512, "relative_attention": True,
+                                         "position_buckets": 256, "norm_rel_ebd": "layer_norm",
+                                         "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
+                                         "position_biased_input": False},  # DeBERTa-v3's attention settings
+        [_ids("input_ids", 32000), _mask()], TEXT_SEQ, "bert", 4, 256, module=_MORE),
+    _hf("convbert", "ConvBertModel", {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+                                      "intermediate_size": 1024, "vocab_size": 30522, "embedding_size": 256,
+                                      "head_ratio": 2, "conv_kernel_size": 9},
+        [_ids("input_ids", 30522), _mask(), _ids("token_type_ids", 2)], TEXT_SEQ, "bert", 4, 256, module=_MORE),
+    _cnn("densenet121", "densenet", module="tv_models_more", tv_fn="densenet121"),
+    _cnn("shufflenet_v2_x1_0", "shufflenet_v2", module="tv_models_more", tv_fn="shufflenet_v2_x1_0"),
+    Arch("dlrm", "recsys", "DLRM (facebookresearch/dlrm DLRM_Net structure, nn.EmbeddingBag)",
+         f"{_SUITE}.{_MORE}:dlrm", {"dense_features": 13, "tables": list(DLRM_TABLES), "dim": 64,
+                                    "bottom": [512, 256], "top": [512, 256]},
+         (_floats("dense", 13), *(_ids(f"sparse_{i}", n, DLRM_BAG) for i, n in enumerate(DLRM_TABLES))), (1, 8)),
+)
+
+#: The suite's architectures by name (hidden 256, 4 heads, FFN 1024, sequence 128 for text): the 15 of the development
+#: half, then :data:`ADDED`.
 ARCHITECTURES: dict[str, Arch] = {a.name: a for a in (
     _hf("bert", "BertModel", {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
                               "intermediate_size": 1024, "vocab_size": 30522, "max_position_embeddings": 512},
@@ -187,6 +268,7 @@ ARCHITECTURES: dict[str, Arch] = {a.name: a for a in (
     _cnn("efficientnet_b0", "efficientnet_b0"),
     _cnn("convnext_tiny", "convnext_tiny", calibrate=False),  # LayerNorm only
     _cnn("regnet_y_400mf", "regnet_y_400mf"),
+    *ADDED,
 )}
 
 
@@ -401,6 +483,6 @@ def small_suite(out_dir: Path) -> list[SuiteModel]:
 
 
 __all__ = [
-    "ARCHITECTURES", "BATCH", "Arch", "SuiteModel", "build_suite", "example_inputs", "load_failures", "load_suite",
-    "model_id", "read_manifest", "small_architectures", "small_suite", "suite_dir", "versions",
+    "ADDED", "ARCHITECTURES", "BATCH", "Arch", "SuiteModel", "build_suite", "example_inputs", "load_failures",
+    "load_suite", "model_id", "read_manifest", "small_architectures", "small_suite", "suite_dir", "versions",
 ]
