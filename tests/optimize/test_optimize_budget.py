@@ -86,6 +86,19 @@ def test_budget_bounds_optimize_on_a_long_relu_chain(tmp_path: Path) -> None:
     assert res.to_dict()["time_budget_s"] == 2.0
 
 
+def test_the_budget_grows_with_the_weights(model_path: Path) -> None:
+    """``time_per_gb_s`` adds that much per GB of the model's weights (and inputs) to ``time_s`` (the command line's
+    default budget: 75 s + 400 s per GB); without it the budget is ``time_s``."""
+    from graphsub.frontends.onnx_io import load
+    from graphsub.optimize.budget import model_bytes
+
+    gb = model_bytes(load(model_path)) / 1e9  # its weights and inputs
+    assert gb > 0
+    fixed = optimize(model_path, measure_latency=False, time_s=30.0, **FAST)  # type: ignore[arg-type]
+    grown = optimize(model_path, measure_latency=False, time_s=30.0, time_per_gb_s=1e6, **FAST)  # type: ignore[arg-type]
+    assert fixed.time_budget_s == 30.0 and grown.time_budget_s == pytest.approx(30.0 + 1e6 * gb)
+
+
 def test_budget_bounds_optimize_with_every_step_on_a_model_with_weights(tmp_path: Path) -> None:
     """A zoo CNN (5 MB of weights) with the default portfolio, verification and timing: the whole call ends within
     the bound the README states past its 5 s budget."""
@@ -376,3 +389,29 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
     else:
         assert v.groups < decide.MIN_GROUPS and not v.faster
         assert pf.choose(port) is None
+
+
+def test_a_large_model_keeps_its_tail_and_the_main_search_gives_way_first() -> None:
+    """The tail keeps what verifying and timing the candidates takes on the model (at most TAIL_MAX_SHARE of the
+    budget); when the parts do not fit in the rest, the searches on top of the peers go first, then the main search
+    shrinks to SEARCH_MIN_S, and only then are equality saturation and the peers left out."""
+    from graphsub.optimize.budget import (
+        DROP_EQSAT,
+        DROP_ON_TOP,
+        DROP_PEERS,
+        SEARCH_MIN_S,
+        TAIL_MAX_SHARE,
+        Part,
+        plan_parts,
+    )
+
+    parts = [Part("eqsat", 5.0, DROP_EQSAT), Part("peers", 8.0, DROP_PEERS),
+             Part("peer+search", 8.0, DROP_ON_TOP, "searches on top of the peers", 2.0), Part("backward-rules", 6.0)]
+    p = plan_parts(120.0, 120.0, search_cap=None, parts=parts, tail_s=50.0)
+    assert p.tail_s == 50.0 and p.dropped == () and p.search_s == pytest.approx(120 * 0.16)
+    p = plan_parts(60.0, 60.0, search_cap=None, parts=parts, tail_s=500.0)  # capped: 24 s of front for 27 s of parts
+    assert p.tail_s == pytest.approx(TAIL_MAX_SHARE * 60.0) and p.dropped == ("searches on top of the peers",)
+    assert SEARCH_MIN_S < p.search_s < 60 * 0.16 and p.search_s + 19.0 == pytest.approx(24.0)
+    assert p.eqsat_s == 5.0 and p.peers and "backward-rules" in p.shares
+    q = plan_parts(60.0, 56.0, search_cap=None, parts=parts, tail_s=36.0)  # 20 s: the search at its least, then eqsat
+    assert q.dropped == ("searches on top of the peers", "eqsat") and q.peers and q.search_s == pytest.approx(6.0)

@@ -98,10 +98,11 @@ def bench_cmd(
     half: Annotated[str | None, typer.Option("--half", help="suite: only the models of one half of the suite: "
                                                             "development (graphsub was tuned on them) or held-out "
                                                             "(see graphsub.bench.suite.halves).")] = None,
-    budget: Annotated[float, typer.Option("--budget", help="suite: graphsub optimize's --budget per run: the "
-                                                          "whole command's wall time (s; default: graphsub "
-                                                          "optimize's own, so that its time is the user's).")
-                      ] = 75.0,
+    budget: Annotated[float | None, typer.Option("--budget", help="suite: graphsub optimize's --budget per run: "
+                                                                 "the whole command's wall time (s; default: "
+                                                                 "graphsub optimize's own, 75 s plus 400 s per GB "
+                                                                 "of weights, so that its time is the user's).",
+                                                  show_default=False)] = None,
     rounds: Annotated[int, typer.Option("--rounds", help="suite: alternating timing rounds.")] = 7,
     provider: Annotated[str, typer.Option("--provider", help="suite: the onnxruntime execution provider every "
                                                              "variant is timed on and graphsub decides on: cpu, or "

@@ -24,7 +24,9 @@ def optimize_many_cmd(
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="--executor ray: the cluster (default: "
                                                     "$RAY_ADDRESS, else a local Ray started for this command). "
                                                     "Its nodes must offer the resource graphsub_timing=1.")] = None,
-    budget: Annotated[float, typer.Option("--budget", help="Seconds per model (the whole optimize call).")] = 75.0,
+    budget: Annotated[float, typer.Option("--budget", help="Seconds per model (the whole optimize call), plus 400 s "
+                                                          "per GB of the model's weights as optimize's default.")
+                      ] = 75.0,
     threads: Annotated[int | None, typer.Option("--threads", help="Intra-op threads the models are timed and "
                                                                   "chosen at (default: every core).")] = None,
     rules: Annotated[str, typer.Option("--rules", help="Rule set(s), as for `graphsub optimize`.")] = "default",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +32,7 @@ from graphsub.cli.common import (
 )
 from graphsub.errors import ExportError, ImportError_, ReferenceFailed, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
+from graphsub.optimize.budget import DEFAULT_TIME_S, PER_GB_S, scaled_time_s
 from graphsub.optimize.config import OptimizeConfig
 from graphsub.optimize.decide import MIN_SPEEDUP
 from graphsub.spec import ModelSpec
@@ -86,10 +88,13 @@ def optimize_cmd(
     cost: Annotated[str, typer.Option("--cost", help="Cost model guiding the search: fused[min] (fusion-aware "
                                                      "measured ORT_ENABLE_ALL costs, minimum of repeats), fused "
                                                      "(median), measured, roofline:cpu, flops, ...")] = "fused[min]",
-    budget: Annotated[float, typer.Option("--budget", help="Wall-time budget of the whole command in seconds "
-                                                          "(loading, search, portfolio, verification, timing, "
-                                                          "writing; the main search gets 16%, 30% is kept for "
-                                                          "timing; eqsat and the peers run while they fit).")] = 75.0,
+    budget: Annotated[float | None, typer.Option("--budget", help="Wall-time budget of the whole command in "
+                                                                 "seconds (loading, search, portfolio, "
+                                                                 "verification, timing, writing; the main search "
+                                                                 "gets 16%, 30% is kept for timing; eqsat and the "
+                                                                 "peers run while they fit). Default: 75 s plus "
+                                                                 "400 s per GB of the model's weights.",
+                                                  show_default=False)] = None,
     k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="onnxruntime intra-op threads the model is "
                                                                   "timed and chosen at (default: every core, "
@@ -188,7 +193,8 @@ def optimize_cmd(
     and the weights; its outputs 'loss' and 'grad.<weight>'. --json adds max_grad_abs_diff (on the model's
     own weights) and speedup_train (forward + backward per step). Ops without a gradient: exit 3, named.
 
-    Time: --budget (default 75 s) bounds the whole command, from its start to the written file: 16%
+    Time: --budget (default 75 s, plus 400 s per GB of weights: what grows with the model, sessions, the peers'
+    passes, each candidate's verification and timing) bounds the whole command, from its start to the written file: 16%
     for the search (12 s by default), eqsat, the peers and the searches on top of them while
     they fit, 30% kept for verifying and timing the candidates. With a small budget the portfolio
     shrinks (on-top searches, then eqsat, then the peers are left out) and the search gets their time;
@@ -225,15 +231,21 @@ def optimize_cmd(
     from graphsub.cli.common import log
     from graphsub.interrupt import EXIT_INTERRUPTED, graceful
 
+    per_gb_s = PER_GB_S if budget is None else 0.0  # a budget given is the budget
+    budget = DEFAULT_TIME_S if budget is None else budget
     cfg = OptimizeConfig(algo=algo, rules=rules, cost=cost, seed=seed, budget=Budget(time_s=None, k=k), time_s=budget,
+                         time_per_gb_s=per_gb_s,
                          started=started, seeds=seeds, threads=threads, keep_slower=keep_slower,
                          min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
                          spelling=spelling, cleanup=cleanup, provider=provider, input_shapes=shapes)
-    progress = _progress_bar(budget, as_json)
+    # the bar's total: the file's size stands for the weights' (the library scales by the weights once loaded)
+    size = os.path.getsize(spec.name) if spec.kind == "onnx" and os.path.isfile(spec.name) else 0
+    shown = scaled_time_s(budget, per_gb_s, size) or budget
+    progress = _progress_bar(shown, as_json)
     with progress, exits(as_json, (ReferenceFailed, Exit.BAD_INPUT), (VerificationError, Exit.NOT_EQUIVALENT),
                          (ExportError, Exit.CANNOT_WRITE), (OSError, Exit.CANNOT_WRITE)), graceful(notify=_notify):
-        log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, budget)
-        cfg = dataclasses.replace(cfg, progress=_on_progress(progress, budget, started))
+        log.info("optimizing %s within %g s; Ctrl-C stops it with the best verified result so far", spec.text, shown)
+        cfg = dataclasses.replace(cfg, progress=_on_progress(progress, shown, started))
         extra: dict[str, Any] = {}
         if pytorch_route:
             train_module.run(spec, shapes, cfg, output, as_json)  # exits

@@ -59,8 +59,8 @@ def _tools(peers: str | None, as_json: bool, compose: bool = True) -> list[str]:
 
 
 def suite(*, models: str | None, peers: str | None, compose: bool = True, threads: str | None, build: bool,
-          budget: float, rounds: int, seed: int, out_dir: Path | None, name: str | None, resume: bool, plots: bool,
-          dry_run: bool, as_json: bool, executor: str = "serial", ray_address: str | None = None,
+          budget: float | None, rounds: int, seed: int, out_dir: Path | None, name: str | None, resume: bool,
+          plots: bool, dry_run: bool, as_json: bool, executor: str = "serial", ray_address: str | None = None,
           provider: str = "cpu", half: str | None = None) -> None:
     """Run the suite and print (or ``--json``) its table; writes ``OUT/NAME.jsonl``, ``.md`` and ``.png``."""
     from graphsub.bench.suite.measure import parse_threads
@@ -71,7 +71,7 @@ def suite(*, models: str | None, peers: str | None, compose: bool = True, thread
         counts = parse_threads(threads or "1,all")
     except ValueError as e:
         fail(Exit.USAGE, f"--threads: {e}", as_json)
-    if budget <= 0 or rounds < 1:
+    if (budget is not None and budget <= 0) or rounds < 1:
         fail(Exit.USAGE, "--budget must be positive and --rounds at least 1", as_json)
     if provider != "cpu":
         from graphsub.frontends.ort import require_provider

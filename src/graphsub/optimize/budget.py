@@ -54,14 +54,26 @@ from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
 
-#: the default wall-time budget of a whole ``optimize`` call (seconds)
+#: the default wall-time budget of a whole ``optimize`` call (seconds)...
 DEFAULT_TIME_S = 75.0
+#: ...plus this much per GB of the model's weights (:func:`scaled_time_s`): what grows with the model -- opening an
+#: onnxruntime session (about 15 s per GB here), the peers' passes, each candidate's verification and timing
+#: sessions -- so that on a 110 MB ConvNeXt-T the candidates are timed, not skipped for lack of time (75 s left its
+#: 12 verified candidates untimed, ``experiments/results/calibration.json``)
+PER_GB_S = 400.0
 #: the main search's share of the budget (12 s of 75 s)
 SEARCH_SHARE = 0.16
 #: kept for verifying the candidates, timing them and writing (22.5 s of 75 s)...
 TAIL_SHARE = 0.3
 #: ...but at least this much (seconds)
 TAIL_MIN_S = 1.5
+#: the tail keeps at most this share of the budget, however large the model (the front needs some time too)
+TAIL_MAX_SHARE = 0.6
+#: the main search gives way down to this many seconds before the peers or equality saturation are left out (on a
+#: large model the cheap wins -- clean-up, the peers, the target's own sources -- come first)
+SEARCH_MIN_S = 3.0
+#: the candidates the tail plans to verify and screen (:func:`tail_estimate_s`)
+TAIL_CANDIDATES = 6
 #: what the peers take together, for planning (each is a fresh interpreter; they run as many at once as cores)
 PEERS_EST_S = 8.0
 #: the peers run only when at least this much is left for them before the tail
@@ -80,16 +92,66 @@ DROP_ON_TOP, DROP_EQSAT, DROP_PEERS = 1, 2, 3
 VERIFY_BASE_S, VERIFY_S_PER_MB, VERIFY_S_PER_OP, VERIFY_RUNS = 0.3, 0.016, 0.0001, 4.0
 
 
+def scaled_time_s(time_s: float | None, per_gb_s: float, weight_bytes: float) -> float | None:
+    """The budget of a call on a model with ``weight_bytes`` of weights: ``time_s`` plus ``per_gb_s`` per GB (None:
+    unbounded stays unbounded).
+
+    >>> scaled_time_s(75.0, PER_GB_S, 110e6), scaled_time_s(75.0, 0.0, 110e6), scaled_time_s(None, PER_GB_S, 1e9)
+    (119.0, 75.0, None)
+    """
+    return None if time_s is None else time_s + per_gb_s * weight_bytes / 1e9
+
+
+def model_bytes(graph: Graph) -> int:
+    """What the budget scales by: the bytes of ``graph``'s weights and inputs (a training graph's trained weights are
+    its inputs).
+
+    >>> from graphsub.ir.builder import Builder
+    >>> b = Builder()
+    >>> model_bytes(b.build(b.matmul(b.input("x", (1, 8)), b.weight("w", (8, 4)))))  # 8 + 32 float32 values
+    160
+    """
+    from graphsub.ir.analysis import weight_bytes
+
+    return weight_bytes(graph) + sum(t.nbytes for t in graph.input_types)
+
+
 def verify_estimate_s(graph: Graph) -> float:
     """About how long verifying ``graph`` against a rewrite of it on one input draw takes (both exported, two
     onnxruntime sessions, two runs): from its weights' size, its op count and its roofline time on this CPU."""
+    return (VERIFY_BASE_S + VERIFY_S_PER_MB * model_bytes(graph) / 1e6 + VERIFY_S_PER_OP * graph.num_ops
+            + VERIFY_RUNS * run_estimate_s(graph))
+
+
+def run_estimate_s(graph: Graph) -> float:
+    """About one run of ``graph`` on this CPU: its roofline time (0 where the roofline cannot price it)."""
     from graphsub.cost import get_model
-    from graphsub.ir.analysis import weight_bytes
 
     roofline = get_model("roofline:cpu")
     run_s = roofline.scalar(roofline.graph_cost(graph)) / 1e3
-    return (VERIFY_BASE_S + VERIFY_S_PER_MB * weight_bytes(graph) / 1e6 + VERIFY_S_PER_OP * graph.num_ops
-            + VERIFY_RUNS * (run_s if run_s < float("inf") else 0.0))
+    return run_s if run_s < float("inf") else 0.0
+
+
+def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None) -> float:
+    """What the tail takes on ``graph``'s model, from its size and its run time: verifying and screening
+    :data:`TAIL_CANDIDATES` candidates (a session and a few runs each) and confirming the leader
+    (:func:`confirm_reserve_s`: ``groups`` session groups, default :data:`~graphsub.optimize.decide.GROUPS`, blocks of
+    ``budget_ms`` or one run when a run is longer). On a 110 MB ConvNeXt-T about 47 s; on a 3 MB GRU about 14 s.
+
+    >>> from graphsub.ir.builder import Builder
+    >>> b = Builder()
+    >>> round(tail_estimate_s(b.build(b.relu(b.input("x", (1, 8)))), budget_ms=200.0), 1)
+    13.1
+    """
+    from graphsub.optimize.decide import GROUPS
+
+    mb, run_s = model_bytes(graph) / 1e6, run_estimate_s(graph)
+    session = SESSION_BASE_S + SESSION_S_PER_MB * mb
+    # verified against the reference, then screened: measured 14 s for 12 candidates of ConvNeXt-T (110 MB, about
+    # 0.6 of a session estimate each, the reference's outputs and some sessions being shared)
+    candidates = TAIL_CANDIDATES * (0.6 * session + 4 * run_s)
+    side_s = max(budget_ms / 1e3, run_s)
+    return candidates + _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups)
 
 
 #: creating an onnxruntime session: a constant and per MB of the model (its weights; ~15 s per GB here, as above)
@@ -114,9 +176,13 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3), 2)
     19.8
     """
+    return _confirm_s(_model_mb(source), _model_mb(leader), side_s, groups)
+
+
+def _confirm_s(source_mb: float, leader_mb: float, side_s: float, groups: int) -> float:
     from graphsub.optimize.decide import ROUNDS_PER_GROUP
 
-    sessions = groups * (3 * SESSION_BASE_S + SESSION_S_PER_MB * (2 * _model_mb(source) + _model_mb(leader)))
+    sessions = groups * (3 * SESSION_BASE_S + SESSION_S_PER_MB * (2 * source_mb + leader_mb))
     return sessions + 1.25 * groups * ROUNDS_PER_GROUP * 3 * side_s
 
 
@@ -187,14 +253,18 @@ class Plan:
 
 
 def plan_parts(total_s: float | None, left_s: float, *, search_cap: float | None, parts: Sequence[Part],
-               portfolio: bool = True, verify_s: float = 0.0) -> Plan:
+               portfolio: bool = True, verify_s: float = 0.0, tail_s: float = 0.0) -> Plan:
     """The plan for a call with budget ``total_s`` (None: unbounded) of which ``left_s`` seconds are left after
     loading: the tail keeps its share, the main search gets ``SEARCH_SHARE`` of the budget (at most ``search_cap``,
     the time limit of the ``Budget`` passed to ``optimize``), and the candidate sources' ``parts`` are kept while
     they fit in the rest; the ones with a drop rank are left out lowest rank first (ties: in the order given) until
     they do, and the main search gets the time they leave. ``portfolio``: whether candidates are timed at all
     (``measure_latency``; without it no part is kept and the search gets the front); ``verify_s``: what verifying the
-    search's result on one input draw will take (:func:`verify_estimate_s`). See the module docstring.
+    search's result on one input draw will take (:func:`verify_estimate_s`); ``tail_s``: what verifying and timing
+    the candidates will take on this model (:func:`tail_estimate_s`), which the tail keeps (at most
+    :data:`TAIL_MAX_SHARE` of the budget). When the parts do not fit, the searches on top of the peers are left out
+    first, then the main search gives way down to :data:`SEARCH_MIN_S`, then equality saturation and the peers are
+    left out. See the module docstring.
 
     >>> p = plan_parts(75.0, 74.8, search_cap=None, parts=[Part("eqsat", 5.0, DROP_EQSAT),
     ...                                                    Part("forward-first", 12.0)])
@@ -207,17 +277,22 @@ def plan_parts(total_s: float | None, left_s: float, *, search_cap: float | None
     parts = tuple(parts) if portfolio else ()
     if total_s is None:
         return Plan(None, search_cap, 0.0, parts)
+    need = min(tail_s, TAIL_MAX_SHARE * total_s) if portfolio else 0.0
     tail = min(left_s, max(TAIL_MIN_S, (TAIL_SHARE if portfolio else 0.05) * total_s,
-                           verify_s + (TAIL_MIN_S if portfolio else 0.0)))
+                           verify_s + (TAIL_MIN_S if portfolio else 0.0), need))
     front = max(0.0, left_s - tail)
-    nominal = SEARCH_SHARE * total_s if portfolio else front
+    search = SEARCH_SHARE * total_s if portfolio else front
     fixed = sum(p.estimate_s for p in parts if p.drop is None)
     droppable = sorted((p for p in parts if p.drop is not None), key=lambda p: p.drop or 0)
     cut: list[Part] = []
-    while droppable and nominal + fixed + sum(p.estimate_s for p in droppable) > front:
+    while droppable and search + fixed + sum(p.estimate_s for p in droppable) > front:
+        if droppable[0].drop != DROP_ON_TOP and search > SEARCH_MIN_S:  # the main search gives way first
+            search = max(SEARCH_MIN_S, front - fixed - sum(p.estimate_s for p in droppable))
+            continue
         cut.append(droppable.pop(0))
     kept = tuple(p for p in parts if p not in cut)
-    search = nominal if not cut else max(nominal, front - sum(p.estimate_s for p in kept))
+    if cut:
+        search = max(search, front - sum(p.estimate_s for p in kept))
     search = min(search, front)
     if search_cap is not None:
         search = min(search, search_cap)
@@ -247,6 +322,8 @@ def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsa
 
 
 __all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_MIN_S", "ON_TOP_MIN_S", "PEERS_EST_S",
-           "PEERS_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S", "SESSION_S_PER_MB", "TAIL_MIN_S", "TAIL_SHARE",
+           "PEERS_MIN_S", "PER_GB_S", "SEARCH_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S", "SESSION_S_PER_MB",
+           "TAIL_CANDIDATES", "TAIL_MAX_SHARE", "TAIL_MIN_S", "TAIL_SHARE",
            "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan", "confirm_reserve_s",
-           "inference_parts", "plan", "plan_parts", "verify_estimate_s"]
+           "inference_parts", "model_bytes", "plan", "plan_parts", "run_estimate_s", "scaled_time_s", "tail_estimate_s",
+           "verify_estimate_s"]

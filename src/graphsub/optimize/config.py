@@ -46,9 +46,11 @@ ProgressFn = Callable[[str, float, float | None], None]
 class OptimizeConfig:
     """The settings of an :func:`~graphsub.optimize.optimize` call (see its docstring for what each does).
 
-    ``time_s`` bounds the whole call (None: unbounded), counted from ``started`` (a reading of ``timers.clock``;
-    default: the call); ``budget`` holds the main search's own limits; ``threads`` (None: every core) is the thread
-    count the decision is made at; ``min_speedup`` the smallest gain worth keeping a candidate for
+    ``time_s`` bounds the whole call (None: unbounded), plus ``time_per_gb_s`` per GB of the model's weights
+    (:func:`graphsub.optimize.budget.scaled_time_s`; the command line's default budget adds
+    :data:`~graphsub.optimize.budget.PER_GB_S`, a budget given is the budget), counted from ``started`` (a reading
+    of ``timers.clock``; default: the call); ``budget`` holds the main search's own limits; ``threads`` (None: every
+    core) is the thread count the decision is made at; ``min_speedup`` the smallest gain worth keeping a candidate for
     (:mod:`graphsub.optimize.decide`); ``measure_latency`` False skips the portfolio and the timing (the search's
     verified result is the answer); ``peers``, ``eqsat_s``, ``on_top_s``, ``spelling`` shape the portfolio;
     ``cleanup`` runs graphsub's general clean-up (:mod:`graphsub.rules.cleanup`) before every search;
@@ -59,6 +61,7 @@ class OptimizeConfig:
     cost: str = DEFAULT_COST
     budget: Budget | None = None
     time_s: float | None = DEFAULT_TIME_S
+    time_per_gb_s: float = 0.0
     started: float | None = None
     seed: int = 0
     seeds: int = 3
@@ -96,6 +99,7 @@ class OptimizeConfig:
         """Itself once every limit is usable; GraphsubError naming the first that is not (before any work)."""
         check_seconds("eqsat_s", self.eqsat_s)
         check_seconds("on_top_s", self.on_top_s)
+        check_seconds("time_per_gb_s", self.time_per_gb_s)
         check_seconds("rtol", self.rtol)
         check_seconds("atol", self.atol)
         for what, v in (("timing_budget_ms", self.timing_budget_ms), ("min_speedup", self.min_speedup)):

@@ -18,9 +18,10 @@ took; the HTML report (:mod:`graphsub.optimize.report`) renders it -- the caller
 write one.
 
 **Time.** ``time_s`` (``graphsub optimize --budget``, default :data:`~graphsub.optimize.budget.DEFAULT_TIME_S` =
-75 s) is the wall-time budget of the whole call, every step above included: one deadline is shared out between the
-steps (:mod:`graphsub.optimize.budget`): 16% for the main search (12 s by default), the portfolio's parts while
-they fit (eqsat ``eqsat_s``, the peers, ``on_top_s`` on top of each), and 30% kept for verifying, timing and
+75 s, plus ``time_per_gb_s`` = :data:`~graphsub.optimize.budget.PER_GB_S` per GB of the model's weights, known once
+it is loaded) is the wall-time budget of the whole call, every step above included: one deadline is shared out
+between the steps (:mod:`graphsub.optimize.budget`): 16% for the main search (12 s by default), the portfolio's
+parts while they fit (eqsat ``eqsat_s``, the peers, ``on_top_s`` on top of each), and 30% kept for verifying, timing and
 writing; every long step checks the deadline, and the rest are short by design. With a small budget the portfolio
 shrinks (the searches on top of the peers, then eqsat, then the peers are left out, and the main search gets their
 time); timing rounds stop at the deadline, and a candidate whose confirmation the budget cut short is not chosen, so
@@ -52,7 +53,15 @@ from graphsub.deadline import NO_DEADLINE, Deadline
 from graphsub.errors import VerificationError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
-from graphsub.optimize.budget import DEFAULT_TIME_S, Plan, plan_parts, verify_estimate_s
+from graphsub.optimize.budget import (
+    DEFAULT_TIME_S,
+    Plan,
+    model_bytes,
+    plan_parts,
+    scaled_time_s,
+    tail_estimate_s,
+    verify_estimate_s,
+)
 from graphsub.optimize.candidates import CLEANUP_STEP, cleaned_start
 from graphsub.optimize.config import (
     DEFAULT_ALGO,
@@ -182,6 +191,11 @@ def optimize(
         name, graph = load_input(model, cfg.input_shapes)
         rule_list = resolve_rules(cfg.rules)
         cm = _cost_model(cfg.cost, threads)
+    if cfg.time_s is not None and cfg.time_per_gb_s > 0:  # the budget grows with the model (budget.PER_GB_S)
+        cfg = dataclasses.replace(cfg, time_s=scaled_time_s(cfg.time_s, cfg.time_per_gb_s, model_bytes(graph)),
+                                  time_per_gb_s=0.0)
+        run.deadline = Deadline.after(cfg.time_s, start=run.t0 if cfg.started is None else cfg.started,
+                                      clock=tm.clock)
     shares, search_budget = _plan(run, cfg, graph, target)
     cfg = cfg if target is None or target.cleanup else dataclasses.replace(cfg, cleanup=False)
     res, result, final = _search_and_verify(run, cfg, name, graph, rule_list, cm, search_budget, threads)
@@ -245,7 +259,9 @@ def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None) -
                                        layout=cfg.spelling, rows=cfg.spelling, config=cfg, target=target), graph)
     shares = plan_parts(cfg.time_s, run.deadline.remaining(), search_cap=search_budget.time_s,
                         parts=src.parts(planning), portfolio=cfg.measure_latency,
-                        verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0)
+                        verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0,
+                        tail_s=tail_estimate_s(graph, budget_ms=cfg.timing_budget_ms) if cfg.time_s is not None
+                        and cfg.measure_latency else 0.0)
     if shares.search_s is not None:
         search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
     if shares.dropped:

@@ -34,10 +34,12 @@ from typing import Any
 from graphsub.bench.records import append_record, load_avg, load_records, machine_info, timestamp, versions
 from graphsub.bench.suite.measure import make_feeds, min_speedup, time_variants
 from graphsub.optimize import decide
-from graphsub.optimize.budget import DEFAULT_TIME_S
+from graphsub.optimize.budget import DEFAULT_TIME_S, PER_GB_S, scaled_time_s
 from graphsub.optimize.timing import Timers, resolve_timers
 
 GRAPHSUB = "graphsub"
+#: graphsub on its own: ``graphsub optimize --peers none`` (its rules, clean-up, search and passes; no peer's output)
+GRAPHSUB_OWN = "graphsub-own"
 BASELINE = "ort"
 
 
@@ -56,9 +58,10 @@ class SuiteInput:
 
 
 def default_tools(peers: Sequence[str]) -> list[str]:
-    """The original under ONNX Runtime, each peer, graphsub alone, and graphsub after each peer."""
+    """The original under ONNX Runtime, each peer, graphsub alone (its default, which runs the peers itself), graphsub
+    on its own (``--peers none``), and graphsub after each peer."""
     others = [p for p in peers if p != BASELINE]
-    return [BASELINE, *others, GRAPHSUB, *(f"{GRAPHSUB}+{p}" for p in others)]
+    return [BASELINE, *others, GRAPHSUB, GRAPHSUB_OWN, *(f"{GRAPHSUB}+{p}" for p in others)]
 
 
 def _source_of(tool: str) -> str:
@@ -73,7 +76,7 @@ def at_threads(n: int) -> str:
     return f"{GRAPHSUB}@{n}"
 
 
-def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float,
+def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float | None,
             seed: int, threads: Sequence[int] = (), provider: str = "cpu") -> dict[str, dict[str, Any]]:
     """Run every tool on ``model``, each in a fresh process (a crash or hang is a result); per tool: ``status``,
     ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok). With ``graphsub``
@@ -86,7 +89,9 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
                      input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs}, provider=provider)
     registry: dict[str, PeerFn] = {**PEERS,
                                    GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed,
-                                                               provider=provider)}
+                                                               provider=provider),
+                                   GRAPHSUB_OWN: functools.partial(graphsub_tool, budget_s=graphsub_budget_s,
+                                                                   seed=seed, provider=provider, peers="none")}
     extra = [n for n in threads if n != all_cores()] if GRAPHSUB in tools else []
     for n in extra:
         registry[at_threads(n)] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, threads=n,
@@ -101,7 +106,9 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
                              "seconds": 0.0}
                 continue
         dst = work / f"{tool}.onnx"
-        timeout = graphsub_budget_s * 6 + 300 if tool.startswith(GRAPHSUB) else 600
+        budget = scaled_time_s(DEFAULT_TIME_S, PER_GB_S, os.path.getsize(src)) if graphsub_budget_s is None else \
+            graphsub_budget_s
+        timeout = (budget or DEFAULT_TIME_S) * 6 + 300 if tool.startswith(GRAPHSUB) else 600
         res = run_peer(tool.partition("+")[0], Path(src), dst, meta, registry=registry, timeout_s=timeout)
         out[tool] = {"status": res.status, "error": res.error, "seconds": res.seconds, **res.info}
         if res.status == "ok":
@@ -109,14 +116,17 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
     return out
 
 
-def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float, seed: int,
-                  threads: int | None = None, provider: str = "cpu") -> dict[str, Any]:
+def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float | None, seed: int,
+                  threads: int | None = None, provider: str = "cpu", peers: str = "auto") -> dict[str, Any]:
     """``graphsub optimize SRC -o DST --budget B [--threads N] [--provider P]`` as users run it: its defaults, the
-    whole command bounded by ``budget_s`` (75 s, ``graphsub optimize``'s default, unless the suite's ``--budget``
-    says otherwise), so that the record's ``seconds`` is the user's time to result; what it decided."""
+    whole command bounded by ``budget_s`` (None: ``graphsub optimize``'s default, 75 s plus 400 s per GB of weights,
+    unless the suite's ``--budget`` says otherwise), so that the record's ``seconds`` is the user's time to result;
+    what it decided. ``peers="none"``: graphsub on its own (:data:`GRAPHSUB_OWN`)."""
     from graphsub.optimize import optimize
 
-    res = optimize(src, output=dst, time_s=budget_s, seed=seed, threads=threads, provider=provider)
+    time_s, per_gb_s = (DEFAULT_TIME_S, PER_GB_S) if budget_s is None else (budget_s, 0.0)
+    res = optimize(src, output=dst, time_s=time_s, time_per_gb_s=per_gb_s, seed=seed, threads=threads,
+                   provider=provider, peers=peers)
     if not res.verified:
         raise RuntimeError(res.decision)
     chosen = res.chosen_candidate
@@ -269,7 +279,7 @@ def fold_threads(outcomes: dict[str, dict[str, Any]]) -> None:
 
 
 def run_model(model: SuiteInput, tools: Sequence[str], threads: Sequence[int], work: Path, *,
-              graphsub_budget_s: float = DEFAULT_TIME_S, rounds: int = 7, budget_ms: float = 300.0, seed: int = 0,
+              graphsub_budget_s: float | None = None, rounds: int = 7, budget_ms: float = 300.0, seed: int = 0,
               provider: str = "cpu", timers: Timers | None = None) -> dict[str, Any]:
     """One model's record (see the module docstring). ``timers`` (:class:`~graphsub.optimize.timing.Timers`; None:
     the current ones): how the variants are timed (:func:`time_all`) and the clock of ``wall_time_s``; the tools
@@ -350,5 +360,5 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
     return [recorded[m.id] for m in models]
 
 
-__all__ = ["BASELINE", "GRAPHSUB", "SuiteInput", "at_threads", "default_tools", "fold_threads", "graphsub_tool",
-           "inspect", "produce", "run_model", "run_suite", "suite_task", "time_all"]
+__all__ = ["BASELINE", "GRAPHSUB", "GRAPHSUB_OWN", "SuiteInput", "at_threads", "default_tools", "fold_threads",
+           "graphsub_tool", "inspect", "produce", "run_model", "run_suite", "suite_task", "time_all"]
