@@ -15,6 +15,8 @@ set            contents
 ``algebra``    TASO's operator properties as rules (associativity, distributivity, linearity, ...)
 ``cpu``        CPU-relevant algebra and clean-ups (x@W1 + x@W2, Q/K/V merge, transpose/reshape/
                identity elimination)
+``cleanup``    no-op Pad/Slice/Expand/Cast, cast and view chains, with ``cpu``'s clean-ups: what
+               :mod:`graphsub.rules.cleanup` applies everywhere before every search of ``optimize``
 ``ort``        rewrites into onnxruntime's fused kernels (com.microsoft domain; opt-in: models using
                them only run in onnxruntime)
 ``ort-spelling``  spellings that steer onnxruntime's own fusions (``Add -> LayerNormalization`` as ``Sum``,
@@ -28,8 +30,8 @@ set            contents
 ``default``    every exact rule of the sets above except ``ort`` and ``generated`` (no duplicates)
 =============  =================================================================================
 
->>> sorted(SETS)[:3]
-['algebra', 'builtin', 'cpu']
+>>> sorted(SETS)[:4]
+['algebra', 'builtin', 'cleanup', 'cpu']
 
 Every command resolves rule-set specs with :func:`resolve_rules`.
 """
