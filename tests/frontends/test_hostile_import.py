@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import fuzz_models as fm
 from graphsub.data import check_sizes, random_inputs, random_weights, tensor_limit
 from graphsub.equivalence import CHUNK, compare_arrays, equivalent
-from graphsub.errors import ExecutionError, GraphsubError, ImportError_, ReferenceFailed, ShapeError
+from graphsub.errors import ExecutionError, ImportError_, ReferenceFailed, ShapeError
 from graphsub.execute import run
 from graphsub.frontends.onnx_io import from_onnx, load, read_model, to_onnx
 from graphsub.frontends.ort import make_session, run_session
@@ -156,13 +156,16 @@ def test_a_model_with_names_that_are_not_utf8_is_rejected_quietly(capsys: pytest
     assert capsys.readouterr().out == ""  # onnxruntime's provider fallback would print an "EP Error" banner
 
 
-def test_the_measured_cost_of_a_failing_reshape_is_a_graphsub_error(tmp_path: Path) -> None:
+def test_the_measured_cost_of_a_reshape_that_cannot_run_alone_is_estimated(tmp_path: Path) -> None:
+    """An opaque Reshape whose shape is computed at run time fails on random shape values when timed alone: it is
+    estimated from its bytes (no rule rewrites it), and the model is not refused (issue 54: MobileViT, exit 3)."""
+    import math
+
     from graphsub.cost import get_model
 
     g = from_onnx(mutant("reshape_runtime_input"))
     cm = get_model("measured", threads=1, cache=tmp_path / "ops.sqlite", progress=False)
-    with pytest.raises(GraphsubError, match="Reshape"):
-        cm.graph_cost(g)
+    assert math.isfinite(cm.scalar(cm.graph_cost(g)))
 
 
 # ------------------------------------------------------------------ malformed nodes, opsets, outputs

@@ -276,6 +276,7 @@ class MeasuredCostModel(SumCostModel):
             "[min]" if statistic == "min" else "")
         self.stats = CacheStats()
         self._times: dict[tuple[str, str], Timing] = {}
+        self._opaque: dict[tuple[str, str], OpSig] = {}  # keys of opaque ops: estimated when they cannot run alone
         self._overhead: float | None = None
 
     # -- keys and timings -------------------------------------------------------------
@@ -319,16 +320,34 @@ class MeasuredCostModel(SumCostModel):
             label = describe_sig(sig, 400)
             self.check_stop(label)
             self.stats.misses += 1
+            if sig.op == "opaque":
+                self._opaque[key] = sig
             hit = self._measure_and_store(key, label, lambda: one_node_graph(sig, consts))
         self._times[key] = hit
         return hit
+
+    def _unmeasurable(self, sig: OpSig, error: CostModelError) -> Timing:
+        """An estimate for an opaque op that cannot run alone on random data (a ``ReduceL2`` whose axes, a constant
+        of the model, are drawn at random; a ``Reshape`` to a shape computed at run time): one session call plus
+        streaming its inputs and outputs from memory, kept in memory only (never cached as a measurement). No rule
+        rewrites an opaque op, so its cost is the same in every candidate: the estimate only has to be finite for
+        the search and the model to go on (it used to refuse the whole model, exit 3)."""
+        from graphsub.cost.analytic import cpu_device
+
+        log.info("%s; estimating it from its bytes instead", error)
+        moved = sum(t.nbytes for t in (*sig.in_types, *sig.out_types))
+        ms = self.overhead_ms() + moved / (cpu_device().bandwidth_gbs * 1e9) * 1e3
+        return Timing(ms, 0.0, 0, ms)
 
     def _measure_and_store(self, key: tuple[str, str], label: str, build: Any) -> Timing:
         t = time.perf_counter()
         try:
             timing = self._measure(build())
         except GraphsubError as e:
-            raise CostModelError(f"cannot measure {label}: {e}") from e
+            error = CostModelError(f"cannot measure {label}: {e}")
+            if key in self._opaque:  # an op graphsub keeps as it is: estimated, and the run goes on
+                return self._unmeasurable(self._opaque[key], error)
+            raise error from e
         self.stats.measure_s += time.perf_counter() - t
         self.cache.put(self.ctx, key[0], key[1], label, timing)
         return timing
@@ -389,6 +408,8 @@ class MeasuredCostModel(SumCostModel):
         key = self.key_of(sig, mask)
         if key not in out:
             out[key] = (describe_sig(sig, 400), lambda s=sig, c=mask: one_node_graph(s, c))
+            if sig.op == "opaque":
+                self._opaque[key] = sig
 
     def profile(self, graph: Graph, progress: bool | None = None) -> ProfileStats:
         """Make sure every run-time node of ``graph`` is timed; measure only the missing keys.  BudgetExceeded
