@@ -61,7 +61,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory, work_dir: Path) -> tuple
 def test_every_tool_is_verified_inspected_and_timed(suite_run: tuple[Path, Path, dict[str, object]]) -> None:
     tmp, _, data = suite_run
     rows = {row["tool"]: row for row in data["rows"]}  # type: ignore[attr-defined]
-    assert list(rows) == ["ort", "onnxslim", "graphsub", "graphsub-own", "graphsub+onnxslim"]
+    assert list(rows) == ["ort", "onnxslim", "graphsub", "graphsub-own", "graphsub-rules", "graphsub+onnxslim"]
     for tool, row in rows.items():
         assert row["status"] == "ok" and row["loads"] and row["verified"], (tool, row)
         assert row["speedup"]["1"] > 0 and row["ms"]["1"] > 0 and 0 <= row["faster_rounds"]["1"] <= 1

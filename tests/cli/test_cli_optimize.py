@@ -15,7 +15,8 @@ from graphsub.rules.rule import Rule
 from helpers import bad_rule_fixture, fake_timing_fixture, model_path_fixture, parse_report  # noqa: F401  (fixtures)
 
 runner = CliRunner()
-FAST = ("--cost", "roofline:cpu", "--budget", "5", "--k", "4", "--peers", "none", "--eqsat-budget", "0")
+FAST = ("--cost", "roofline:cpu", "--budget", "5", "--k", "4", "--peers", "none", "--eqsat-budget", "0",
+        "--ort-search-budget", "0")
 
 
 def invoke(*args: str) -> tuple[int, str]:

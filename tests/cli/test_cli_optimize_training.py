@@ -21,6 +21,7 @@ from helpers import favour_optimized as _favour
 
 runner = CliRunner()
 FAST = ("--cost", "roofline:cpu", "--budget", "20", "--k", "4", "--peers", "none", "--eqsat-budget", "0",
+        "--ort-search-budget", "0",
         "--threads", "1")
 
 

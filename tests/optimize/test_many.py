@@ -12,7 +12,8 @@ import pytest
 from graphsub.errors import GraphsubError
 from graphsub.optimize.many import expand_models, optimize_many
 
-FAST = {"time_s": 30.0, "peers": "none", "eqsat_s": 0.0, "seeds": 1, "threads": 1, "cost": "roofline:cpu"}
+FAST = {"time_s": 30.0, "peers": "none", "eqsat_s": 0.0, "ort_search_s": 0, "seeds": 1, "threads": 1,
+        "cost": "roofline:cpu"}
 
 
 def _models(tmp_path: Path) -> list[str]:

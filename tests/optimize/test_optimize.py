@@ -17,7 +17,7 @@ from graphsub.rules.replay import replay
 from graphsub.rules.rule import Rule
 from graphsub.search import Budget
 
-FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0}
+FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0, "ort_search_s": 0}
 
 
 def digest(p: Path) -> str:

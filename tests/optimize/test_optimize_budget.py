@@ -23,7 +23,7 @@ from graphsub.optimize.timing import Timers, time_candidates
 from graphsub.search import Budget
 from helpers import _node_count, fake_timers, no_stop_request  # noqa: F401 -- autouse: no Ctrl-C flag across tests
 
-FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0}
+FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "peers": "none", "eqsat_s": 0, "ort_search_s": 0}
 
 
 class _Clock:

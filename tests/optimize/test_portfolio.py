@@ -17,7 +17,8 @@ from graphsub.optimize.portfolio import installed_peers, resolve_peers, rewrite_
 from graphsub.rules.library import get_set
 from helpers import fake_timers
 
-QUIET = {"cost": "roofline:cpu", "eqsat_s": 0, "on_top_s": 0, "seeds": 2, "cleanup": False}  # exact portfolios
+QUIET = {"cost": "roofline:cpu", "eqsat_s": 0, "on_top_s": 0, "ort_search_s": 0, "seeds": 2,
+         "cleanup": False}  # exact portfolios
 
 
 def encoder_block(layers: int = 2) -> onnx.ModelProto:
@@ -306,3 +307,23 @@ def test_a_layout_pass_that_fails_is_a_note(tmp_path: Path, monkeypatch: pytest.
     res = optimize(src, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
     assert res.verified and not any("layout" in c.name for c in res.candidates)
     assert any(n.startswith("layout: not made (ValueError: protobuf too large)") for n in res.portfolio_notes)
+
+
+def test_the_search_priced_by_ort_kernels_makes_the_layout_from_rules_alone(tmp_path: Path,
+                                                                            fake_timing: Callable[..., None]) -> None:
+    """With the hand-ordered passes off (``spelling=False``), the ``search-ort`` source writes ConvNeXt's channels-last
+    MLP channels-first from the ``channels-first`` rules, priced by the kernels onnxruntime runs for each region; its
+    candidate is verified and kept like any other."""
+    from helpers import convnext_block
+
+    src = tmp_path / "block.onnx"
+    onnx.save(convnext_block(), str(src))
+    fake_timing(lambda model: 10.0 - _ops(model).count("Conv"))
+    settings = {**QUIET, "ort_search_s": 30.0, "cleanup": True}
+    res = optimize(src, rules=[], peers="none", spelling=False, **settings)  # type: ignore[arg-type]
+    names = {c.name: c for c in res.candidates}
+    cand = names["search-ort"]
+    assert res.chosen == "search-ort" and cand.verified and cand.max_abs_diff < 1e-4
+    assert any(r.startswith("cf_") for r in cand.rules)
+    assert not any("layout" in c.name or "spelling" in c.name for c in res.candidates)  # no hand-ordered pass ran
+    assert "MatMul" not in _ops(cand.data if isinstance(cand.data, bytes) else str(cand.data))

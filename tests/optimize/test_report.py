@@ -20,7 +20,8 @@ from graphsub.rules.rule import Rule
 from graphsub.search import Budget
 from helpers import ReportPage, _node_count, fake_timers, parse_report, small_model
 
-FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "seeds": 1, "peers": "none", "eqsat_s": 0}
+FAST = {"cost": "roofline:cpu", "budget": Budget(time_s=5, k=4), "seeds": 1, "peers": "none", "eqsat_s": 0,
+        "ort_search_s": 0}
 SECTIONS = {"summary", "performance", "histogram", "substitutions", "trace", "regions"}
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -20,7 +20,8 @@ from graphsub.optimize.target import Target
 from graphsub.rules import get_set
 from helpers import fake_timers
 
-QUIET = {"rules": [], "cost": "roofline:cpu", "peers": "none", "eqsat_s": 0, "spelling": False, "seeds": 2,
+QUIET = {"rules": [], "cost": "roofline:cpu", "peers": "none", "eqsat_s": 0, "ort_search_s": 0,
+         "spelling": False, "seeds": 2,
          "cleanup": False}
 
 

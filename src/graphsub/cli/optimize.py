@@ -108,16 +108,25 @@ def optimize_cmd(
     on_top_budget: Annotated[float, typer.Option("--on-top-budget", help="Seconds of search on top of each "
                                                                          "peer's output (0: none), within "
                                                                          "--budget.")] = 2.0,
+    ort_search_budget: Annotated[float, typer.Option("--ort-search-budget", help="Seconds of the search priced by "
+                                                                                "the kernels onnxruntime runs, "
+                                                                                "over the rules and the passes' "
+                                                                                "rules (0: none), within "
+                                                                                "--budget.")] = 10.0,
     provider: Annotated[str, typer.Option("--provider", help="onnxruntime execution provider the candidates are "
                                                              "timed and chosen on: cpu, or cuda (needs "
                                                              "onnxruntime-gpu and an NVIDIA GPU).")] = "cpu",
-    spelling: Annotated[bool, typer.Option("--spelling/--no-spelling", help="Also try each candidate with the "
-                                                                            "ort-spelling rules (steer onnxruntime's "
-                                                                            "own fusions) and its (batch, sequence, "
+    spelling: Annotated[bool, typer.Option("--spelling/--no-spelling", help="The hand-ordered passes: also try "
+                                                                            "each candidate with the ort-spelling "
+                                                                            "rules (steer onnxruntime's own "
+                                                                            "fusions) and its (batch, sequence, "
                                                                             "hidden) activations written as rows "
                                                                             "(no Reshape copies around Gemm), and, "
                                                                             "where the model has channels-last MLPs "
-                                                                            "(ConvNeXt), written channels-first."),
+                                                                            "(ConvNeXt), written channels-first. "
+                                                                            "--no-spelling leaves these rewrites "
+                                                                            "to the search priced by onnxruntime's "
+                                                                            "kernels (their rules)."),
                         ] = True,
     cleanup: Annotated[bool, typer.Option("--cleanup/--no-cleanup", help="Start every search from the model "
                                                                           "cleaned up: constants folded, repeated "
@@ -237,7 +246,8 @@ def optimize_cmd(
                          time_per_gb_s=per_gb_s,
                          started=started, seeds=seeds, threads=threads, keep_slower=keep_slower,
                          min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
-                         spelling=spelling, cleanup=cleanup, provider=provider, input_shapes=shapes)
+                         ort_search_s=ort_search_budget, spelling=spelling, cleanup=cleanup, provider=provider,
+                         input_shapes=shapes)
     # the bar's total: the file's size stands for the weights' (the library scales by the weights once loaded)
     size = os.path.getsize(spec.name) if spec.kind == "onnx" and os.path.isfile(spec.name) else 0
     shown = scaled_time_s(budget, per_gb_s, size) or budget

@@ -67,6 +67,7 @@ LIMITS: dict[str, Limit] = {
     "--k": COUNT,
     "--eqsat-budget": NON_NEGATIVE,  # 0: no equality-saturation candidate
     "--on-top-budget": NON_NEGATIVE,  # 0: no search on top of the peers
+    "--ort-search-budget": NON_NEGATIVE,  # 0: no search priced by ORT's kernels
     "--grace": NON_NEGATIVE,
     "--timeout-ms": COUNT,
     "--iter-limit": COUNT,

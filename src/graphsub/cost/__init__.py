@@ -15,6 +15,8 @@ spec                   model
                        optional, needs a GPU)
 ``fused``              fusion-aware measured model for ``ORT_ENABLE_ALL``
                        (:mod:`graphsub.cost.ort_fusion`)
+``ort-kernels``         the kernels of ORT's own optimized graph, each timed, priced region by region
+                       around each edit and cached by the region's structure (:mod:`graphsub.cost.ort_regions`)
 ``...[min]``           a measured spec using the minimum of the repeats, not the median
                        (e.g. ``measured[min]``, ``fused[min]``)
 =====================  ==================================================================
@@ -48,7 +50,7 @@ from graphsub.cost.base import (
 )
 
 MODEL_SPECS = ("flops", "bytes", "launches", "roofline:cpu", *(f"roofline:{d}" for d in GPU_PRESETS), "measured",
-               "measured:all", "fused")
+               "measured:all", "fused", "ort-kernels")
 
 
 def get_model(spec: str, *, threads: int | None = None, cache: str | os.PathLike[str] | None = None,
@@ -78,6 +80,12 @@ def get_model(spec: str, *, threads: int | None = None, cache: str | os.PathLike
 
         return FusedMeasuredCostModel(cache=cache, threads=threads, optimization=arg or "all", progress=progress,
                                       limits=limits, **kwargs)
+    if kind == "ort-kernels" and not arg:
+        from graphsub.cost.ort_regions import OrtKernelCostModel
+
+        if kwargs:
+            raise CostModelError(f"ort-kernels takes no options here, not {', '.join(sorted(kwargs))}")
+        return OrtKernelCostModel(cache=cache, threads=threads, progress=progress, limits=limits)
     raise CostModelError(f"unknown cost model {spec!r}; known: {', '.join(MODEL_SPECS)}")
 
 

@@ -159,7 +159,13 @@ class OrtKernelPricer:
         cold = self.cold_weights and weight_bytes(opt) > self.llc
         bandwidth = cpu_device().bandwidth_gbs
         out = KernelPrice(overhead_ms=self.overhead_ms())
-        for k in kernels(opt, feeds, self.threads):
+        def known(digest: str) -> bool:
+            hit = self._memo.get(digest) or self.cache.get(self.ctx, digest)
+            if hit is not None:
+                self._memo[digest] = hit
+            return hit is not None
+
+        for k in kernels(opt, feeds, self.threads, known):
             hit = None if k.error else self._memo.get(k.digest) or self.cache.get(self.ctx, k.digest)
             if hit is None and not k.error:
                 try:

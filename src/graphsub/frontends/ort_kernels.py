@@ -10,7 +10,7 @@ weights, the values of small integer inputs such as shapes, axes and indices).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +30,7 @@ ORT_VERSION = ort.__version__
 class Kernel:
     """One kernel: ``op`` (``domain.type``, or the type for the ONNX domain); ``model`` (serialized one-node model)
     and ``feeds``; ``digest``; ``weight_bytes`` of its initializers. ``error`` says why it cannot run alone (then
-    the other fields are empty)."""
+    the other fields are empty; ``model`` and ``feeds`` are empty too for a kernel whose digest was known)."""
 
     op: str
     op_type: str
@@ -71,54 +71,73 @@ def tensor_values(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads
 
 
 def _kernel(opt: onnx.ModelProto, node: onnx.NodeProto, values: Mapping[str, np.ndarray],
-            inits: Mapping[str, onnx.TensorProto]) -> Kernel:
+            inits: Mapping[str, onnx.TensorProto], known: Callable[[str], bool] | None = None) -> Kernel:
+    """One kernel; its one-node model is built only when ``known`` (a cache lookup by digest) does not know it."""
     op = op_name(node)
     if any(a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
         return Kernel(op, node.op_type, error="it runs subgraphs")
-    g_inputs: list[onnx.ValueInfoProto] = []
-    g_inits: list[onnx.TensorProto] = []
-    feeds: dict[str, np.ndarray] = {}
     h = hashlib.sha256(f"{node.domain}|{node.op_type}|".encode())
     for a in sorted(node.attribute, key=lambda a: a.name):
         h.update(a.SerializeToString(deterministic=True))
     wbytes = 0
+    seen_w: set[str] = set()
     for i, name in enumerate(node.input):
         if not name:
             h.update(b"|-")
             continue
         if name in inits:
-            arr = numpy_helper.to_array(inits[name])
+            t = inits[name]
+            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+            shape = tuple(int(d) for d in t.dims)
             role = "w"
-            if all(t.name != name for t in g_inits):
-                g_inits.append(inits[name])
-                wbytes += arr.nbytes
+            if name not in seen_w:
+                seen_w.add(name)
+                wbytes += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            small = dtype.kind in "iub" and int(np.prod(shape, dtype=np.int64)) <= SMALL_INT
+            arr = numpy_helper.to_array(t) if small else None
         elif isinstance(values.get(name), np.ndarray):
             arr = values[name]
-            role = "x"
-            if name not in feeds:
-                g_inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype),
-                                                              list(arr.shape)))
-                feeds[name] = arr
+            dtype, shape, role = arr.dtype, arr.shape, "x"
+            small = arr.dtype.kind in "iub" and arr.size <= SMALL_INT
         else:
             return Kernel(op, node.op_type, error=f"its input {name!r} is not a tensor")
-        h.update(f"|{i}:{role}:{arr.dtype.str}:{arr.shape}".encode())
-        if arr.dtype.kind in "iub" and arr.size <= SMALL_INT:
+        h.update(f"|{i}:{role}:{np.dtype(dtype).str}:{tuple(shape)}".encode())
+        if small and arr is not None:
             h.update(np.ascontiguousarray(arr).tobytes())
+    digest = h.hexdigest()[:32]
+    if known is not None and known(digest):
+        return Kernel(op, node.op_type, b"", {}, digest, wbytes)
+    g_inputs: list[onnx.ValueInfoProto] = []
+    g_inits: list[onnx.TensorProto] = []
+    feeds: dict[str, np.ndarray] = {}
+    for name in node.input:
+        if not name:
+            continue
+        if name in inits:
+            if all(t.name != name for t in g_inits):
+                g_inits.append(inits[name])
+        elif name not in feeds:
+            x = values[name]
+            g_inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(x.dtype),
+                                                          list(x.shape)))
+            feeds[name] = x
     outputs = [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(values[o].dtype), None)
                for o in node.output if o and o in values]
     kept = helper.make_node(node.op_type, list(node.input), list(node.output), name="k", domain=node.domain)
     kept.attribute.extend(node.attribute)
     graph = helper.make_graph([kept], "kernel", g_inputs, outputs, initializer=g_inits)
     m = helper.make_model(graph, opset_imports=list(opt.opset_import), ir_version=opt.ir_version)
-    return Kernel(op, node.op_type, m.SerializeToString(), feeds, h.hexdigest()[:32], wbytes)
+    return Kernel(op, node.op_type, m.SerializeToString(), feeds, digest, wbytes)
 
 
-def kernels(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int) -> Iterator[Kernel]:
-    """The kernels of onnxruntime's optimized graph ``opt`` in graph order, each a one-node model (module docstring)."""
+def kernels(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int,
+            known: Callable[[str], bool] | None = None) -> Iterator[Kernel]:
+    """The kernels of onnxruntime's optimized graph ``opt`` in graph order, each a one-node model (module docstring);
+    a kernel whose digest ``known`` knows (already timed) comes without its model (``model`` empty)."""
     values = tensor_values(opt, feeds, threads)
     inits = {t.name: t for t in opt.graph.initializer}
     for node in opt.graph.node:
-        yield _kernel(opt, node, values, inits)
+        yield _kernel(opt, node, values, inits, known)
 
 
 def call_overhead_model() -> tuple[bytes, dict[str, np.ndarray]]:

@@ -37,6 +37,7 @@ DEFAULT_RULES = "default"
 DEFAULT_BUDGET_S = 12.0  # the main search without a total budget (time_s=None); with one, its share of it
 DEFAULT_EQSAT_S = 5.0
 DEFAULT_ON_TOP_S = 2.0
+DEFAULT_ORT_SEARCH_S = 10.0  # the search priced by ORT's kernels (graphsub.optimize.sources.ort_search)
 
 #: ``progress(phase, elapsed_s, best_cost)``; phases: load, search, verify, bisect, portfolio, time, write
 ProgressFn = Callable[[str, float, float | None], None]
@@ -52,7 +53,10 @@ class OptimizeConfig:
     of ``timers.clock``; default: the call); ``budget`` holds the main search's own limits; ``threads`` (None: every
     core) is the thread count the decision is made at; ``min_speedup`` the smallest gain worth keeping a candidate for
     (:mod:`graphsub.optimize.decide`); ``measure_latency`` False skips the portfolio and the timing (the search's
-    verified result is the answer); ``peers``, ``eqsat_s``, ``on_top_s``, ``spelling`` shape the portfolio;
+    verified result is the answer); ``peers``, ``eqsat_s``, ``on_top_s``, ``ort_search_s`` (the search priced by
+    onnxruntime's kernels, with the rules of the hand-written passes: :mod:`graphsub.optimize.sources.ort_search`)
+    and ``spelling`` (the hand-ordered passes: the spelling pass, the rows and channels-first layouts) shape the
+    portfolio;
     ``cleanup`` runs graphsub's general clean-up (:mod:`graphsub.rules.cleanup`) before every search;
     ``search_params`` go to the search algorithm."""
 
@@ -76,6 +80,7 @@ class OptimizeConfig:
     peers: str | Sequence[str] = "auto"
     eqsat_s: float = DEFAULT_EQSAT_S
     on_top_s: float = DEFAULT_ON_TOP_S
+    ort_search_s: float = DEFAULT_ORT_SEARCH_S
     spelling: bool = True
     cleanup: bool = True
     provider: str = "cpu"
@@ -99,6 +104,7 @@ class OptimizeConfig:
         """Itself once every limit is usable; GraphsubError naming the first that is not (before any work)."""
         check_seconds("eqsat_s", self.eqsat_s)
         check_seconds("on_top_s", self.on_top_s)
+        check_seconds("ort_search_s", self.ort_search_s)
         check_seconds("time_per_gb_s", self.time_per_gb_s)
         check_seconds("rtol", self.rtol)
         check_seconds("atol", self.atol)
@@ -117,5 +123,5 @@ class OptimizeConfig:
         return self.rules if isinstance(self.rules, str) else f"{n_rules} rules"
 
 
-__all__ = ["DEFAULT_ALGO", "DEFAULT_BUDGET_S", "DEFAULT_COST", "DEFAULT_EQSAT_S", "DEFAULT_ON_TOP_S", "DEFAULT_RULES",
-           "OptimizeConfig", "ProgressFn"]
+__all__ = ["DEFAULT_ALGO", "DEFAULT_BUDGET_S", "DEFAULT_COST", "DEFAULT_EQSAT_S", "DEFAULT_ON_TOP_S",
+           "DEFAULT_ORT_SEARCH_S", "DEFAULT_RULES", "OptimizeConfig", "ProgressFn"]

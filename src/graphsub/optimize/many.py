@@ -27,7 +27,8 @@ from graphsub.errors import GraphsubError
 
 #: what ``optimize_many`` passes on to ``optimize`` (the rest of its keywords are refused)
 OPTIMIZE_KEYS = frozenset({"algo", "rules", "cost", "time_s", "seed", "seeds", "threads", "keep_slower",
-                           "min_speedup", "peers", "eqsat_s", "on_top_s", "spelling", "input_shapes"})
+                           "min_speedup", "peers", "eqsat_s", "on_top_s", "ort_search_s", "spelling",
+                           "input_shapes"})
 
 
 def expand_models(specs: Sequence[str]) -> list[str]:

@@ -256,7 +256,8 @@ def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None) -
 
     search_budget = cfg.budget or Budget(time_s=DEFAULT_BUDGET_S if cfg.time_s is None else None)
     planning = src.Context(src.Sources(peers=_peers(cfg), eqsat_s=cfg.eqsat_s, on_top_s=cfg.on_top_s,
-                                       layout=cfg.spelling, rows=cfg.spelling, config=cfg, target=target), graph)
+                                       ort_search_s=_ort_search_s(cfg), layout=cfg.spelling, rows=cfg.spelling,
+                                       config=cfg, target=target), graph)
     shares = plan_parts(cfg.time_s, run.deadline.remaining(), search_cap=search_budget.time_s,
                         parts=src.parts(planning), portfolio=cfg.measure_latency,
                         verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0,
@@ -376,8 +377,11 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     tail_s = st.plan.tail_s if st.plan is not None else 0.0
     port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
     cleanup = st.config is None or st.config.cleanup
-    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st, cleanup), spelling=_spelling_rules() if st.spelling
-                         else (), peers=st.peers, eqsat_s=st.eqsat_s, on_top_s=st.on_top_s, deadline=run.deadline,
+    ort_s = 0.0 if st.config is None else _ort_search_s(st.config)
+    sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st, cleanup), ort_search_s=ort_s,
+                         ort_search_fn=_ort_search_fn(rule_list, st, cleanup) if ort_s > 0 else None,
+                         spelling=_spelling_rules() if st.spelling else (), peers=st.peers, eqsat_s=st.eqsat_s,
+                         on_top_s=st.on_top_s, deadline=run.deadline,
                          tail_s=tail_s, layout=st.spelling, rows=st.spelling, config=st.config, target=st.target,
                          planned=None if st.plan is None else st.plan.shares)
     with run.step("portfolio", "portfolio_s"):
@@ -459,7 +463,8 @@ def _spelling_rules() -> list[Rule]:
     return [*get_set("ort-spelling"), *(r for r in get_set("cpu") if r.name == "cpu_reshape_reshape")]
 
 
-def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings, cleanup: bool = True) -> Any:
+def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings, cleanup: bool = True,
+               params: dict[str, Any] | None = None) -> Any:
     """The portfolio's ``search_fn``: graphsub's search on any graph (an imported peer output too), its best graph
     finalized with the graph's weights; with ``cleanup``, each search starts from the graph cleaned
     (:mod:`graphsub.rules.cleanup`). Equality saturation prices ops one by one (``measured[min]``)."""
@@ -470,11 +475,32 @@ def _search_fn(rule_list: Sequence[Rule], cm: Any, st: _Settings, cleanup: bool 
     def fn(g: Graph, budget_s: float, algo: str) -> tuple[Graph, tuple[Any, ...]]:
         model = get_model("measured[min]", threads=st.threads, progress=False) if algo == "eqsat" else cm
         start, cleaned = cleaned_start(g) if cleanup else (g, ())
-        r = search(start, rule_list, model, Budget(time_s=budget_s), st.seed, algo=algo)
+        r = search(start, rule_list, model, Budget(time_s=budget_s), st.seed, algo=algo, **(params or {}))
         sequence = ((CLEANUP_STEP,) if cleaned else ()) + r.sequence
         if not sequence:
             return g, ()
         return finalize(materialize(g, st.seed), r.best, st.seed), sequence
+
+    return fn
+
+
+def _ort_search_s(cfg: OptimizeConfig) -> float:
+    """Seconds of the search priced by onnxruntime's kernels: the config's, on the CPU provider (the kernels are
+    priced there), with the portfolio on (nothing is timed otherwise)."""
+    return cfg.ort_search_s if cfg.provider == "cpu" and cfg.measure_latency else 0.0
+
+
+def _ort_search_fn(rule_list: Sequence[Rule], st: _Settings, cleanup: bool) -> Any:
+    """The ``search-ort`` source's search (:mod:`graphsub.optimize.sources.ort_search`): the call's rules and the
+    passes' rules, priced by ``ort-kernels``, greedy with its compound moves; its cost model made when it first
+    runs."""
+    from graphsub.cost import get_model
+    from graphsub.optimize.sources.ort_search import compounds, search_rules
+
+    def fn(g: Graph, budget_s: float, algo: str) -> tuple[Graph, tuple[Any, ...]]:
+        model = get_model("ort-kernels", threads=st.threads, progress=False)
+        params = {"batch": True, "compounds": compounds()} if algo == "greedy" else {}
+        return _search_fn(search_rules(rule_list), model, st, cleanup, params)(g, budget_s, algo)
 
     return fn
 

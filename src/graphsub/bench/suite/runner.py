@@ -40,6 +40,10 @@ from graphsub.optimize.timing import Timers, resolve_timers
 GRAPHSUB = "graphsub"
 #: graphsub on its own: ``graphsub optimize --peers none`` (its rules, clean-up, search and passes; no peer's output)
 GRAPHSUB_OWN = "graphsub-own"
+#: graphsub's rules and searches alone: ``graphsub optimize --peers none --no-spelling`` (no peer's output and no
+#: hand-ordered pass: the clean-up, the searches -- the one priced by onnxruntime's kernels with the passes' rules
+#: among them -- and equality saturation)
+GRAPHSUB_RULES = "graphsub-rules"
 BASELINE = "ort"
 
 
@@ -59,9 +63,10 @@ class SuiteInput:
 
 def default_tools(peers: Sequence[str]) -> list[str]:
     """The original under ONNX Runtime, each peer, graphsub alone (its default, which runs the peers itself), graphsub
-    on its own (``--peers none``), and graphsub after each peer."""
+    on its own (``--peers none``), graphsub's rules and searches alone (``--peers none --no-spelling``), and graphsub
+    after each peer."""
     others = [p for p in peers if p != BASELINE]
-    return [BASELINE, *others, GRAPHSUB, GRAPHSUB_OWN, *(f"{GRAPHSUB}+{p}" for p in others)]
+    return [BASELINE, *others, GRAPHSUB, GRAPHSUB_OWN, GRAPHSUB_RULES, *(f"{GRAPHSUB}+{p}" for p in others)]
 
 
 def _source_of(tool: str) -> str:
@@ -91,7 +96,10 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
                                    GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed,
                                                                provider=provider),
                                    GRAPHSUB_OWN: functools.partial(graphsub_tool, budget_s=graphsub_budget_s,
-                                                                   seed=seed, provider=provider, peers="none")}
+                                                                   seed=seed, provider=provider, peers="none"),
+                                   GRAPHSUB_RULES: functools.partial(graphsub_tool, budget_s=graphsub_budget_s,
+                                                                     seed=seed, provider=provider, peers="none",
+                                                                     spelling=False)}
     extra = [n for n in threads if n != all_cores()] if GRAPHSUB in tools else []
     for n in extra:
         registry[at_threads(n)] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, threads=n,
@@ -117,16 +125,18 @@ def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_bud
 
 
 def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float | None, seed: int,
-                  threads: int | None = None, provider: str = "cpu", peers: str = "auto") -> dict[str, Any]:
+                  threads: int | None = None, provider: str = "cpu", peers: str = "auto",
+                  spelling: bool = True) -> dict[str, Any]:
     """``graphsub optimize SRC -o DST --budget B [--threads N] [--provider P]`` as users run it: its defaults, the
     whole command bounded by ``budget_s`` (None: ``graphsub optimize``'s default, 75 s plus 400 s per GB of weights,
     unless the suite's ``--budget`` says otherwise), so that the record's ``seconds`` is the user's time to result;
-    what it decided. ``peers="none"``: graphsub on its own (:data:`GRAPHSUB_OWN`)."""
+    what it decided. ``peers="none"``: graphsub on its own (:data:`GRAPHSUB_OWN`); with ``spelling=False`` too, its
+    rules and searches alone (:data:`GRAPHSUB_RULES`)."""
     from graphsub.optimize import optimize
 
     time_s, per_gb_s = (DEFAULT_TIME_S, PER_GB_S) if budget_s is None else (budget_s, 0.0)
     res = optimize(src, output=dst, time_s=time_s, time_per_gb_s=per_gb_s, seed=seed, threads=threads,
-                   provider=provider, peers=peers)
+                   provider=provider, peers=peers, spelling=spelling)
     if not res.verified:
         raise RuntimeError(res.decision)
     chosen = res.chosen_candidate
@@ -360,5 +370,5 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
     return [recorded[m.id] for m in models]
 
 
-__all__ = ["BASELINE", "GRAPHSUB", "GRAPHSUB_OWN", "SuiteInput", "at_threads", "default_tools", "fold_threads",
-           "graphsub_tool", "inspect", "produce", "run_model", "run_suite", "suite_task", "time_all"]
+__all__ = ["BASELINE", "GRAPHSUB", "GRAPHSUB_OWN", "GRAPHSUB_RULES", "SuiteInput", "at_threads", "default_tools",
+           "fold_threads", "graphsub_tool", "inspect", "produce", "run_model", "run_suite", "suite_task", "time_all"]

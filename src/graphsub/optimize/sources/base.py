@@ -19,7 +19,7 @@ run (the plan's notes say why).
 
 >>> from graphsub.optimize.sources import registered
 >>> [(s.name, s.turns, s.drop) for s in registered() if s.drop is not None]
-[('eqsat', (20,), 2), ('peers', (50,), 3), ('peer+search', (60,), 1)]
+[('eqsat', (20,), 2), ('search-ort', (25,), 2), ('peers', (50,), 3), ('peer+search', (60,), 1)]
 """
 
 from __future__ import annotations
@@ -109,14 +109,17 @@ def registered() -> tuple[Source, ...]:
 @dataclass(frozen=True)
 class Sources:
     """The settings of the candidate sources for one call: ``search_fn`` runs graphsub's search
-    (:data:`SearchFn`), ``spelling`` the rules of the spelling pass, ``peers`` the peers to run, ``eqsat_s`` and
-    ``on_top_s`` the time of equality saturation and of a search on top of each peer (0: none), ``layout`` and
-    ``rows`` the layout passes, ``deadline`` the call's, ``tail_s`` the seconds kept for the phases after the
-    portfolio, ``config`` the call's settings, ``target`` what the call optimizes for
-    (:class:`graphsub.optimize.target.Target`; None: inference in ONNX Runtime), and ``planned`` the planner's
-    shares of the sources it kept (None: not planned, every applicable source runs)."""
+    (:data:`SearchFn`), ``ort_search_fn`` the search priced by onnxruntime's kernels over the call's rules and the
+    passes' (``ort_search_s`` seconds of it; :mod:`graphsub.optimize.sources.ort_search`), ``spelling`` the rules of
+    the spelling pass, ``peers`` the peers to run, ``eqsat_s`` and ``on_top_s`` the time of equality saturation and
+    of a search on top of each peer (0: none), ``layout`` and ``rows`` the layout passes, ``deadline`` the call's,
+    ``tail_s`` the seconds kept for the phases after the portfolio, ``config`` the call's settings, ``target`` what
+    the call optimizes for (:class:`graphsub.optimize.target.Target`; None: inference in ONNX Runtime), and
+    ``planned`` the planner's shares of the sources it kept (None: not planned, every applicable source runs)."""
 
     search_fn: SearchFn | None = None
+    ort_search_fn: SearchFn | None = None  # the search priced by ORT's kernels, with the passes' rules
+    ort_search_s: float = 0.0
     spelling: Sequence[Rule] = ()
     peers: tuple[str, ...] = ()
     eqsat_s: float = 0.0

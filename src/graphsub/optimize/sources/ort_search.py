@@ -1,0 +1,86 @@
+"""The ``search-ort`` source: graphsub's search priced by what onnxruntime runs (:mod:`graphsub.cost.ort_regions`,
+cost ``ort-kernels``), over the call's rules together with the rules that re-express the hand-written passes
+(``ort-spelling``, ``channels-first``, ``rows``: :mod:`graphsub.rules.library`).
+
+The search is steepest descent (:mod:`graphsub.search.greedy`) with each step's rule taken wherever it pays
+(``batch``), and the ``rows`` set as a compound move (:func:`compounds`) tried when no single substitution pays:
+every region the search has not seen costs a measurement (tens of milliseconds), so it needs a search that expands
+few graphs and meets the same regions again and again (twelve identical layers are priced once).
+
+The main search prices a graph op by op with conv/matmul fusion chains (``fused[min]``), which cannot see most of
+what onnxruntime does to a graph -- its attention and normalisation fusions, the ``Reshape`` copies around a rank-3
+``Gemm``, its NCHWc layout -- and so cannot tell when a pass's rewrite pays. This search prices each substitution
+by the kernels onnxruntime runs for the region it changes, so the passes' rules compete with every other rule on
+one scale, in any order, and a pass's rewrite is taken where onnxruntime runs it faster.
+
+Estimate: the config's ``ort_search_s`` (:data:`~graphsub.optimize.config.DEFAULT_ORT_SEARCH_S`); at least
+:data:`ORT_SEARCH_MIN_S`. Turn 25: after eqsat, before the spelling and layout passes (which then also work on its
+result) and before the peers. Drop rank :data:`~graphsub.optimize.budget.DROP_EQSAT` (left out with eqsat, after
+the searches on top of the peers). Not a source of plain graphs (``graphs=False``): its rules include onnxruntime's
+spellings (contrib ops), and its price is onnxruntime's, so a target that runs graphs elsewhere (a PyTorch module)
+does not take it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from graphsub.optimize.budget import DROP_EQSAT
+from graphsub.optimize.candidates import ORIGINAL
+from graphsub.optimize.sources.base import Context, Source, register
+from graphsub.rules.rule import Rule
+
+NAME = "search-ort"
+#: steepest descent, each step's rule taken wherever it pays, compound moves when stuck (graphsub.search.greedy):
+#: every region new to the search costs a measurement, so it takes few expansions, each cheap once priced
+ALGO = "greedy"
+ORT_SEARCH_MIN_S = 2.0  # pricing the start alone takes a second or two on a transformer
+#: the rule sets that re-express the hand-written passes (added to the call's rules for this search)
+PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows")
+
+
+def search_rules(rules: Sequence[Rule]) -> list[Rule]:
+    """``rules`` and the rules of :data:`PASS_RULE_SETS` (a rule in both, once)."""
+    from graphsub.rules.library import resolve_rules
+
+    out = {r.name: r for r in rules}
+    for r in resolve_rules(",".join(PASS_RULE_SETS)):
+        out.setdefault(r.name, r)
+    return list(out.values())
+
+
+def compounds() -> tuple[tuple[Rule, ...], ...]:
+    """The search's compound moves: the ``rows`` set with the clean-up's reshape rules that collapse what it leaves
+    (its steps go uphill until the reshapes between two projections cancel, so no single step of it is taken)."""
+    from graphsub.rules.library import get_set
+
+    follow = tuple(r for r in get_set("cleanup") if r.name in ("cpu_reshape_reshape", "cpu_reshape_noop"))
+    return ((*get_set("rows"), *follow),)
+
+
+def make(ctx: Context, seconds: float) -> None:
+    """Add ``search-ort``: the ORT-priced search on the original for ``seconds`` (nothing when it changes nothing)."""
+    from graphsub.optimize.candidates import Candidate, export_bytes
+
+    fn = ctx.sources.ort_search_fn
+    if fn is None:
+        return
+
+    def build() -> Candidate | None:
+        import time
+
+        t = time.perf_counter()
+        best, steps = fn(ctx.ref, seconds, ALGO)
+        if not steps:
+            return None
+        return Candidate(NAME, export_bytes(best), best, ORIGINAL, steps, time.perf_counter() - t)
+
+    ctx.attempt(NAME, NAME, build)
+
+
+ORT_SEARCH = register(Source(NAME, make, turns=(25,), estimate_s=lambda ctx: ctx.sources.ort_search_s,
+                             applies=lambda ctx: ctx.sources.ort_search_s > 0,
+                             min_s=ORT_SEARCH_MIN_S, drop=DROP_EQSAT, graphs=False,
+                             label="the search priced by ORT's kernels"))
+
+__all__ = ["ALGO", "NAME", "ORT_SEARCH", "ORT_SEARCH_MIN_S", "PASS_RULE_SETS", "compounds", "make", "search_rules"]
