@@ -20,6 +20,11 @@ class ImportError_(GraphsubError):
     """A model file could not be read or converted into the IR (malformed, unsupported)."""
 
 
+class NotModelled(ImportError_):
+    """A model graphsub cannot represent although it may be valid (a part it cannot type, a string constant, local
+    functions it cannot inline): ``graphsub optimize`` writes such a model back unchanged when onnxruntime runs it."""
+
+
 class ExportError(GraphsubError):
     """A graph could not be written out (e.g. weights without data, unsupported dtype)."""
 
@@ -65,6 +70,7 @@ __all__ = [
     "GraphError",
     "GraphsubError",
     "ImportError_",
+    "NotModelled",
     "ReferenceFailed",
     "RuleError",
     "ShapeError",

@@ -166,3 +166,26 @@ def test_provider_cuda_without_a_gpu_and_an_unknown_provider_exit_2(model_path: 
         assert code == 2 and "CUDAExecutionProvider" in json.loads(text)["error"]
     code, _ = invoke(str(model_path), "-o", str(out), "--provider", "tpu")
     assert code == 2 and not out.exists()
+
+
+def test_a_model_graphsub_cannot_represent_is_written_back_when_onnxruntime_runs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Reshape whose target shape is a graph input: graphsub cannot type its output (NotModelled). onnxruntime runs
+    the model, so it is valid: the original is written unchanged, exit 0, and the decision says why; when onnxruntime
+    does not load it either, it is bad input (exit 3) and nothing is written."""
+    import onnx
+
+    from corpus_models import shape_input_reshape
+
+    src, out = tmp_path / "shape_input.onnx", tmp_path / "o.onnx"
+    onnx.save(shape_input_reshape(), str(src))
+    code, text = invoke(str(src), "-o", str(out), *FAST, "--json")
+    assert code == 0, text
+    d = json.loads(text)
+    assert d["kept_original"] and d["written"] == str(out) and "cannot model this graph" in d["decision"]
+    assert out.read_bytes() == src.read_bytes()
+    code, text = invoke(str(src), "-o", str(tmp_path / "o2.onnx"), *FAST)
+    assert code == 0 and "written unchanged" in text
+    monkeypatch.setattr("graphsub.cli.optimize._runs_in_onnxruntime", lambda path: False)
+    code, text = invoke(str(src), "-o", str(tmp_path / "never.onnx"), *FAST, "--json")
+    assert code == 3 and not (tmp_path / "never.onnx").exists(), text

@@ -28,19 +28,18 @@ runner = CliRunner()
 RUN = ("--budget", "10", "--peers", "none", "--keep-slower", "--json")
 
 #: the models graphsub does not yet turn into a drop-in replacement, each with why (strict: a fix must remove it)
-KNOWN: dict[str, str] = {
-    "shape_input_reshape": (
-        "exit 3: Reshape's target shape is a graph input; the import keeps the Reshape opaque but cannot type its "
-        "output (ONNX shape inference cannot, and no run can: random integers are not a valid shape), and "
-        "optimize has no fallback that keeps the model whole (the original written unchanged)"),
-}
+KNOWN: dict[str, str] = {}
+#: ``graphsub convert`` (import and export, no search) cannot write what it cannot import: its known refusals
+_UNTYPED = ("exit 3: Reshape's target shape is a graph input; the import keeps the Reshape opaque but cannot type its "
+            "output (ONNX shape inference cannot, and no run can: random integers are not a valid shape); optimize "
+            "writes such a model back unchanged (graphsub.errors.NotModelled), convert has nothing to convert")
 
 
 #: ``graphsub convert`` (import and export, no search): the models it refuses by design, with the exit code
 CONVERT_REFUSES = {
     "runtime_reshape": 1,  # the import folds the Reshape targets at batch 1: refused, with --input-shape advice
 }
-CONVERT_KNOWN = {"shape_input_reshape": KNOWN["shape_input_reshape"]}
+CONVERT_KNOWN = {"shape_input_reshape": _UNTYPED}
 
 
 def _params(known: dict[str, str]) -> list[object]:

@@ -30,7 +30,7 @@ from graphsub.cli.common import (
     print_sequence,
     wide,
 )
-from graphsub.errors import ExportError, ImportError_, ReferenceFailed, VerificationError
+from graphsub.errors import ExportError, ImportError_, NotModelled, ReferenceFailed, VerificationError
 from graphsub.optimize import OptimizeResult, ProgressFn, optimize
 from graphsub.optimize.budget import DEFAULT_TIME_S, PER_GB_S, scaled_time_s
 from graphsub.optimize.config import OptimizeConfig
@@ -174,14 +174,16 @@ def optimize_cmd(
 
     2. Verify against the input in onnxruntime on random inputs; on failure, name the bad substitution.
 
-    3. Portfolio: more candidates from equality saturation, the installed peers (with graphsub's search on top),
-    the ort-spelling pass (with transformer activations (batch, sequence, hidden) written as rows (batch *
-    sequence, hidden), so that onnxruntime's Gemms need no Reshape copies) and, for channels-last MLPs between
-    convolutions (ConvNeXt), the same written channels-first with 1x1 convolutions; each is verified against the
-    input, and the verified ones are timed side by side under ORT_ENABLE_ALL at --threads (rounds in rotating
-    order; a short screening round first when there are many). A candidate that onnxruntime runs exactly as the
-    input or an earlier candidate (the same graph after its own optimizations) is not timed: a tie that timing
-    noise must not pass off as a gain.
+    3. Portfolio: more candidates from equality saturation, a second search priced by the kernels onnxruntime runs
+    for the region each substitution changes (search-ort: the rules plus the ones that re-express the passes below,
+    ort-spelling, channels-first and rows, so the search decides where they pay; --ort-search-budget), the installed
+    peers (with graphsub's search on top), the ort-spelling pass (with transformer activations (batch, sequence,
+    hidden) written as rows (batch * sequence, hidden), so that onnxruntime's Gemms need no Reshape copies) and, for
+    channels-last MLPs between convolutions (ConvNeXt), the same written channels-first with 1x1 convolutions; each
+    is verified against the input, and the verified ones are timed side by side under ORT_ENABLE_ALL at --threads
+    (rounds in rotating order; a short screening round first when there are many). A candidate that onnxruntime runs
+    exactly as the input or an earlier candidate (the same graph after its own optimizations) is not timed: a tie
+    that timing noise must not pass off as a gain.
 
     4. Decide: the leaders (at most two) are measured anew against the input in fresh session groups (new
     sessions of each file per group, paired rounds in balanced orders) with an A/A control (the input against
@@ -205,11 +207,15 @@ def optimize_cmd(
     Time: --budget (default 75 s, plus 400 s per GB of weights: what grows with the model, sessions, the peers'
     passes, each candidate's verification and timing) bounds the whole command, from its start to the written file: 16%
     for the search (12 s by default), eqsat, the peers and the searches on top of them while
-    they fit, 30% kept for verifying and timing the candidates. With a small budget the portfolio
+    they fit (search-ort: 10 s), 30% kept for verifying and timing the candidates. With a small budget the portfolio
     shrinks (on-top searches, then eqsat, then the peers are left out) and the search gets their time;
     timing stops at the deadline, and a candidate not confirmed in time is not written (the original is).
     The overshoot is a few seconds at most: the interpreter's start and imports (about 1 s) and one
     step that cannot be interrupted (e.g. creating an onnxruntime session, or writing the output).
+
+    A valid model graphsub cannot represent (a part it cannot type, e.g. a Reshape whose target shape is a graph
+    input) is written back unchanged when onnxruntime runs it (exit 0, the decision says why); one onnxruntime
+    rejects is bad input (exit 3).
 
     Ctrl-C: the first one finishes early with what is there (the search's best graph, the candidates
     verified so far; a candidate is written only if it was confirmed faster, otherwise nothing is
@@ -265,7 +271,12 @@ def optimize_cmd(
         elif spec.kind == "module":
             res = _optimize_module(spec, shapes, cfg, output)
         else:
-            res = optimize(spec.text, output=output, config=cfg)
+            try:
+                res = optimize(spec.text, output=output, config=cfg)
+            except NotModelled as e:
+                if spec.kind != "onnx" or not _runs_in_onnxruntime(spec.name):
+                    raise  # not a model onnxruntime runs: bad input
+                _write_unmodelled(spec, output, e, as_json, report_path)  # exits
         if report_path is not None:
             assert cfg.progress is not None
             cfg.progress("report", 0.0, None)
@@ -278,6 +289,40 @@ def optimize_cmd(
         if extra:
             _print_training(extra)
     raise typer.Exit(int(code))
+
+
+def _runs_in_onnxruntime(path: str) -> bool:
+    """Whether onnxruntime loads the model at ``path`` (a model graphsub cannot import may still be valid)."""
+    from graphsub.errors import GraphsubError
+    from graphsub.frontends.ort import make_session
+
+    try:
+        make_session(path, optimization="disable", threads=1)
+    except GraphsubError:
+        return False
+    return True
+
+
+def _write_unmodelled(spec: ModelSpec, output: Path, error: NotModelled, as_json: bool,
+                      report_path: Path | None) -> None:
+    """A model onnxruntime runs but graphsub cannot import (a part it cannot type: a Reshape whose target shape is a
+    graph input): nothing can be rewritten or verified, so the original is written unchanged, as every run that
+    keeps the original writes it, and the command succeeds (exit 0), saying why."""
+    from graphsub.optimize.output import write_original
+
+    write_original(spec.name, output)
+    decision = (f"kept the original: graphsub cannot model this graph ({error}); onnxruntime runs it, so it is "
+                "written unchanged")
+    if report_path is not None:
+        err.print(f"no report: {decision}", style="yellow", markup=False, highlight=False)
+    if as_json:
+        print(json.dumps({"model": spec.text, "verified": True, "kept_original": True, "chosen": "original",
+                          "decision": decision, "written": str(output), "modelled": False,
+                          "exit_code": int(Exit.OK)}, indent=2))
+    else:
+        out.print(decision, markup=False, highlight=False)
+        out.print(f"wrote {output}", markup=False, highlight=False)
+    raise typer.Exit(int(Exit.OK))
 
 
 def _notify(message: str) -> None:

@@ -36,7 +36,7 @@ import onnx
 import onnx.inliner
 from onnx import helper, numpy_helper
 
-from graphsub.errors import GraphsubError, ImportError_, ShapeError
+from graphsub.errors import GraphsubError, ImportError_, NotModelled, ShapeError
 from graphsub.frontends.onnx_checks import check_schema, check_single_definitions, check_size, topological_nodes
 from graphsub.frontends.onnx_export import make_model, outer_reads
 from graphsub.frontends.onnx_types import FOLD_LIMIT, infer_types, static_inputs
@@ -88,7 +88,7 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray:
             return np.asarray(v, dtype=np.int64)
         if a.name == "sparse_value":
             return _sparse_to_dense(v)
-    raise ImportError_(f"Constant node {node.name!r}: unsupported value kind (string)")
+    raise NotModelled(f"Constant node {node.name!r}: unsupported value kind (string)")
 
 
 def _ir_dtype(array: np.ndarray) -> bool:
@@ -189,7 +189,7 @@ class _Importer:
         t = self.inferred.get(name)
         if t is None:
             where = f" (input of {node.op_type} node {node.name!r})" if node is not None else ""
-            raise ImportError_(f"the type/shape of value {name!r}{where} is unknown")
+            raise NotModelled(f"the type/shape of value {name!r}{where} is unknown")
         return t
 
     def ref(self, name: str, node: onnx.NodeProto) -> Ref:
@@ -303,7 +303,7 @@ class _Importer:
         for k in out_slots:
             t = self.inferred.get(node.output[k])
             if t is None:
-                raise ImportError_(
+                raise NotModelled(
                     f"{node.op_type} node {node.name!r} is not modelled by graphsub ({reason}) and "
                     f"ONNX shape inference could not determine the shape of its output "
                     f"{node.output[k]!r}; give static input shapes or add value_info to the model"
@@ -459,12 +459,12 @@ def _from_onnx(
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as e:
-            raise ImportError_(f"the model's local functions cannot be inlined: {e}") from e
+            raise NotModelled(f"the model's local functions cannot be inlined: {e}") from e
     if opset < MIN_OPSET:
         try:
             model = onnx.version_converter.convert_version(model, MIN_OPSET)
         except Exception as e:
-            raise ImportError_(
+            raise NotModelled(
                 f"opset {opset} is older than {MIN_OPSET} and the ONNX version converter failed: {e}"
             ) from e
         opset = MIN_OPSET
