@@ -86,3 +86,19 @@ def test_convert_round_trip_is_a_dropin_replacement(name: str, tmp_path: Path) -
         return
     assert r.exit_code == 0, r.stdout[-3000:]
     _check_written(name, src, out, False, "convert")
+
+
+def test_weights_listed_as_inputs_are_kept_as_weights_and_the_run_says_so(tmp_path: Path,
+                                                                          fake_timing: Callable[..., None]) -> None:
+    """Opset 9's style (every weight also a graph input): the written model is rewritten (BatchNormalization folded
+    into the Conv), keeps the fed input, lists the weights as weights only, and the notes say so."""
+    src, out = tmp_path / "opset9.onnx", tmp_path / "out.onnx"
+    original = CASES["opset9"].build()
+    onnx.save(original, str(src))
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(out), *RUN])
+    assert r.exit_code == 0, r.stdout[-3000:]
+    d = json.loads(r.stdout)
+    assert not d["kept_original"], d["decision"]
+    listed = [vi.name for vi in onnx.load(str(out)).graph.input]
+    assert listed == ["x"] and len(original.graph.input) == 10
+    assert any(n.startswith("output: the input lists 9 weight(s) as graph inputs too") for n in d["portfolio_notes"])

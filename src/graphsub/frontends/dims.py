@@ -113,6 +113,9 @@ class Interface:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     bound: dict[str, int] = field(default_factory=dict)
     metadata: Metadata = field(default_factory=lambda: Metadata())
+    #: initializers the original also lists as graph inputs (IR version 3's style, opset 9 exports): overridable
+    #: defaults that graphsub reads as the weights they are, so an optimized model keeps them as weights only
+    overridable: tuple[str, ...] = ()
 
     @property
     def fixed(self) -> tuple[str, ...]:
@@ -178,7 +181,15 @@ def interface(original: Source, input_shapes: Mapping[str, Sequence[int]] | None
         shapes={n: tuple(int(d) for d in v) for n, v in shapes.items() if any(vi.name == n for vi in g.input)},
         bound=bound_params(g, shapes),
         metadata=Metadata.of(model),
+        overridable=overridable_inputs(g),
     )
+
+
+def overridable_inputs(graph: onnx.GraphProto) -> tuple[str, ...]:
+    """The initializers ``graph`` also lists as inputs, in input order (a caller may feed them, overriding the stored
+    value; models of IR version < 4 had to list every weight so)."""
+    inits = {t.name for t in graph.initializer}
+    return tuple(vi.name for vi in graph.input if vi.name in inits)
 
 
 def with_metadata(candidate: Model, metadata: Metadata) -> Model:

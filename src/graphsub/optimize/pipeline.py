@@ -526,13 +526,15 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
     ``input_shapes`` leave free stay symbolic (:func:`graphsub.symbolic.keep_symbolic`); a chosen model that does not
     keep them (graphsub computes at the imported sizes: a reshape's target baked in) gives way to the original,
     with a note."""
+    from graphsub.frontends.dims import interface
     from graphsub.optimize.output import write_bytes, write_optimized, write_original
     from graphsub.symbolic import keep_symbolic
 
     if chosen is not None and not res.kept_original:
+        iface = interface(source, input_shapes) if isinstance(source, str) else None
         try:
             chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
-                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0)
+                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface)
         except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
             res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
             res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "
@@ -545,9 +547,22 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
             write_bytes(chosen, output)
         else:
             write_optimized(chosen, output)
+        if iface is not None and iface.overridable:
+            res.portfolio_notes.append(overridable_note(len(iface.overridable)))
     else:
         write_original(source, output)
     res.written = os.fspath(output)
+
+
+def overridable_note(n: int) -> str:
+    """The note of a written model whose original listed ``n`` of its weights as graph inputs too.
+
+    >>> overridable_note(2)[:60]
+    'output: the input lists 2 weight(s) as graph inputs too (ov'
+    """
+    return (f"output: the input lists {n} weight(s) as graph inputs too (overridable initializers, the style of IR "
+            "version < 4); graphsub reads them as the weights they hold, and the output keeps them as weights only, "
+            "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
 
 
 def _finish(res: OptimizeResult, run: _Run) -> OptimizeResult:

@@ -5,10 +5,11 @@ stays a ``LayerNormalization``; a peer's ``SkipLayerNormalization`` undone), the
 (:mod:`graphsub.frontends.onnx_rows`): ``[batch, sequence, hidden]`` activations between attention cores written as
 ``[batch * sequence, hidden]``, so that onnxruntime's ``Gemm`` nodes need no ``Reshape`` copies.
 
-A derived source: turns 30 (the original, the search's result, a training target's candidates, ``eqsat``) and 70
-(the peers' outputs and the searches on top of them), each on the graph candidates made since its last turn. No
-estimate (cheap: nothing is planned for it): a candidate is not started once the portfolio's time is spent
-(only the tail's is left), and a note says so.
+A derived source: turns 30 (the original, the search's result, a training target's candidates, ``eqsat``,
+``search-ort``), 55 (the peers' outputs, before the searches on top of them: a large model's spelled peer output is a
+cheap, large win that the searches must not leave without time) and 70 (the searches on top of the peers), each on
+the graph candidates made since its last turn. No estimate (cheap: nothing is planned for it): a candidate is not
+started once the portfolio's time is spent (only the tail's is left), and a note says so.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _rows(data: bytes) -> tuple[bytes, int] | None:
         return None
 
 
-SPELLING = register(Source("spelling", make, turns=(30, 70),
+SPELLING = register(Source("spelling", make, turns=(30, 55, 70),
                            applies=lambda ctx: bool(ctx.sources.spelling) or ctx.sources.rows))
 
 __all__ = ["ROWS_RULE", "SPELLING", "make", "spelled"]
