@@ -1,6 +1,8 @@
 """The ``search-ort`` source: graphsub's search priced by what onnxruntime runs (:mod:`graphsub.cost.ort_regions`,
 cost ``ort-kernels``), over the call's rules together with the rules that re-express the hand-written passes
-(``ort-spelling``, ``channels-first``, ``rows``: :mod:`graphsub.rules.library`).
+(``ort-spelling``, ``channels-first``, ``rows``: :mod:`graphsub.rules.library`) and the ``attention`` rules, which
+write the exporters' head-split attention as onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`;
+``ort-spelling`` then packs one fed by projections of one input into its Attention, as onnxscript's fusion does).
 
 The search is steepest descent (:mod:`graphsub.search.greedy`) with each step's rule taken wherever it pays
 (``batch``), and the ``rows`` set as a compound move (:func:`compounds`) tried when no single substitution pays:
@@ -35,8 +37,9 @@ NAME = "search-ort"
 #: every region new to the search costs a measurement, so it takes few expansions, each cheap once priced
 ALGO = "greedy"
 ORT_SEARCH_MIN_S = 2.0  # pricing the start alone takes a second or two on a transformer
-#: the rule sets that re-express the hand-written passes (added to the call's rules for this search)
-PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows")
+#: the rule sets that re-express the hand-written passes, and the attention fusion (added to the call's rules for
+#: this search)
+PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention")
 
 
 def search_rules(rules: Sequence[Rule]) -> list[Rule]:

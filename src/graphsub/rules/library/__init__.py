@@ -19,6 +19,9 @@ set            contents
                :mod:`graphsub.rules.cleanup` applies everywhere before every search of ``optimize``
 ``ort``        rewrites into onnxruntime's fused kernels (com.microsoft domain; opt-in: models using
                them only run in onnxruntime)
+``attention``  the ``ort`` set's attention rules alone: head-split attention as TorchScript and dynamo
+               exports write it (scaled_dot_product_attention's scale, attention biases and masks) =>
+               onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`); opt-in like ``ort``
 ``ort-spelling``  spellings that steer onnxruntime's own fusions (``Add -> LayerNormalization`` as ``Sum``,
                unfused SkipLayerNormalization); not in ``default``: ``optimize`` applies them to make
                candidates and keeps one only when measured faster
@@ -26,18 +29,19 @@ set            contents
                convolutions: :mod:`graphsub.frontends.onnx_layout` as rules; not in ``default``
 ``rows``       ``[batch, sequence, hidden]`` activations written as ``[batch * sequence, hidden]`` rows, so that
                onnxruntime's projections are plain ``Gemm`` kernels: :mod:`graphsub.frontends.onnx_rows` as rules;
-               not in ``default``. These two sets and ``ort-spelling`` are what the search priced by onnxruntime's
-               kernels adds to the call's rules (:mod:`graphsub.optimize.sources.ort_search`)
+               not in ``default``. These two sets, ``ort-spelling`` and ``attention`` are what the search priced by
+               onnxruntime's kernels adds to the call's rules (:mod:`graphsub.optimize.sources.ort_search`)
 ``training``   backward ops of training graphs: a conv's weight gradient as one GEMM (im2col), its input
                gradient at stride 1 as a convolution (:mod:`graphsub.rules.library.training`)
 ``generated``  substitutions found by TASO's generation algorithm (``graphsub rules generate``, n=3,
                TASO's operator set), from the package file ``generated.json.gz``; opt-in (not in
                ``default``: hundreds of rules, many of them redundant for search)
-``default``    every exact rule of the sets above except ``ort`` and ``generated`` (no duplicates)
+``default``    every exact rule of the sets above except ``ort``, ``attention``, ``ort-spelling``,
+               ``channels-first``, ``rows`` and ``generated`` (no duplicates)
 =============  =================================================================================
 
 >>> sorted(SETS)[:4]
-['algebra', 'builtin', 'channels-first', 'cleanup']
+['algebra', 'attention', 'builtin', 'channels-first']
 
 Every command resolves rule-set specs with :func:`resolve_rules`.
 """
@@ -136,6 +140,12 @@ def _ort() -> list[Rule]:
     return ort.rules()
 
 
+def _attention() -> list[Rule]:
+    from graphsub.rules.library import attention
+
+    return attention.rules()
+
+
 def _ort_spelling() -> list[Rule]:
     from graphsub.rules.library import ort_spelling
 
@@ -154,6 +164,8 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
     "cpu": ("CPU-relevant algebra and clean-ups", _cpu),
     "cleanup": ("no-ops and collapsible chains, applied everywhere by optimize's clean-up pass", _cleanup),
     "ort": ("rewrites into onnxruntime fused kernels", _ort),
+    "attention": ("head-split attention (TorchScript and dynamo exports) => onnxruntime's MultiHeadAttention (the "
+                  "ort set's attention rules)", _attention),
     "ort-spelling": ("spellings that steer onnxruntime's own fusions (applied and timed by optimize)",
                      _ort_spelling),
     "channels-first": ("channels-last MLPs between convolutions written channels-first, MatMuls as 1x1 convolutions "
@@ -167,7 +179,7 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
 GENERATED_JSON = Path(__file__).with_name("generated.json.gz")
 _PB_SETS = frozenset({"taso-pb", "taso151", "ocggs157", "ocggs157-faithful"})
 #: sets whose rules produce non-standard (com.microsoft) ops: never part of ``default``
-_OPT_IN = frozenset({"ort"})
+_OPT_IN = frozenset({"ort", "attention"})
 #: sets left out of ``default``
 _NOT_DEFAULT = _OPT_IN | {"generated", "ort-spelling", "channels-first", "rows"}
 

@@ -1,5 +1,5 @@
 """The rule-authoring kit: what every hand-written rule set (``builtin``, ``ocggs_faithful``,
-``metaflow``, ``cpu``, ``algebra``, ``algebra_concat``, ``ort``) writes its rules with.
+``metaflow``, ``cpu``, ``algebra``, ``algebra_concat``, ``ort``, ``attention``) writes its rules with.
 
 * :data:`rule` (a :class:`RuleFactory`) makes a ``hand-written`` :class:`~graphsub.rules.rule.Rule`
   located at the line that calls it; ``commute=True`` also returns the mirrored twin (the
@@ -7,7 +7,8 @@
 * :func:`ex` writes an :class:`~graphsub.rules.rule.Example` (per-node attributes as keywords);
 * ``where`` helpers come in two kinds: *checks* ``f(m, ...) -> True | reason`` to combine in a
   function (:func:`is_dense`, :func:`in_order`, :func:`per_channel`, :func:`merge_geometry`, ...)
-  and ready *constraints* ``(fn, text)`` (:func:`same_shape`, :func:`min_rank`, :func:`same_attrs`, ...);
+  and ready *constraints* ``(fn, text)`` (:func:`same_shape`, :func:`min_rank`, :func:`same_attrs`,
+  :func:`scalar_constant`, ...);
 * attribute and permutation readers (:func:`conv_attrs`, :func:`perm`, :func:`composed_perm`,
   :func:`swap_last2`, ...);
 * target helpers build weight transforms with ordinary ops on weight values (``mul``/``div``/
@@ -138,6 +139,16 @@ def min_rank(k: int, *names: str) -> W:
 def same_attrs(a: str, b: str) -> W:
     """Where: two matched nodes have equal (canonical) attributes."""
     return (lambda m: m.attrs(a) == m.attrs(b), f"{a} and {b} have equal attributes")
+
+
+def scalar_constant(name: str, into: str, out: str, nonzero: bool = False) -> W:
+    """Where: ``name`` is a constant scalar weight (with data; non-zero if ``nonzero``, e.g. a divisor) and the node
+    ``out`` combining it with ``into`` keeps ``into``'s shape (the scalar does not broadcast it up)."""
+    def fn(m: MatchView) -> bool:
+        v = scalar_value(m, name)
+        return v is not None and (v != 0.0 or not nonzero) and m.shape(into) == m.shape(out)
+
+    return fn, f"{name} is a constant scalar (with data{', non-zero' if nonzero else ''}) not broadcasting {into} up"
 
 
 # ----------------------------------------------------------------------------- checks (True or a reason)
@@ -390,6 +401,6 @@ __all__ = [
     "broadcasts_into", "channel_operand", "composed_perm", "const_data", "constant_value", "conv_attrs", "ex",
     "fit_kernel", "fold_add", "fold_batchnorm", "fold_mul", "geometry", "geometry_check", "in_order", "is_const",
     "is_dense", "is_identity", "kernel", "kernel_scale", "merge_geometry", "merge_split", "min_rank", "per_channel",
-    "perm", "rank_le", "rule", "same_attrs", "same_dtype", "same_rank", "same_shape", "scalar_value", "swap_last2",
-    "swaps_last2",
+    "perm", "rank_le", "rule", "same_attrs", "same_dtype", "same_rank", "same_shape", "scalar_constant",
+    "scalar_value", "swap_last2", "swaps_last2",
 ]

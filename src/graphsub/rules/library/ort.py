@@ -23,24 +23,13 @@ rules                           rewrite
 ``ort_skip_layernorm*``         add(x, skip) [optionally add(add(x, bias), skip)] ->
                                 layernorm(last axis, gamma[, beta] of shape (D,)) =>
                                 ms_skip_layernorm
-``ort_mha_*``                   head-split attention => ms_mha (see below)
+``ort_mha_*``                   head-split attention => ms_mha: the rule set ``attention``
+                                (:mod:`graphsub.rules.library.attention`: TorchScript and dynamo
+                                exports, scaled_dot_product_attention's scale, attention biases)
 ==============================  =================================================================
 
-Attention (``ort_mha_{heads3d,batched}[_mul,_div,_fmm]``): the projections ``Q``, ``K``, ``V``
-are reshaped to heads and transposed, ``softmax(q @ k^T [* s | / s], last axis) @ v`` per head
-(``_fmm``: the logits are already ``ms_fused_matmul(q, k^T, alpha=s)``, e.g. after
-``ort_mm_scale_div``), transposed back and reshaped:
-
-* ``heads3d`` (graphsub's ``bert_corrected``): reshape to (S, H, hd), perms q/v ``(1, 0, 2)``,
-  k ``(1, 2, 0)``, output perm ``(1, 0, 2)``; the target views Q/K/V as batch 1 (1, S, H*hd);
-* ``batched`` (PyTorch exports of ``view(B,S,H,hd).permute(0,2,1,3)`` attention; the exporter
-  merges ``k.transpose(-1,-2)`` into perm ``(0, 2, 3, 1)``): reshape to (B, S, H, hd).
-
-The reshape of the projections and the final reshape are kept as reshapes of the ms_mha
-inputs and output (dropped when they are identities), so any projection shape works; the
-scale must be a constant scalar weight.  Masks, dropout and biases inside the attention are
-not covered.  All rules are exact (up to float rounding: their kernels compute the same
-function); examples are verified in float mode.
+All rules are exact (up to float rounding: their kernels compute the same function); examples are verified in
+float mode.
 """
 
 from __future__ import annotations
@@ -53,7 +42,8 @@ import numpy as np
 from graphsub.ir.node import Ref
 from graphsub.ops.msft import f32_attr
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library.kit import RuleFactory, WhereArg, ex, scalar_value, swaps_last2
+from graphsub.rules.library import attention
+from graphsub.rules.library.kit import RuleFactory, WhereArg, ex, scalar_constant, scalar_value, swaps_last2
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue, one_of
 from graphsub.rules.rule import Example, Rule
@@ -61,15 +51,6 @@ from graphsub.rules.rule import Example, Rule
 rule = RuleFactory("ort")
 ACT_OF = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
 SQRT2 = float(np.float32(np.sqrt(2.0)))
-
-
-def _scalar_where(name: str, into: str, out: str, divisor: bool) -> WhereArg:
-    """``name`` is a constant scalar (non-zero if a divisor) keeping the shape of ``into``."""
-    def fn(m: MatchView) -> bool:
-        v = scalar_value(m, name)
-        return v is not None and (v != 0.0 or not divisor) and m.shape(into) == m.shape(out)
-
-    return fn, f"{name} is a constant scalar (with data{', non-zero' if divisor else ''}) not broadcasting {into} up"
 
 
 # ----------------------------------------------------------------------------- FusedConv
@@ -206,11 +187,11 @@ def _scale_rules(fused: bool) -> list[Rule]:
 
     return [
         *rule(f"ort_{pre}_scale_mul", doc("mul"), source("mul"), target(False), examples,
-              [_RANKS_WHERE, _scalar_where("s", "mm", "sc", False)], commute=True, mirror_doc=doc("mul_r")),
+              [_RANKS_WHERE, scalar_constant("s", "mm", "sc")], commute=True, mirror_doc=doc("mul_r")),
         rule(f"ort_{pre}_scale_smul", doc("smul"), source("smul"), target(False), examples,
-             [_RANKS_WHERE, _scalar_where("s", "mm", "sc", False)]),
+             [_RANKS_WHERE, scalar_constant("s", "mm", "sc")]),
         rule(f"ort_{pre}_scale_div", doc("div"), source("div"), target(True), examples,
-             [_RANKS_WHERE, _scalar_where("s", "mm", "sc", True)]),
+             [_RANKS_WHERE, scalar_constant("s", "mm", "sc", nonzero=True)]),
     ]
 
 
@@ -432,108 +413,11 @@ def _sln_rules(beta: bool, bias: bool) -> list[Rule]:
     return list(rule(name, doc, src, tgt, examples, _sln_where(beta, bias), commute=("add",)))
 
 
-# ----------------------------------------------------------------------------- MultiHeadAttention
-
-_LAYOUTS: dict[str, dict[str, Any]] = {
-    "heads3d": {"q": (1, 0, 2), "k": (1, 2, 0), "out": (1, 0, 2), "axis": 2},
-    "batched": {"q": (0, 2, 1, 3), "k": (0, 2, 3, 1), "out": (0, 2, 1, 3), "axis": 3},
-}
-
-
-def _mha_where(layout: str) -> list[WhereArg]:
-    def heads(m: MatchView) -> bool:
-        q, k, v = m.shape("rq"), m.shape("rk"), m.shape("rv")
-        if layout == "heads3d":
-            return q[1] == k[1] == v[1] and q[2] == k[2] and k[0] == v[0]
-        return q[0] == k[0] == v[0] and q[2] == k[2] == v[2] and q[3] == k[3] and k[1] == v[1]
-
-    return [(heads, "q, k, v split into the same heads (and batch) with equal head sizes for q and k")]
-
-
-def _reshaped(t: TargetBuilder, ref: Ref, shape: tuple[int, ...]) -> Ref:
-    return ref if t.shape(ref) == shape else t.reshape(ref, shape=shape)
-
-
-def _mha_src(layout: str, scale: str) -> Callable[[PatternBuilder], dict[str, PValue]]:
-    lay = _LAYOUTS[layout]
-
-    def src(p: PatternBuilder) -> dict[str, PValue]:
-        q = p.transpose(p.reshape(p.var("Q"), name="rq"), perm=lay["q"], name="tq")
-        k = p.transpose(p.reshape(p.var("K"), name="rk"), perm=lay["k"], name="tk")
-        v = p.transpose(p.reshape(p.var("V"), name="rv"), perm=lay["q"], name="tv")
-        if scale == "fmm":
-            logits = p.ms_fused_matmul(q, k, trans_a=False, trans_b=False, name="qk")
-        else:
-            logits = p.matmul(q, k, act="none", name="qk")
-        if scale in ("mul", "div"):
-            logits = p.op1(scale, logits, p.weight("s"), name="sc")
-        o = p.matmul(p.softmax(logits, axis=lay["axis"], name="sm"), v, act="none", name="pv")
-        return {"y": p.reshape(p.transpose(o, perm=lay["out"], name="to"), name="ro")}
-
-    return src
-
-
-def _mha_tgt(layout: str, scale: str) -> Callable[[TargetBuilder, MatchView], dict[str, Ref]]:
-    def tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        q, k, v = m.shape("rq"), m.shape("rk"), m.shape("rv")
-        if layout == "heads3d":
-            q, k, v = (1, *q), (1, *k), (1, *v)
-        b, s, h, hd = q
-        sc = m.attr("qk", "alpha") if scale == "fmm" else 1.0
-        if scale in ("mul", "div"):
-            value = scalar_value(m, "s")
-            assert value is not None
-            sc = value if scale == "mul" else 1.0 / value
-        att = t.ms_mha(_reshaped(t, m.Q, (b, s, h * hd)), _reshaped(t, m.K, (b, k[1], h * hd)),
-                       _reshaped(t, m.V, (b, v[1], h * v[3])), num_heads=h, scale=f32_attr(sc))
-        return {"y": _reshaped(t, att, m.shape("ro"))}
-
-    return tgt
-
-
-def _mha_examples(layout: str, scale: str) -> list[Example]:
-    cases: list[tuple[tuple[int, ...], ...]]
-    if layout == "heads3d":
-        cases = [((6, 8), (6, 8), (6, 8), (6, 2, 4), (6, 2, 4), (6, 2, 4), (6, 8)),
-                 ((5, 12), (7, 12), (7, 6), (5, 3, 4), (7, 3, 4), (7, 3, 2), (5, 6)),
-                 ((2, 2, 16), (4, 16), (4, 16), (4, 4, 4), (4, 4, 4), (4, 4, 4), (2, 32))]
-    else:
-        cases = [((2, 5, 8), (2, 5, 8), (2, 5, 8), (2, 5, 2, 4), (2, 5, 2, 4), (2, 5, 2, 4), (2, 5, 8)),
-                 ((1, 3, 12), (1, 6, 12), (1, 6, 6), (1, 3, 3, 4), (1, 6, 3, 4), (1, 6, 3, 2), (1, 3, 6)),
-                 ((2, 4, 16), (2, 4, 16), (8, 16), (2, 4, 4, 4), (2, 4, 4, 4), (2, 4, 4, 4), (8, 16))]
-    out = []
-    for k, (q, kk, v, rq, rk, rv, ro) in enumerate(cases):
-        types: dict[str, Any] = {"Q": q, "K": kk, "V": v}
-        data: dict[str, Any] = {}
-        if scale in ("mul", "div"):
-            types["s"] = [(), (1,), (1, 1)][k]
-            data["s"] = np.full(types["s"], [0.5, 0.35355338, 2.0][k], np.float32)
-        attrs: dict[str, Any] = {n: {"shape": sh} for n, sh in zip(("rq", "rk", "rv", "ro"), (rq, rk, rv, ro),
-                                                                   strict=True)}
-        if scale == "fmm":
-            attrs["qk"] = {"alpha": [0.5, 0.25, 1.5][k]}
-        out.append(ex(types, data=data, **attrs))
-    return out
-
-
-_SCALE_TEXT = {"": "", "mul": ", logits times a constant", "div": ", logits divided by a constant",
-               "fmm": ", logits from FusedMatMul(alpha)"}
-
-
-def _mha_rule(layout: str, scale: str) -> Rule:
-    where = _mha_where(layout)
-    if scale in ("mul", "div"):
-        where.append(_scalar_where("s", "qk", "sc", scale == "div"))
-    return rule(f"ort_mha_{layout}" + (f"_{scale}" if scale else ""),
-                f"Head-split attention ({layout} layout{_SCALE_TEXT[scale]}) is onnxruntime's MultiHeadAttention.",
-                _mha_src(layout, scale), _mha_tgt(layout, scale), _mha_examples(layout, scale), where)
-
-
 def rules() -> list[Rule]:
     """The ``ort`` rule set (see the module docstring)."""
     return [*_conv_rules(False), *_conv_rules(True), *_matmul_rules(), *_gelu_rules(),
             *(r for beta in (True, False) for bias in (False, True) for r in _sln_rules(beta, bias)),
-            *(_mha_rule(layout, scale) for layout in _LAYOUTS for scale in _SCALE_TEXT)]
+            *attention.rules()]
 
 
 __all__ = ["rules"]
