@@ -557,8 +557,8 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
 def overridable_note(n: int) -> str:
     """The note of a written model whose original listed ``n`` of its weights as graph inputs too.
 
-    >>> overridable_note(2)[:60]
-    'output: the input lists 2 weight(s) as graph inputs too (ov'
+    >>> overridable_note(2).split(" (")[0]
+    'output: the input lists 2 weight(s) as graph inputs too'
     """
     return (f"output: the input lists {n} weight(s) as graph inputs too (overridable initializers, the style of IR "
             "version < 4); graphsub reads them as the weights they hold, and the output keeps them as weights only, "
