@@ -7,8 +7,10 @@ the timing rounds and writing. One :class:`~graphsub.deadline.Deadline` (start +
 every phase gets the smaller of its own time and what is left:
 
 * the **tail** -- verifying the search's result and the candidates, timing them and writing -- keeps ``TAIL_SHARE``
-  of the budget, at least ``TAIL_MIN_S`` and at least what verifying the model on one input draw is estimated to
-  take (:func:`verify_estimate_s`: exporting it twice, two sessions and two runs cannot be interrupted): the phases
+  of the budget, at least ``TAIL_MIN_S``, at least what verifying and timing the model's candidates is estimated to
+  take (:func:`tail_estimate_s`, from the model's size and its run time: the roofline's, or one run measured before
+  the plan where the roofline says a run takes :data:`MEASURE_RUN_MIN_S` or more) and at least what verifying the
+  model on one input draw is estimated to take (:func:`verify_estimate_s`: exporting it twice, two sessions and two runs cannot be interrupted): the phases
   before it end that much before the deadline; timing then uses whatever is left (its per-round time shrinks to
   fit, and its rounds stop at the deadline; the side-by-side rounds stop early enough to leave the leader its
   paired confirmation rounds, :func:`confirm_reserve_s`);
@@ -51,6 +53,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from graphsub.ir.graph import Graph
 
@@ -132,11 +135,14 @@ def run_estimate_s(graph: Graph) -> float:
     return run_s if run_s < float("inf") else 0.0
 
 
-def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None) -> float:
+def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None,
+                    run_s: float | None = None) -> float:
     """What the tail takes on ``graph``'s model, from its size and its run time: verifying and screening
     :data:`TAIL_CANDIDATES` candidates (a session and a few runs each) and confirming the leader
     (:func:`confirm_reserve_s`: ``groups`` session groups, default :data:`~graphsub.optimize.decide.GROUPS`, blocks of
     ``budget_ms`` or one run when a run is longer). On a 110 MB ConvNeXt-T about 47 s; on a 3 MB GRU about 14 s.
+    ``run_s``: one run of the model as measured (:func:`measured_run_s`), used where it is longer than the roofline's
+    (a training step of ResNet-50 ran 1.1 s where the roofline says 0.1 s, and its leader went unconfirmed).
 
     >>> from graphsub.ir.builder import Builder
     >>> b = Builder()
@@ -145,13 +151,38 @@ def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None
     """
     from graphsub.optimize.decide import GROUPS
 
-    mb, run_s = model_bytes(graph) / 1e6, run_estimate_s(graph)
+    mb, run_s = model_bytes(graph) / 1e6, max(run_estimate_s(graph), run_s or 0.0)
     session = SESSION_BASE_S + SESSION_S_PER_MB * mb
     # verified against the reference, then screened: measured 14 s for 12 candidates of ConvNeXt-T (110 MB, about
     # 0.6 of a session estimate each, the reference's outputs and some sessions being shared)
     candidates = TAIL_CANDIDATES * (0.6 * session + 4 * run_s)
     side_s = max(budget_ms / 1e3, run_s)
     return candidates + _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups)
+
+
+#: a model whose roofline run is at least this long (seconds) has one run measured before the plan
+#: (:func:`measured_run_s`): below it the tail is sessions and verification, and a measurement would cost more than
+#: it corrects
+MEASURE_RUN_MIN_S = 0.02
+
+
+def measured_run_s(model: bytes | str, feeds: dict[str, Any], *, threads: int) -> float | None:
+    """Seconds of one run of ``model`` (serialized or a path) on ``feeds`` in onnxruntime (``ORT_ENABLE_ALL``,
+    ``threads``), after one warm-up run: what the tail's estimate takes where the roofline underestimates (CPU
+    training steps, shape-heavy graphs); None when the model does not run here (the later steps say why)."""
+    import time
+
+    from graphsub.frontends.ort import make_session, run_session
+
+    try:
+        sess = make_session(model, optimization="all", threads=threads)
+        fed = {i.name: feeds[i.name] for i in sess.get_inputs()}
+        run_session(sess, fed)
+        t = time.perf_counter()
+        run_session(sess, fed)
+        return time.perf_counter() - t
+    except Exception:  # an estimate only: a model that fails here fails later, with its reason
+        return None
 
 
 #: creating an onnxruntime session: a constant and per MB of the model (its weights; ~15 s per GB here, as above)
@@ -321,9 +352,9 @@ def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsa
                       parts=inference_parts(eqsat_s=eqsat_s, on_top_s=on_top_s, n_peers=n_peers))
 
 
-__all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_MIN_S", "ON_TOP_MIN_S", "PEERS_EST_S",
-           "PEERS_MIN_S", "PER_GB_S", "SEARCH_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S", "SESSION_S_PER_MB",
-           "TAIL_CANDIDATES", "TAIL_MAX_SHARE", "TAIL_MIN_S", "TAIL_SHARE",
-           "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan", "confirm_reserve_s",
-           "inference_parts", "model_bytes", "plan", "plan_parts", "run_estimate_s", "scaled_time_s", "tail_estimate_s",
+__all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_MIN_S", "MEASURE_RUN_MIN_S",
+           "ON_TOP_MIN_S", "PEERS_EST_S", "PEERS_MIN_S", "PER_GB_S", "SEARCH_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S",
+           "SESSION_S_PER_MB", "TAIL_CANDIDATES", "TAIL_MAX_SHARE", "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S",
+           "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan", "confirm_reserve_s", "inference_parts",
+           "measured_run_s", "model_bytes", "plan", "plan_parts", "run_estimate_s", "scaled_time_s", "tail_estimate_s",
            "verify_estimate_s"]

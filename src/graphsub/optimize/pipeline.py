@@ -196,7 +196,7 @@ def optimize(
                                   time_per_gb_s=0.0)
         run.deadline = Deadline.after(cfg.time_s, start=run.t0 if cfg.started is None else cfg.started,
                                       clock=tm.clock)
-    shares, search_budget = _plan(run, cfg, graph, target)
+    shares, search_budget = _plan(run, cfg, graph, target, _run_s(cfg, spec, graph, target, threads))
     cfg = cfg if target is None or target.cleanup else dataclasses.replace(cfg, cleanup=False)
     res, result, final = _search_and_verify(run, cfg, name, graph, rule_list, cm, search_budget, threads)
     if not res.verified:
@@ -249,9 +249,31 @@ def _peers(cfg: OptimizeConfig) -> tuple[str, ...]:
     return resolve_peers(cfg.peers) if cfg.measure_latency else ()
 
 
-def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None) -> tuple[Plan, Budget]:
+def _run_s(cfg: OptimizeConfig, spec: ModelSpec | None, graph: Graph, target: Target | None,
+           threads: int) -> float | None:
+    """One run of the original, measured before the plan (:func:`graphsub.optimize.budget.measured_run_s`) when the
+    call is bounded and timed on the CPU and the roofline says a run takes at least
+    :data:`~graphsub.optimize.budget.MEASURE_RUN_MIN_S`: an ONNX file on random inputs, a target's graph (a training
+    graph, whose weights it holds) on its own inputs; None otherwise (the roofline's estimate stands)."""
+    from graphsub.data import random_inputs
+    from graphsub.optimize.budget import MEASURE_RUN_MIN_S, measured_run_s, run_estimate_s
+
+    if cfg.time_s is None or not cfg.measure_latency or cfg.provider != "cpu":
+        return None
+    if run_estimate_s(graph) < MEASURE_RUN_MIN_S:
+        return None
+    if spec is not None and spec.kind == "onnx":
+        return measured_run_s(spec.name, random_inputs(graph, cfg.seed), threads=threads)
+    if target is not None and target.feeds is not None:
+        return measured_run_s(_export(graph).SerializeToString(), dict(target.feeds), threads=threads)
+    return None
+
+
+def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None,
+          run_s: float | None = None) -> tuple[Plan, Budget]:
     """The shares of the call's budget (:func:`graphsub.optimize.budget.plan_parts`, from the registered sources'
-    estimates for this model and target) and the main search's budget."""
+    estimates for this model and target, the tail's from ``run_s`` where a run of the original was measured) and the
+    main search's budget."""
     from graphsub.optimize import sources as src
 
     search_budget = cfg.budget or Budget(time_s=DEFAULT_BUDGET_S if cfg.time_s is None else None)
@@ -261,7 +283,8 @@ def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None) -
     shares = plan_parts(cfg.time_s, run.deadline.remaining(), search_cap=search_budget.time_s,
                         parts=src.parts(planning), portfolio=cfg.measure_latency,
                         verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0,
-                        tail_s=tail_estimate_s(graph, budget_ms=cfg.timing_budget_ms) if cfg.time_s is not None
+                        tail_s=tail_estimate_s(graph, budget_ms=cfg.timing_budget_ms, run_s=run_s)
+                        if cfg.time_s is not None
                         and cfg.measure_latency else 0.0)
     if shares.search_s is not None:
         search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
