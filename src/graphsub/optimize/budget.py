@@ -11,9 +11,9 @@ every phase gets the smaller of its own time and what is left:
   take (:func:`tail_estimate_s`, from the model's size and its run time: the roofline's, or one run measured before
   the plan where the roofline says a run takes :data:`MEASURE_RUN_MIN_S` or more) and at least what verifying the
   model on one input draw is estimated to take (:func:`verify_estimate_s`: exporting it twice, two sessions and two
-  runs cannot be interrupted): the phases before it end that much before the deadline; timing then uses whatever is left (its per-round time shrinks to
-  fit, and its rounds stop at the deadline; the side-by-side rounds stop early enough to leave the leader its
-  paired confirmation rounds, :func:`confirm_reserve_s`);
+  runs cannot be interrupted): the phases before it end that much before the deadline; timing then uses whatever
+  is left (its per-round time shrinks to fit, and its rounds stop at the deadline; the side-by-side rounds stop
+  early enough to leave the leader its paired confirmation rounds, :func:`confirm_reserve_s`);
 * the **main search** gets ``SEARCH_SHARE`` of the budget (12 s of the default 75 s), never more than the ``Budget``
   passed to ``optimize`` allows;
 * the **portfolio** is the candidate sources (:mod:`graphsub.optimize.sources`): each declares what it will take
