@@ -11,6 +11,13 @@ meaning, or what onnxruntime's own kernels make of it, e.g. MatMulNBits for int4
 instead. An original that declares symbolic dimensions but itself fails at other sizes cannot be compared there: the
 output keeps the declared dims, with a warning.
 
+A decoder with a key/value cache (:func:`graphsub.frontends.cache.cache_dims`: inputs ``past*``, outputs
+``present*``, their lengths ``past`` and ``total = past + sequence``) is also checked at its decoding sizes
+(:data:`~graphsub.frontends.cache.CACHE_SIZES`: (batch, sequence, past) = (1, 1, 0), (1, 1, 127), (2, 7, 33),
+(1, 128, 0); past 0 is an empty cache), with ``total`` = past + sequence at every size and an attention mask of
+ones; every output is compared, the presents too.  Callers add sizes of their own (``sizes``, ``graphsub optimize
+--check-sizes NAME=N,NAME=N``).
+
 This sits beside :mod:`graphsub.equivalence` (it is an equivalence check, with its tolerances), above
 :mod:`graphsub.frontends`, which only reads and writes the declarations.
 """
@@ -25,6 +32,7 @@ import numpy as np
 
 from graphsub.equivalence import DEFAULT_ATOL, DEFAULT_RTOL, OutputDiff, compare_arrays
 from graphsub.errors import ExecutionError, VerificationError
+from graphsub.frontends.cache import CACHE_SIZES
 from graphsub.frontends.dims import (
     Interface,
     Model,
@@ -42,20 +50,69 @@ from graphsub.ir.graph import Graph
 log = logging.getLogger("graphsub")
 
 
-def _trials(iface: Interface, graph: Graph) -> list[dict[str, int]]:
-    """Sizes of the free dims to check at: each one above the imported size, then all at distinct larger sizes."""
+def _trials(iface: Interface, graph: Graph, extra: Sequence[Mapping[str, int]] = ()) -> list[dict[str, int]]:
+    """Sizes of the free dims to check at: each one above the imported size, then all at distinct larger sizes; for a
+    key/value cache interface the total length is past + sequence there, and :func:`_cache_trials` follow; then the
+    sizes ``extra`` give (:func:`_given_trial`)."""
     base: dict[str, int] = {}
     types = dict(zip(graph.input_names, graph.input_types, strict=True))
     for name, _ in iface.inputs:
         t = types.get(name)
         for a in iface.free_axes(name):
             base.setdefault(iface.free_key(name, a), t.shape[a] if t is not None and a < t.rank else 1)
+    cache = iface.cache
     first = {k: v + 1 for k, v in base.items()}
     second = {k: v + 2 + j for j, (k, v) in enumerate(base.items())}
-    return [first, second] if second != first else [first]
+    if cache is not None:
+        first, second = cache.derived(first), cache.derived(second)
+    trials = [first, second] if second != first else [first]
+    for sizes in _cache_trials(iface, base) + [_given_trial(iface, base, e) for e in extra]:
+        if sizes not in trials:
+            trials.append(sizes)
+    return trials
+
+
+def _cache_trials(iface: Interface, base: Mapping[str, int]) -> list[dict[str, int]]:
+    """The sizes of :data:`~graphsub.frontends.cache.CACHE_SIZES` for a model with a key/value cache interface (its
+    free dims among ``base``; a size the user fixed stays), none without one or when the user fixed the total."""
+    cache = iface.cache
+    if cache is None or cache.total not in base:
+        return []
+    out = []
+    for b, s, p in CACHE_SIZES:
+        sizes = cache.derived({**cache.sizes(b, s, p), **{k: v for k, v in iface.bound.items()}})
+        out.append({k: sizes.get(k, v) for k, v in base.items()})
+    return out
+
+
+def _given_trial(iface: Interface, base: Mapping[str, int], given: Mapping[str, int]) -> dict[str, int]:
+    """The free dims' sizes at ``given`` (name -> size, e.g. from ``--check-sizes``): a free dim it leaves out keeps its
+    imported size, a cache's total is past + sequence unless given; a name that is not a free dim is an error."""
+    unknown = unknown_dims(iface, [given])
+    if unknown:
+        raise ValueError(f"check sizes name {unknown}, not a free symbolic dimension of the model's inputs "
+                         f"({', '.join(iface.free) or 'none'})")
+    sizes = {**base, **given}
+    cache = iface.cache
+    if cache is not None and cache.total not in given:
+        sizes = {k: v for k, v in cache.derived(sizes).items() if k in base}
+    return sizes
+
+
+def unknown_dims(iface: Interface, sizes: Sequence[Mapping[str, int]]) -> str:
+    """The names in ``sizes`` that are not free symbolic dimensions of ``iface`` ("" when none), quoted.
+
+    >>> from graphsub.frontends.dims import Interface
+    >>> unknown_dims(Interface(inputs=(("x", ("batch", 8)),), outputs=()), [{"batch": 2, "seq": 3}])
+    "'seq'"
+    """
+    free = set(iface.free)
+    return ", ".join(repr(n) for n in dict.fromkeys(n for s in sizes for n in s) if n not in free)
 
 
 def _feeds(iface: Interface, graph: Graph, sizes: Mapping[str, int], seed: int) -> dict[str, np.ndarray]:
+    """Random inputs at ``sizes`` (the roles are the imported graph's); a cache interface's attention mask (an
+    integer input declared ``[batch, total]``) is all ones: every position attended."""
     from graphsub.data import random_inputs
 
     shapes: dict[str, tuple[int, ...]] = {}
@@ -66,7 +123,13 @@ def _feeds(iface: Interface, graph: Graph, sizes: Mapping[str, int], seed: int) 
             for a in axes:
                 shape[a] = sizes[iface.free_key(name, a)]
             shapes[name] = tuple(shape)
-    return random_inputs(graph, seed, shapes=shapes)
+    feeds = random_inputs(graph, seed, shapes=shapes)
+    cache = iface.cache
+    if cache is not None:
+        for name, dims in iface.inputs:
+            if dims == (cache.batch, cache.total) and name in feeds and feeds[name].dtype.kind in "iub":
+                feeds[name] = np.ones_like(feeds[name])
+    return feeds
 
 
 def _one_line(e: BaseException, head: int = 100, tail: int = 200) -> str:
@@ -95,8 +158,10 @@ def _first_diff(pairs: Sequence[tuple[str, int, int]], got: Sequence[np.ndarray]
 
 
 def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Graph, *, seed: int = 0,
-                rtol: float | None = None, atol: float | None = None) -> list[dict[str, int]]:
-    """Run ``model`` (with symbolic dims restored) beside ``original`` at the sizes of :func:`_trials`; the sizes
+                      rtol: float | None = None, atol: float | None = None,
+                      sizes: Sequence[Mapping[str, int]] = ()) -> list[dict[str, int]]:
+    """Run ``model`` (with symbolic dims restored) beside ``original`` at the sizes of :func:`_trials` (``sizes``:
+    more, name -> size, e.g. ``--check-sizes``); every output is compared (a cache's presents too); the sizes
     checked (none, with a warning, when the original itself runs at none of them: it declares sizes it does not
     accept, and the output declares the same).  Raises VerificationError when the model fails or differs at a size
     where the original runs."""
@@ -139,9 +204,9 @@ def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Gra
              else [(n, i, i) for i, n in enumerate(ref_names)])
     checked: list[dict[str, int]] = []
     skipped = ""
-    for k, sizes in enumerate(_trials(iface, graph)):
-        at = ", ".join(f"{n}={v}" for n, v in sizes.items())
-        feeds = _feeds(iface, graph, sizes, seed + k)
+    for k, trial in enumerate(_trials(iface, graph, sizes)):
+        at = ", ".join(f"{n}={v}" for n, v in trial.items())
+        feeds = _feeds(iface, graph, trial, seed + k)
         try:
             want = run_session(ref, {n: v for n, v in feeds.items() if n in ref_inputs})
         except ExecutionError as e:
@@ -159,7 +224,7 @@ def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Gra
             raise VerificationError(
                 f"{lead}: at {at} output {diff.name!r} differs from the input model's ({why}): {diff.reason}, "
                 f"max abs diff {diff.max_abs_diff:.3g}; {_advice(iface, graph)}")
-        checked.append(dict(sizes))
+        checked.append(dict(trial))
     if not checked:  # it declares them symbolic but runs only at the imported sizes: so does the output
         log.warning("the input model declares symbolic dimension(s) %s but does not run at other sizes (%s); the "
                     "output declares them as it does (use --input-shape for static shapes)", names, skipped)
@@ -168,16 +233,17 @@ def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Gra
 
 def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   graph: Graph | None = None, seed: int = 0, rtol: float | None = None,
-                  atol: float | None = None, iface: Interface | None = None) -> Model:
+                  atol: float | None = None, iface: Interface | None = None,
+                  sizes: Sequence[Mapping[str, int]] = ()) -> Model:
     """The model to write for ``candidate`` (a ModelProto or serialized bytes, computed from ``original`` imported
     with ``input_shapes``): ``candidate`` itself when the original has no free symbolic dimension (none, or all
     fixed by ``input_shapes``; also when ``original`` is None: a zoo model), else a copy with the original's
     symbolic dims restored, checked at other sizes (:func:`check_other_sizes`; ``graph``: the imported original, whose
     inputs' roles give the random data, imported here when not given; ``iface``: ``interface(original,
-    input_shapes)`` when the caller has it). Either way the original's own description (``metadata_props``,
-    ``doc_string``, ``model_version``, ``domain``) is carried over (:func:`graphsub.frontends.dims.with_metadata`).
-    Raises VerificationError (exit code 1) when the candidate does not keep the dims, naming the ``--input-shape``
-    options that give a static model."""
+    input_shapes)`` when the caller has it; ``sizes``: more sizes to check at, name -> size). Either way the
+    original's own description (``metadata_props``, ``doc_string``, ``model_version``, ``domain``) is carried over
+    (:func:`graphsub.frontends.dims.with_metadata`). Raises VerificationError (exit code 1) when the candidate does
+    not keep the dims, naming the ``--input-shape`` options that give a static model."""
     if original is None:
         return candidate
     iface = iface or interface(original, input_shapes)
@@ -189,7 +255,7 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
         from graphsub.frontends.onnx_import import from_onnx
 
         graph = from_onnx(as_proto(original), input_shapes=input_shapes)
-    checked = check_other_sizes(original, model, iface, graph, seed=seed, rtol=rtol, atol=atol)
+    checked = check_other_sizes(original, model, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)
     if checked:
         at = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in checked)
         log.info("kept the symbolic dimension(s) %s of %s (checked against the original at %s)",
@@ -197,4 +263,4 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     return as_candidate(model, candidate)
 
 
-__all__ = ["check_other_sizes", "keep_symbolic"]
+__all__ = ["check_other_sizes", "keep_symbolic", "unknown_dims"]

@@ -5,9 +5,10 @@ plain onnxruntime against the PyTorch model at the same weights.
 
 * :func:`hf_folder` writes the folder (``save_pretrained``) for a model type of :data:`ARCHITECTURES`, with
   :data:`TINY` as the defaults of its config and ``trained_like`` biases and norm scales
-  (:func:`graphsub.bench.suite.export.trained_like`); its tokenizer maps token ``i`` to ``"t{i}"``, with ``t0``
-  the padding and unknown token, ``t1`` BOS and ``t2`` EOS (:data:`SPECIAL`), which the builder copies into
-  ``genai_config.json``.
+  (:func:`graphsub.bench.suite.export.trained_like`); :func:`save_folder` writes one for a model already built
+  (the decoders' own, so that the builder and the plain export share their weights); its tokenizer maps token
+  ``i`` to ``"t{i}"``, with ``t0`` the padding and unknown token, ``t1`` BOS and ``t2`` EOS (:data:`SPECIAL`),
+  which the builder copies into ``genai_config.json``.
 * :func:`build` runs the builder in a subprocess (any interpreter where ``onnxruntime_genai`` is installed;
   offline; its own cache folder) and returns a :class:`BuilderModel`: the model file, its ``genai_config.json`` and
   the graph's input and output names; a failure is :class:`BuilderFailed` with the builder's last lines.
@@ -155,11 +156,20 @@ def hf_folder(model_type: str, config_overrides: dict[str, Any] | None, seed: in
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = transformers.AutoModelForCausalLM.from_config(config)
-    _check_lm_head(model, int(config.vocab_size))
     trained_like(model)
+    return save_folder(model, folder)
+
+
+def save_folder(model: Any, folder: Path) -> Path:
+    """Write the transformers causal LM ``model`` (its weights as they are) into ``folder`` as the builder reads it:
+    ``save_pretrained`` beside :func:`write_tokenizer`'s tokenizer over its vocabulary, after :func:`_check_lm_head`
+    (ValueError for a config the builder would misread).  Returns ``folder``.  What :func:`hf_folder` ends with, and
+    how the decoders' own models (:mod:`graphsub.bench.decoders`) reach the builder at the plain export's weights."""
+    vocab = int(model.config.vocab_size)
+    _check_lm_head(model, vocab)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    write_tokenizer(folder, int(config.vocab_size))
+    write_tokenizer(folder, vocab)
     return folder
 
 
@@ -253,6 +263,15 @@ def io_names(model: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
     graph = onnx.load(str(model), load_external_data=False).graph
     return tuple(i.name for i in graph.input), tuple(o.name for o in graph.output)
+
+
+def inline(model: Path, dst: Path) -> Path:
+    """The built model saved again as one file ``dst``, its weights inline (the builder writes them beside it, in
+    ``model.onnx.data``; a small model then travels and is inspected as one file).  Returns ``dst``."""
+    import onnx
+
+    onnx.save(onnx.load(str(model)), str(dst))
+    return dst
 
 
 def op_histogram(model: Path) -> dict[str, int]:
@@ -361,9 +380,11 @@ __all__ = [
     "greedy_onnx",
     "greedy_torch",
     "hf_folder",
+    "inline",
     "io_names",
     "op_histogram",
     "read_output",
+    "save_folder",
     "verify",
     "write_tokenizer",
 ]

@@ -66,12 +66,16 @@ def _list_presets(as_json: bool) -> None:
 
 def bench_cmd(
     preset: Annotated[str | None, typer.Argument(help="Preset (table3, fig4, fig5, small-exact; see --list), suite "
-                                                      "(the real-model suite with the peers), or a "
-                                                      "results .jsonl to report on.")] = None,
+                                                      "(the real-model suite with the peers), decode (the "
+                                                      "decoders' greedy generation: every variant's token ids "
+                                                      "against the plain export's, prefill ms and decode tokens/s), "
+                                                      "or a results .jsonl to report on.")] = None,
     algos: Annotated[str | None, typer.Option("--algos", help="Algorithms, comma-separated (default: every "
                                                              "registered one).")] = None,
     models: Annotated[str | None, typer.Option("--models", help="Model specs, comma-separated: zoo NAME[:k=v] or "
-                                                               ".onnx paths (e.g. resnet:blocks=4,sru).")] = None,
+                                                               ".onnx paths (e.g. resnet:blocks=4,sru); decode: "
+                                                               "decoder families (llama, qwen2, gpt2; default "
+                                                               "all).")] = None,
     costs: Annotated[str | None, typer.Option("--costs", help="Cost models, comma-separated (roofline:p100, "
                                                              "measured, flops, ...).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Maximum sequence lengths K, comma-separated.")] = None,
@@ -86,10 +90,13 @@ def bench_cmd(
     grace: Annotated[float, typer.Option("--grace", help="Kill a run this long after its cut-off "
                                                          "(at least; 10% of the cut-off if larger).")] = 10.0,
     threads: Annotated[str | None, typer.Option("--threads", help="onnxruntime threads for measured costs; for the "
-                                                                  "suite, the thread counts to time at (default "
-                                                                  "1,all).")] = None,
+                                                                  "suite and decode, the thread counts to time at "
+                                                                  "(default 1,all).")] = None,
     peers: Annotated[str | None, typer.Option("--peers", help="suite: the peers to run, comma-separated (default: "
-                                                              "all; graphsub runs alone and after each).")] = None,
+                                                              "all; graphsub runs alone and after each); decode: "
+                                                              "the peers run on the plain export (default "
+                                                              "onnxslim,onnxsim,onnxscript,ort-transformers-99; "
+                                                              "none: no peer).")] = None,
     compose: Annotated[bool, typer.Option("--after-peers/--alone", help="suite: also run graphsub on each peer's "
                                                                          "output (default), or graphsub alone (its "
                                                                          "portfolio runs the peers itself).")] = True,
@@ -98,12 +105,24 @@ def bench_cmd(
     half: Annotated[str | None, typer.Option("--half", help="suite: only the models of one half of the suite: "
                                                             "development (graphsub was tuned on them) or held-out "
                                                             "(see graphsub.bench.suite.halves).")] = None,
-    budget: Annotated[float | None, typer.Option("--budget", help="suite: graphsub optimize's --budget per run: "
-                                                                 "the whole command's wall time (s; default: "
+    budget: Annotated[float | None, typer.Option("--budget", help="suite, decode: graphsub optimize's --budget per "
+                                                                 "run: the whole command's wall time (s; default: "
                                                                  "graphsub optimize's own, 75 s plus 400 s per GB "
                                                                  "of weights, so that its time is the user's).",
                                                   show_default=False)] = None,
-    rounds: Annotated[int, typer.Option("--rounds", help="suite: alternating timing rounds.")] = 7,
+    rounds: Annotated[int, typer.Option("--rounds", help="suite, decode: alternating timing rounds.")] = 7,
+    size: Annotated[str, typer.Option("--size", help="decode: the decoders' size, tiny (tests) or small (the "
+                                                     "suite's: 4 layers, hidden 256).")] = "small",
+    exporter: Annotated[str, typer.Option("--exporter", help="decode: the PyTorch exporter of the plain export, "
+                                                             "torchscript or dynamo.")] = "torchscript",
+    tokens: Annotated[int, typer.Option("--tokens", help="decode: greedy tokens generated by every variant, "
+                                                                "whose ids must equal the plain export's.")] = 64,
+    variant: Annotated[list[str] | None, typer.Option("--variant", help="decode: an extra ONNX file to measure, "
+                                                                        "NAME=FILE (repeatable; graphsub=FILE "
+                                                                        "replaces graphsub optimize's run).")
+                       ] = None,
+    round_ms: Annotated[float, typer.Option("--round-ms", help="decode: time budget of one variant's round "
+                                                               "(ms).")] = 300.0,
     provider: Annotated[str, typer.Option("--provider", help="suite: the onnxruntime execution provider every "
                                                              "variant is timed on and graphsub decides on: cpu, or "
                                                              "cuda (needs onnxruntime-gpu and an NVIDIA GPU).")
@@ -132,7 +151,16 @@ def bench_cmd(
     """Run an experiment grid -- algorithms x models x cost models x K x repeats, one process per run --
     appending to OUT/NAME.jsonl (resumable), then write CSV, OCGGS-Table-3-style tables and plots.
 
-    Exit 0 when the grid completed, even if some runs failed (the summary says so); 2 on bad arguments.
+    `graphsub bench suite` runs the real-model suite with the peers; `graphsub bench decode` the decoders'
+    generation-level measure: per decoder (--models, --size, --exporter) the plain export under ONNX Runtime
+    (ort), each peer's output, onnxruntime-genai's model builder on the same weights and graphsub optimize's output
+    each generate --tokens greedy tokens, which must be the plain export's (and its prefill logits close); the
+    prefill (128 tokens) and a decode step on a 128- and a 1,024-token cache are timed at each --threads count,
+    side by side with an A/A arm and a verdict per variant (speedup, its 90% interval); results in OUT/NAME.jsonl
+    and a Markdown table OUT/NAME.md.
+
+    Exit 0 when the grid (or suite, or decode run) completed, even if some runs failed (the summary says so); 2 on
+    bad arguments.
     """
     from graphsub.bench.presets import PRESETS
 
@@ -145,6 +173,13 @@ def bench_cmd(
         suite(models=models, peers=peers, compose=compose, threads=threads, build=build, budget=budget, rounds=rounds,
               seed=seed, out_dir=out_dir, name=name, resume=resume, plots=plots, dry_run=dry_run, as_json=as_json,
               executor=executor, ray_address=ray_address, provider=provider, half=half)
+        return
+    if preset == "decode":
+        from graphsub.cli.decode import decode
+
+        decode(models=models, size=size, exporter=exporter, tokens=tokens, threads=threads, peers=peers,
+               variants=variant, budget=budget, rounds=rounds, round_ms=round_ms, seed=seed, out_dir=out_dir,
+               name=name, as_json=as_json)
         return
     if list_presets:
         _list_presets(as_json)

@@ -72,6 +72,19 @@ ShapeOpt = Annotated[
         "sizes; where a rewrite or the import baked the size in, nothing is written: give the shape here).",
     ),
 ]
+CheckSizesOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--check-sizes",
+        help="More sizes of the input's symbolic dims at which the written model is checked against it, "
+        "NAME=N,NAME=N (repeatable; a dim left out keeps its imported size), e.g. "
+        "batch_size=1,sequence_length=1,past_sequence_length=0. Besides these, every symbolic dim is checked at two "
+        "larger sizes and, for a decoder with a key/value cache (inputs past*, outputs present*, the presents' "
+        "length total = past + sequence, as the attention mask's), at (batch, sequence, past) = (1, 1, 0), "
+        "(1, 1, 127), (2, 7, 33) and (1, 128, 0) with every output compared, presents too; total is past + "
+        "sequence there and at import. A candidate that differs or fails at one is not written (the original is).",
+    ),
+]
 ModelArg = Annotated[str, typer.Argument(help="An .onnx file or zoo:NAME[:k=v,...] (see `graphsub zoo list`).")]
 
 
@@ -134,6 +147,20 @@ def parse_shapes(specs: list[str] | None) -> Shapes:
         except ValueError:
             raise typer.BadParameter(f"expected NAME=DxDxD, got {spec!r}", param_hint="--input-shape") from None
     return shapes
+
+
+def parse_check_sizes(specs: list[str] | None) -> list[dict[str, int]]:
+    """``["b=1,s=7"]`` -> ``[{"b": 1, "s": 7}]``; a malformed spec (or a negative size) is a usage error."""
+    out: list[dict[str, int]] = []
+    for spec in specs or []:
+        sizes: dict[str, int] = {}
+        for part in spec.split(","):
+            name, sep, size = part.strip().partition("=")
+            if not sep or not name.strip() or not size.strip().isdigit():
+                raise typer.BadParameter(f"expected NAME=N,NAME=N, got {spec!r}", param_hint="--check-sizes")
+            sizes[name.strip()] = int(size)
+        out.append(sizes)
+    return out
 
 
 def parse_spec(text: str, as_json: bool) -> ModelSpec:
@@ -219,6 +246,6 @@ def split_list(text: str | None) -> list[str] | None:
     return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
 
 
-__all__ = ["Exit", "JsonOpt", "ModelArg", "SeedOpt", "ShapeOpt", "check_names", "confirm_output", "describe_dims",
-           "err", "exits", "fail", "load_graph", "log", "out", "parse_shapes", "parse_spec", "print_sequence",
-           "split_list", "wide", "write_graph"]
+__all__ = ["CheckSizesOpt", "Exit", "JsonOpt", "ModelArg", "SeedOpt", "ShapeOpt", "check_names", "confirm_output",
+           "describe_dims", "err", "exits", "fail", "load_graph", "log", "out", "parse_check_sizes", "parse_shapes",
+           "parse_spec", "print_sequence", "split_list", "wide", "write_graph"]

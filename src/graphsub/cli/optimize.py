@@ -15,6 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from graphsub.cli.common import (
+    CheckSizesOpt,
     Exit,
     JsonOpt,
     SeedOpt,
@@ -25,6 +26,7 @@ from graphsub.cli.common import (
     exits,
     fail,
     out,
+    parse_check_sizes,
     parse_shapes,
     parse_spec,
     print_sequence,
@@ -41,6 +43,25 @@ PHASES = {"load": "loading", "cleanup": "cleaning up", "search": "searching",
           "portfolio": "building candidates (eqsat, peers, spelling)", "verify": "verifying in onnxruntime",
           "bisect": "bisecting the substitutions", "time": "timing in onnxruntime", "write": "writing",
           "report": "writing the report"}
+
+
+def _checked_sizes(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], sizes: list[dict[str, int]],
+                   as_json: bool) -> list[dict[str, int]]:
+    """``--check-sizes`` once each name is a free symbolic dim of the ONNX file's inputs (else exit 2)."""
+    if not sizes:
+        return sizes
+    from graphsub.frontends.dims import interface
+    from graphsub.symbolic import unknown_dims
+
+    if spec.kind != "onnx":
+        fail(Exit.USAGE, "--check-sizes applies to an ONNX file's symbolic dims only", as_json)
+    with exits(as_json):
+        iface = interface(spec.name, shapes)
+    unknown = unknown_dims(iface, sizes)
+    if unknown:
+        fail(Exit.USAGE, f"--check-sizes names {unknown}: not a free symbolic dimension of the model's inputs "
+                         f"({', '.join(iface.free) or 'none'})", as_json)
+    return sizes
 
 
 def _checked_spec(model: str, output: Path, report_path: Path | None, *, peers: str, provider: str,
@@ -164,6 +185,7 @@ def optimize_cmd(
                                                                       "search trace, changed regions), even when "
                                                                       "the model is not written.")] = None,
     input_shape: ShapeOpt = None,
+    check_sizes: CheckSizesOpt = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -221,6 +243,10 @@ def optimize_cmd(
     verified so far; a candidate is written only if it was confirmed faster, otherwise nothing is
     written) and exits 130 after printing the result; a second one aborts at once.
 
+    Symbolic dims of the input that --input-shape leaves free are imported at 1 and stay symbolic in the output,
+    which is checked against the input at other sizes (two larger ones, --check-sizes, and a decoder's with a
+    key/value cache: see --check-sizes); a candidate that does not keep them gives way to the original (noted).
+
     Exit codes: 0 written (optimized, or the original by design); 1 not verified, nothing written;
 
     2 usage; 3 bad input (unreadable model, unknown zoo name); 4 cannot write; 130 interrupted.
@@ -238,6 +264,7 @@ def optimize_cmd(
     if training:
         _check_training(loss, batchnorm, as_json)
     shapes = parse_shapes(input_shape)
+    sizes = _checked_sizes(spec, shapes, parse_check_sizes(check_sizes), as_json)
     from graphsub.cli import train_module
 
     pytorch_route = train_module.torch_route(training, spec, output)
@@ -253,7 +280,7 @@ def optimize_cmd(
                          started=started, seeds=seeds, threads=threads, keep_slower=keep_slower,
                          min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
                          ort_search_s=ort_search_budget, spelling=spelling, cleanup=cleanup, provider=provider,
-                         input_shapes=shapes)
+                         input_shapes=shapes, check_sizes=sizes)
     # the bar's total: the file's size stands for the weights' (the library scales by the weights once loaded)
     size = os.path.getsize(spec.name) if spec.kind == "onnx" and os.path.isfile(spec.name) else 0
     shown = scaled_time_s(budget, per_gb_s, size) or budget

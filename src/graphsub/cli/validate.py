@@ -89,6 +89,7 @@ LIMITS: dict[str, Limit] = {
     "--groups": COUNT,  # session groups of a decision (graphsub.optimize.decide)
     "--round-ms": POSITIVE,
     "--repeats": COUNT,
+    "--tokens": COUNT,  # bench decode: greedy tokens per variant
     "--min-speedup": POSITIVE,
     # sizes and counts
     "--top": NON_NEGATIVE_INT,  # 0: all

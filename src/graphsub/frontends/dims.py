@@ -19,7 +19,9 @@ original with symbolic dimensions goes through :func:`keep_symbolic`:
 The information comes from the original file itself (:func:`interface`: its inputs and outputs, read without the
 weights), so the IR, its hashes and the search carry none of it.  A name that an input the user fixed gives a size
 binds the same name in the other inputs (:func:`bound_params`; the import uses it too), so ``--input-shape
-input_ids=1x128`` fixes an ``attention_mask`` declared ``["batch", "sequence"]`` as well.
+input_ids=1x128`` fixes an ``attention_mask`` declared ``["batch", "sequence"]`` as well.  A decoder's key/value
+cache interface (:attr:`Interface.cache`, :mod:`graphsub.frontends.cache`) relates three names, total = past +
+sequence: the import and the check at other sizes keep that sum.
 
 >>> from onnx import TensorProto, helper
 >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
@@ -46,7 +48,7 @@ import onnx
 from graphsub.errors import VerificationError
 
 if TYPE_CHECKING:
-    pass
+    from graphsub.frontends.cache import CacheDims
 
 log = logging.getLogger("graphsub")
 
@@ -66,6 +68,13 @@ def _dims(vi: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
 def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     inits = {t.name for t in graph.initializer}
     return [vi for vi in graph.input if vi.name not in inits]
+
+
+def declared(graph: onnx.GraphProto) -> tuple[tuple[tuple[str, tuple[Dim, ...] | None], ...],
+                                               tuple[tuple[str, tuple[Dim, ...] | None], ...]]:
+    """The declared ``(name, dims)`` of the graph's inputs (initializers left out) and outputs."""
+    return (tuple((vi.name, _dims(vi)) for vi in _graph_inputs(graph)),
+            tuple((vi.name, _dims(vi)) for vi in graph.output))
 
 
 def bound_params(graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
@@ -142,6 +151,13 @@ class Interface:
         return tuple(dict.fromkeys(keys))
 
     @property
+    def cache(self) -> CacheDims | None:
+        """The dimension names of a key/value cache interface (past + sequence = total), None without one."""
+        from graphsub.frontends.cache import cache_dims
+
+        return cache_dims(self.inputs, self.outputs)
+
+    @property
     def free_outputs(self) -> bool:
         """Whether an output declares a named symbolic dimension that no input declares: one known only at run time
         (a Loop's iteration count, NonZero's count), which a written model declares as the original does."""
@@ -175,9 +191,10 @@ def interface(original: Source, input_shapes: Mapping[str, Sequence[int]] | None
     else:
         model = onnx.load(os.fspath(original), load_external_data=False)
     g = model.graph
+    inputs, outputs = declared(g)
     return Interface(
-        inputs=tuple((vi.name, _dims(vi)) for vi in _graph_inputs(g)),
-        outputs=tuple((vi.name, _dims(vi)) for vi in g.output),
+        inputs=inputs,
+        outputs=outputs,
         shapes={n: tuple(int(d) for d in v) for n, v in shapes.items() if any(vi.name == n for vi in g.input)},
         bound=bound_params(g, shapes),
         metadata=Metadata.of(model),
@@ -297,5 +314,5 @@ def display_name(original: Source) -> str:
     return Path(os.fspath(original)).name if isinstance(original, str | os.PathLike) else "the model"
 
 
-__all__ = ["Dim", "Interface", "Metadata", "Model", "Source", "as_candidate", "as_proto", "bound_params",
+__all__ = ["Dim", "Interface", "Metadata", "Model", "Source", "as_candidate", "as_proto", "bound_params", "declared",
            "display_name", "interface", "restore", "restored", "source_for_session", "with_metadata"]

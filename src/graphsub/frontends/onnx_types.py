@@ -1,7 +1,8 @@
 """Types and shapes of an ONNX graph's values, for :mod:`graphsub.frontends.onnx_import`: the inputs made static
-(``input_shapes``, shared ``dim_param`` names, ``default_dim``), ONNX shape inference on a light copy (large
-initializers become typed inputs), the declared outputs checked against what the graph computes, and -- where
-inference leaves gaps and the inputs are small -- one onnxruntime run to complete it."""
+(``input_shapes``, shared ``dim_param`` names, ``default_dim``; a key/value cache's total length as past + sequence:
+:mod:`graphsub.frontends.cache`), ONNX shape inference on a light copy (large initializers become typed inputs),
+the declared outputs checked against what the graph computes, and -- where inference leaves gaps and the inputs are
+small -- one onnxruntime run to complete it."""
 
 from __future__ import annotations
 
@@ -41,6 +42,20 @@ def tensor_type(name: str, tp: onnx.TypeProto, *, what: str) -> TensorType | Non
     return TensorType(tuple(dims), DTYPE_OF_ONNX_CODE[tt.elem_type])
 
 
+def _derived_sizes(graph: onnx.GraphProto, bound: Mapping[str, int], default_dim: int | None) -> dict[str, int]:
+    """Sizes of the symbolic dimensions that are sums of others: a key/value cache's total length, ``past +
+    sequence`` (:func:`graphsub.frontends.cache.cache_dims`), when ``input_shapes`` leave it free."""
+    from graphsub.frontends.cache import cache_dims
+    from graphsub.frontends.dims import declared
+
+    if default_dim is None:
+        return {}
+    cache = cache_dims(*declared(graph))
+    if cache is None or cache.total in bound:
+        return {}
+    return {cache.total: bound.get(cache.past, default_dim) + bound.get(cache.sequence, default_dim)}
+
+
 def static_inputs(
     graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]], default_dim: int | None
 ) -> dict[str, TensorType]:
@@ -48,6 +63,7 @@ def static_inputs(
 
     init_names = {t.name for t in graph.initializer}
     bound = bound_params(graph, input_shapes)  # a name --input-shape gives a size has it in every input
+    derived = _derived_sizes(graph, bound, default_dim)
     out: dict[str, TensorType] = {}
     for vi in graph.input:
         if vi.name in init_names:
@@ -79,6 +95,9 @@ def static_inputs(
                     dims.append(d.dim_value)
                 elif d.dim_param and d.dim_param in bound:
                     dims.append(bound[d.dim_param])
+                elif d.dim_param in derived:  # a cache's total length: past + sequence, or the model cannot run
+                    symbolic.append(d.dim_param)
+                    dims.append(derived[d.dim_param])
                 else:
                     symbolic.append(d.dim_param or "?")
                     if default_dim is None:
@@ -92,9 +111,10 @@ def static_inputs(
                 )
             if symbolic:
                 log.warning(
-                    "input %r: symbolic dimension(s) %s set to %d (use --input-shape to choose); written models "
+                    "input %r: symbolic dimension(s) %s set to %d%s (use --input-shape to choose); written models "
                     "keep them symbolic where they can",
                     vi.name, symbolic, default_dim,
+                    "".join(f", {n} to {derived[n]} (past + sequence)" for n in symbolic if n in derived),
                 )
             shape = tuple(dims)
         if any(s <= 0 for s in shape) and shape:

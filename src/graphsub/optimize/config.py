@@ -75,6 +75,9 @@ class OptimizeConfig:
     timing_budget_ms: float = 200.0
     measure_latency: bool = True
     input_shapes: Shapes | None = None
+    #: more sizes of the input file's free symbolic dims (name -> size) at which the written model is checked against
+    #: it (besides two larger sizes and, with a key/value cache, the decoding sizes: :mod:`graphsub.symbolic`)
+    check_sizes: Sequence[Mapping[str, int]] = ()
     rtol: float = 1e-4
     atol: float = 1e-5
     peers: str | Sequence[str] = "auto"

@@ -187,6 +187,7 @@ def optimize(
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
         check_output(spec, output)
+    _check_sizes_named(spec, cfg)
     with run.step("load", "load_s"):
         name, graph = load_input(model, cfg.input_shapes)
         rule_list = resolve_rules(cfg.rules)
@@ -232,8 +233,23 @@ def optimize(
         with run.step("write", "write_s"):
             if not result.sequence and not res.latency_ms:  # the input never ran in onnxruntime in this call: a
                 check_reference(source, res.original, res.seeds[0])  # model it rejects is bad input, never passed
-            _write(res, output, source, chosen_data, cfg.input_shapes)
+            _write(res, output, source, chosen_data, cfg.input_shapes, cfg.check_sizes)
     return _finish(res, run)
+
+
+def _check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
+    """Raise ValueError, before any work, when ``cfg.check_sizes`` names a dim that is not a free symbolic dim of the
+    input file (or the input is not a file)."""
+    if not cfg.check_sizes:
+        return
+    from graphsub.frontends.dims import interface
+    from graphsub.symbolic import unknown_dims
+
+    if spec is None or spec.kind != "onnx":
+        raise ValueError("check_sizes applies to an ONNX file's symbolic dims only")
+    unknown = unknown_dims(interface(spec.name, cfg.input_shapes), cfg.check_sizes)
+    if unknown:
+        raise ValueError(f"check_sizes names {unknown}: not a free symbolic dimension of the model's inputs")
 
 
 def _cost_model(cost: str, threads: int) -> Any:
@@ -543,12 +559,12 @@ def _export(graph: Graph) -> Any:
 
 
 def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any,
-           input_shapes: Shapes | None = None) -> None:
+           input_shapes: Shapes | None = None, check_sizes: Sequence[Mapping[str, int]] = ()) -> None:
     """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
     with large weights beside it); the original when it was kept.  Symbolic dims of an input file that
     ``input_shapes`` leave free stay symbolic (:func:`graphsub.symbolic.keep_symbolic`); a chosen model that does not
-    keep them (graphsub computes at the imported sizes: a reshape's target baked in) gives way to the original,
-    with a note."""
+    keep them (graphsub computes at the imported sizes: a reshape's target baked in; checked at ``check_sizes`` too,
+    and at a key/value cache's decoding sizes) gives way to the original, with a note."""
     from graphsub.frontends.dims import interface
     from graphsub.optimize.output import write_bytes, write_optimized, write_original
     from graphsub.symbolic import keep_symbolic
@@ -557,7 +573,8 @@ def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | 
         iface = interface(source, input_shapes) if isinstance(source, str) else None
         try:
             chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
-                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface)
+                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface,
+                                   sizes=check_sizes)
         except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
             res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
             res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "

@@ -27,26 +27,32 @@ class Generation:
     step_s: list[float]
 
 
-def _empty_pasts(sess: Any, batch: int) -> dict[str, np.ndarray]:
-    """Past tensors of length 0 for every ``past_key_values.*`` input of ``sess`` (their fixed dims read from it)."""
+def _empty_pasts(sess: Any, batch: int, head_dim: int | None = None) -> dict[str, np.ndarray]:
+    """Past tensors of length 0 for every ``past_key_values.*`` input of ``sess`` (their fixed dims read from it;
+    ``head_dim`` where the graph names that dimension, as the genai builder's ``kv_cache_dim``)."""
     out = {}
     for i in sess.get_inputs():
         if i.name.startswith("past_key_values."):
             dtype = np.float16 if i.type == "tensor(float16)" else np.float32
-            out[i.name] = np.zeros((batch, i.shape[1], 0, i.shape[3]), dtype=dtype)
+            last = i.shape[3] if isinstance(i.shape[3], int) else head_dim
+            if last is None:
+                raise ValueError(f"{i.name}: its last dimension is {i.shape[3]!r}; give head_dim")
+            out[i.name] = np.zeros((batch, i.shape[1], 0, last), dtype=dtype)
     return out
 
 
 def greedy_generate(path: Path | str, prompt: Sequence[int], new_tokens: int, *, threads: int | None = None,
-                    optimization: str = "all") -> Generation:
+                    optimization: str = "all", head_dim: int | None = None) -> Generation:
     """Greedy decoding of ``new_tokens`` tokens after ``prompt`` with the ONNX decoder at ``path`` (any graph with
-    the interface of the module docstring): one prefill call over the prompt (empty pasts), then one call per new
-    token, the presents fed back as the pasts.  Each call is timed (``time.perf_counter``) around the session run."""
+    the interface of the module docstring, or without ``position_ids``, as the genai builder's; ``head_dim``: the
+    cache's last dimension where the graph leaves it symbolic): one prefill call over the prompt (empty pasts), then
+    one call per new token, the presents fed back as the pasts.  Each call is timed (``time.perf_counter``) around
+    the session run."""
     sess = make_session(os.fspath(path), optimization=optimization, threads=threads)
     names = {i.name for i in sess.get_inputs()}
     outputs = [o.name for o in sess.get_outputs()]
     ids = np.asarray([list(prompt)], dtype=np.int64)
-    state = _empty_pasts(sess, 1)
+    state = _empty_pasts(sess, 1, head_dim)
     tokens: list[int] = []
     times: list[float] = []
     for _ in range(new_tokens):
