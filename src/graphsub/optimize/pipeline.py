@@ -58,6 +58,7 @@ from graphsub.optimize.budget import (
     Plan,
     model_bytes,
     plan_parts,
+    run_scaled_time_s,
     scaled_time_s,
     tail_estimate_s,
     verify_estimate_s,
@@ -192,12 +193,15 @@ def optimize(
         name, graph = load_input(model, cfg.input_shapes)
         rule_list = resolve_rules(cfg.rules)
         cm = _cost_model(cfg.cost, threads)
-    if cfg.time_s is not None and cfg.time_per_gb_s > 0:  # the budget grows with the model (budget.PER_GB_S)
-        cfg = dataclasses.replace(cfg, time_s=scaled_time_s(cfg.time_s, cfg.time_per_gb_s, model_bytes(graph)),
-                                  time_per_gb_s=0.0)
+    run_s = _run_s(cfg, spec, graph, target, threads)
+    if cfg.time_s is not None and cfg.time_per_gb_s > 0:  # the budget grows with the model (budget.PER_GB_S)...
+        time_s = scaled_time_s(cfg.time_s, cfg.time_per_gb_s, model_bytes(graph))
+        if run_s is not None and time_s is not None:  # ...and with its run time, so that its tail fits
+            time_s = run_scaled_time_s(time_s, graph, budget_ms=cfg.timing_budget_ms, run_s=run_s)
+        cfg = dataclasses.replace(cfg, time_s=time_s, time_per_gb_s=0.0)
         run.deadline = Deadline.after(cfg.time_s, start=run.t0 if cfg.started is None else cfg.started,
                                       clock=tm.clock)
-    shares, search_budget = _plan(run, cfg, graph, target, _run_s(cfg, spec, graph, target, threads))
+    shares, search_budget = _plan(run, cfg, graph, target, run_s)
     cfg = cfg if target is None or target.cleanup else dataclasses.replace(cfg, cleanup=False)
     res, result, final = _search_and_verify(run, cfg, name, graph, rule_list, cm, search_budget, threads)
     if not res.verified:
