@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
-from graphsub.errors import VerificationError
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import (
@@ -76,6 +75,7 @@ from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
+from graphsub.optimize.write import write_chosen as _write
 from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
@@ -560,53 +560,6 @@ def _export(graph: Graph) -> Any:
     from graphsub.frontends.onnx_export import export_graph
 
     return export_graph(graph)
-
-
-def _write(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any,
-           input_shapes: Shapes | None = None, check_sizes: Sequence[Mapping[str, int]] = ()) -> None:
-    """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
-    with large weights beside it); the original when it was kept.  Symbolic dims of an input file that
-    ``input_shapes`` leave free stay symbolic (:func:`graphsub.symbolic.keep_symbolic`); a chosen model that does not
-    keep them (graphsub computes at the imported sizes: a reshape's target baked in; checked at ``check_sizes`` too,
-    and at a key/value cache's decoding sizes) gives way to the original, with a note."""
-    from graphsub.frontends.dims import interface
-    from graphsub.optimize.output import write_bytes, write_optimized, write_original
-    from graphsub.symbolic import keep_symbolic
-
-    if chosen is not None and not res.kept_original:
-        iface = interface(source, input_shapes) if isinstance(source, str) else None
-        try:
-            chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
-                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface,
-                                   sizes=check_sizes)
-        except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
-            res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
-            res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "
-                            "symbolic dimensions (see the notes; --input-shape gives a model with static shapes)")
-            res.kept_original, res.chosen, res.graph, res.verdict = True, "original", res.original, None
-            write_original(source, output)
-            res.written = os.fspath(output)
-            return
-        if isinstance(chosen, bytes):
-            write_bytes(chosen, output)
-        else:
-            write_optimized(chosen, output)
-        if iface is not None and iface.overridable:
-            res.portfolio_notes.append(overridable_note(len(iface.overridable)))
-    else:
-        write_original(source, output)
-    res.written = os.fspath(output)
-
-
-def overridable_note(n: int) -> str:
-    """The note of a written model whose original listed ``n`` of its weights as graph inputs too.
-
-    >>> overridable_note(2).split(" (")[0]
-    'output: the input lists 2 weight(s) as graph inputs too'
-    """
-    return (f"output: the input lists {n} weight(s) as graph inputs too (overridable initializers, the style of IR "
-            "version < 4); graphsub reads them as the weights they hold, and the output keeps them as weights only, "
-            "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
 
 
 def _finish(res: OptimizeResult, run: _Run) -> OptimizeResult:

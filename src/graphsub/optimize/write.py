@@ -1,0 +1,63 @@
+"""Writing ``optimize``'s choice (:func:`write_chosen`): the chosen candidate with the input's symbolic dimensions
+and metadata kept, or the original when the candidate does not keep them; split from :mod:`graphsub.optimize.pipeline`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graphsub.errors import VerificationError
+from graphsub.optimize.result import OptimizeResult
+from graphsub.spec import Shapes
+
+
+def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any,
+           input_shapes: Shapes | None = None, check_sizes: Sequence[Mapping[str, int]] = ()) -> None:
+    """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
+    with large weights beside it); the original when it was kept.  Symbolic dims of an input file that
+    ``input_shapes`` leave free stay symbolic (:func:`graphsub.symbolic.keep_symbolic`); a chosen model that does not
+    keep them (graphsub computes at the imported sizes: a reshape's target baked in; checked at ``check_sizes`` too,
+    and at a key/value cache's decoding sizes) gives way to the original, with a note."""
+    from graphsub.frontends.dims import interface
+    from graphsub.optimize.output import write_bytes, write_optimized, write_original
+    from graphsub.symbolic import keep_symbolic
+
+    if chosen is not None and not res.kept_original:
+        iface = interface(source, input_shapes) if isinstance(source, str) else None
+        try:
+            chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
+                                   graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface,
+                                   sizes=check_sizes)
+        except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
+            res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
+            res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "
+                            "symbolic dimensions (see the notes; --input-shape gives a model with static shapes)")
+            res.kept_original, res.chosen, res.graph, res.verdict = True, "original", res.original, None
+            write_original(source, output)
+            res.written = os.fspath(output)
+            return
+        if isinstance(chosen, bytes):
+            write_bytes(chosen, output)
+        else:
+            write_optimized(chosen, output)
+        if iface is not None and iface.overridable:
+            res.portfolio_notes.append(overridable_note(len(iface.overridable)))
+    else:
+        write_original(source, output)
+    res.written = os.fspath(output)
+
+
+def overridable_note(n: int) -> str:
+    """The note of a written model whose original listed ``n`` of its weights as graph inputs too.
+
+    >>> overridable_note(2).split(" (")[0]
+    'output: the input lists 2 weight(s) as graph inputs too'
+    """
+    return (f"output: the input lists {n} weight(s) as graph inputs too (overridable initializers, the style of IR "
+            "version < 4); graphsub reads them as the weights they hold, and the output keeps them as weights only, "
+            "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
+
+
+__all__ = ["overridable_note", "write_chosen"]
