@@ -157,6 +157,115 @@ def _first_diff(pairs: Sequence[tuple[str, int, int]], got: Sequence[np.ndarray]
     return None
 
 
+class SizeCheck:
+    """The check of :func:`check_other_sizes`, made once for an original and run on any number of candidates: the
+    original's session, its outputs at each trial size and the random inputs there are made on first use and kept
+    (the portfolio checks every candidate with one, :func:`graphsub.optimize.pipeline._portfolio`).  Calling it on a
+    candidate (with symbolic dims restored) returns the sizes checked or raises VerificationError."""
+
+    def __init__(self, original: Source, iface: Interface, graph: Graph, *, seed: int = 0,
+                 rtol: float | None = None, atol: float | None = None,
+                 sizes: Sequence[Mapping[str, int]] = ()) -> None:
+        self.original, self.iface, self.graph, self.seed = original, iface, graph, seed
+        self.rtol = DEFAULT_RTOL if rtol is None else rtol
+        self.atol = DEFAULT_ATOL if atol is None else atol
+        self.trials = _trials(iface, graph, sizes)
+        self._ref_src = source_for_session(original)
+        self._sessions: dict[str, Any] = {}  # "plain" / "as_run": the original without / with ORT's optimizations
+        self._feeds: dict[int, dict[str, np.ndarray]] = {}
+        self._want: dict[tuple[str, int], list[np.ndarray] | ExecutionError] = {}
+        names = ", ".join(repr(k) for k in iface.free)
+        self.names = names
+        self.lead = f"the output cannot keep the symbolic dimension(s) {names} of the input model"
+
+    def _session(self, kind: str) -> Any:
+        from graphsub.frontends.ort import make_session
+
+        if kind not in self._sessions:
+            self._sessions[kind] = make_session(self._ref_src, optimization="disable" if kind == "plain" else "all",
+                                                threads=1)
+        return self._sessions[kind]
+
+    def feeds(self, k: int) -> dict[str, np.ndarray]:
+        if k not in self._feeds:
+            self._feeds[k] = _feeds(self.iface, self.graph, self.trials[k], self.seed + k)
+        return self._feeds[k]
+
+    def want(self, kind: str, k: int) -> list[np.ndarray]:
+        """The original's outputs at trial ``k`` (``kind``: "plain", or "as_run": as users run it); raises
+        ExecutionError when it fails there."""
+        from graphsub.frontends.ort import run_session
+
+        key = (kind, k)
+        if key not in self._want:
+            try:
+                sess = self._session(kind)
+                ins = {i.name for i in sess.get_inputs()}
+                self._want[key] = list(run_session(sess, {n: v for n, v in self.feeds(k).items() if n in ins}))
+            except ExecutionError as e:
+                self._want[key] = e
+        got = self._want[key]
+        if isinstance(got, ExecutionError):
+            raise got
+        return got
+
+    def __call__(self, model: Any) -> list[dict[str, int]]:
+        from graphsub.frontends.ort import make_session, run_session
+
+        why = "graphsub computes at the static sizes it imported"
+        try:
+            ref = self._session("plain")
+            cand = make_session(model, optimization="all", threads=1)
+        except ExecutionError as e:
+            raise VerificationError(f"{self.lead}: with them symbolic, {_one_line(e)}; "
+                                    f"{_advice(self.iface, self.graph)}") from e
+        cand_inputs = {i.name for i in cand.get_inputs()}
+        ref_names = [o.name for o in ref.get_outputs()]
+        cand_names = [o.name for o in cand.get_outputs()]
+        pairs = ([(n, i, cand_names.index(n)) for i, n in enumerate(ref_names)]
+                 if sorted(ref_names) == sorted(cand_names) else [(n, i, i) for i, n in enumerate(ref_names)])
+        checked: list[dict[str, int]] = []
+        skipped = ""
+        for k, trial in enumerate(self.trials):
+            at = ", ".join(f"{n}={v}" for n, v in trial.items())
+            try:
+                want = self.want("plain", k)
+            except ExecutionError as e:
+                skipped = skipped or f"the original itself fails at {at}: {_one_line(e)}"
+                continue
+            try:
+                got = run_session(cand, {n: v for n, v in self.feeds(k).items() if n in cand_inputs})
+            except ExecutionError as e:
+                raise VerificationError(f"{self.lead}: at {at} it fails to run where the input model runs ({why}): "
+                                        f"{_one_line(e)}; {_advice(self.iface, self.graph)}") from e
+            if len(got) != len(want):
+                raise VerificationError(f"{self.lead}: it has {len(got)} outputs, the original {len(want)}")
+            diff = self._differs(k, pairs, got, want)
+            if diff is not None:
+                raise VerificationError(
+                    f"{self.lead}: at {at} output {diff.name!r} differs from the input model's ({why}): "
+                    f"{diff.reason}, max abs diff {diff.max_abs_diff:.3g}; {_advice(self.iface, self.graph)}")
+            checked.append(dict(trial))
+        if not checked:  # it declares them symbolic but runs only at the imported sizes: so does the output
+            log.warning("the input model declares symbolic dimension(s) %s but does not run at other sizes (%s); the "
+                        "output declares them as it does (use --input-shape for static shapes)", self.names, skipped)
+        return checked
+
+    def _differs(self, k: int, pairs: Sequence[tuple[str, int, int]], got: Sequence[np.ndarray],
+                 want: Sequence[np.ndarray]) -> OutputDiff | None:
+        """The first output outside tolerance against the original's plain meaning and, failing that, against the
+        original as onnxruntime runs it (whose own kernels -- MatMulNBits for int4 weights, QDQ fusions -- may round
+        otherwise, and the candidate's with them); None when one of them agrees."""
+        bad = _first_diff(pairs, got, want, self.rtol, self.atol)
+        if bad is None:
+            return None
+        try:
+            also = self.want("as_run", k)
+        except ExecutionError:
+            return bad
+        return bad if _first_diff(pairs, got, also, self.rtol, self.atol) is not None else None
+
+
 def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Graph, *, seed: int = 0,
                       rtol: float | None = None, atol: float | None = None,
                       sizes: Sequence[Mapping[str, int]] = ()) -> list[dict[str, int]]:
@@ -164,83 +273,34 @@ def check_other_sizes(original: Source, model: Any, iface: Interface, graph: Gra
     more, name -> size, e.g. ``--check-sizes``); every output is compared (a cache's presents too); the sizes
     checked (none, with a warning, when the original itself runs at none of them: it declares sizes it does not
     accept, and the output declares the same).  Raises VerificationError when the model fails or differs at a size
-    where the original runs."""
-    from graphsub.frontends.ort import make_session, run_session
+    where the original runs (:class:`SizeCheck`, which keeps the original's outputs for more candidates)."""
+    return SizeCheck(original, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)(model)
 
-    rtol = DEFAULT_RTOL if rtol is None else rtol
-    atol = DEFAULT_ATOL if atol is None else atol
-    ref_src = source_for_session(original)
-    names = ", ".join(repr(k) for k in iface.free)
-    lead = f"the output cannot keep the symbolic dimension(s) {names} of the input model"
-    why = "graphsub computes at the static sizes it imported"
-    try:
-        ref = make_session(ref_src, optimization="disable", threads=1)
-        cand = make_session(model, optimization="all", threads=1)
-    except ExecutionError as e:
-        raise VerificationError(f"{lead}: with them symbolic, {_one_line(e)}; {_advice(iface, graph)}") from e
-    as_run: list[Any] = []  # the original as users run it (ORT_ENABLE_ALL), made when needed
 
-    def differs(feeds: Mapping[str, np.ndarray], got: Sequence[np.ndarray],
-                want: Sequence[np.ndarray]) -> OutputDiff | None:
-        """The first output outside tolerance against the original's plain meaning and, failing that, against the
-        original as onnxruntime runs it (whose own kernels -- MatMulNBits for int4 weights, QDQ fusions -- may round
-        otherwise, and the candidate's with them); None when one of them agrees."""
-        bad = _first_diff(pairs, got, want, rtol, atol)
-        if bad is None:
-            return None
-        try:
-            if not as_run:
-                as_run.append(make_session(ref_src, optimization="all", threads=1))
-            also = run_session(as_run[0], {n: v for n, v in feeds.items() if n in ref_inputs})
-        except ExecutionError:
-            return bad
-        return bad if _first_diff(pairs, got, also, rtol, atol) is not None else None
-
-    cand_inputs = {i.name for i in cand.get_inputs()}
-    ref_inputs = {i.name for i in ref.get_inputs()}
-    ref_names = [o.name for o in ref.get_outputs()]
-    cand_names = [o.name for o in cand.get_outputs()]
-    pairs = ([(n, i, cand_names.index(n)) for i, n in enumerate(ref_names)] if sorted(ref_names) == sorted(cand_names)
-             else [(n, i, i) for i, n in enumerate(ref_names)])
-    checked: list[dict[str, int]] = []
-    skipped = ""
-    for k, trial in enumerate(_trials(iface, graph, sizes)):
-        at = ", ".join(f"{n}={v}" for n, v in trial.items())
-        feeds = _feeds(iface, graph, trial, seed + k)
-        try:
-            want = run_session(ref, {n: v for n, v in feeds.items() if n in ref_inputs})
-        except ExecutionError as e:
-            skipped = skipped or f"the original itself fails at {at}: {_one_line(e)}"
-            continue
-        try:
-            got = run_session(cand, {n: v for n, v in feeds.items() if n in cand_inputs})
-        except ExecutionError as e:
-            raise VerificationError(f"{lead}: at {at} it fails to run where the input model runs ({why}): "
-                                    f"{_one_line(e)}; {_advice(iface, graph)}") from e
-        if len(got) != len(want):
-            raise VerificationError(f"{lead}: it has {len(got)} outputs, the original {len(want)}")
-        diff = differs(feeds, got, want)
-        if diff is not None:
-            raise VerificationError(
-                f"{lead}: at {at} output {diff.name!r} differs from the input model's ({why}): {diff.reason}, "
-                f"max abs diff {diff.max_abs_diff:.3g}; {_advice(iface, graph)}")
-        checked.append(dict(trial))
-    if not checked:  # it declares them symbolic but runs only at the imported sizes: so does the output
-        log.warning("the input model declares symbolic dimension(s) %s but does not run at other sizes (%s); the "
-                    "output declares them as it does (use --input-shape for static shapes)", names, skipped)
-    return checked
+def size_check(original: Source | None, graph: Graph, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               seed: int = 0, rtol: float | None = None, atol: float | None = None,
+               sizes: Sequence[Mapping[str, int]] = ()) -> SizeCheck | None:
+    """The :class:`SizeCheck` a model computed from ``original`` (imported as ``graph`` with ``input_shapes``) passes
+    before it is written, None when there is nothing to check (no file, or no free symbolic dimension)."""
+    if original is None:
+        return None
+    iface = interface(original, input_shapes)
+    if not iface.free:
+        return None
+    return SizeCheck(original, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)
 
 
 def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   graph: Graph | None = None, seed: int = 0, rtol: float | None = None,
                   atol: float | None = None, iface: Interface | None = None,
-                  sizes: Sequence[Mapping[str, int]] = ()) -> Model:
+                  sizes: Sequence[Mapping[str, int]] = (), checker: SizeCheck | None = None) -> Model:
     """The model to write for ``candidate`` (a ModelProto or serialized bytes, computed from ``original`` imported
     with ``input_shapes``): ``candidate`` itself when the original has no free symbolic dimension (none, or all
     fixed by ``input_shapes``; also when ``original`` is None: a zoo model), else a copy with the original's
     symbolic dims restored, checked at other sizes (:func:`check_other_sizes`; ``graph``: the imported original, whose
     inputs' roles give the random data, imported here when not given; ``iface``: ``interface(original,
-    input_shapes)`` when the caller has it; ``sizes``: more sizes to check at, name -> size). Either way the
+    input_shapes)`` when the caller has it; ``sizes``: more sizes to check at, name -> size; ``checker``: a
+    :class:`SizeCheck` of this original made before, which the other arguments of the check then leave). Either way the
     original's own description (``metadata_props``, ``doc_string``, ``model_version``, ``domain``) is carried over
     (:func:`graphsub.frontends.dims.with_metadata`). Raises VerificationError (exit code 1) when the candidate does
     not keep the dims, naming the ``--input-shape`` options that give a static model."""
@@ -251,11 +311,13 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     if not iface.free:  # no input size to vary: outputs sized at run time (a Loop's) are declared as the original does
         return as_candidate(restored(candidate, iface), candidate) if iface.free_outputs else candidate
     model = restored(candidate, iface)
-    if graph is None:
-        from graphsub.frontends.onnx_import import from_onnx
+    if checker is None:
+        if graph is None:
+            from graphsub.frontends.onnx_import import from_onnx
 
-        graph = from_onnx(as_proto(original), input_shapes=input_shapes)
-    checked = check_other_sizes(original, model, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)
+            graph = from_onnx(as_proto(original), input_shapes=input_shapes)
+        checker = SizeCheck(original, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)
+    checked = checker(model)
     if checked:
         at = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in checked)
         log.info("kept the symbolic dimension(s) %s of %s (checked against the original at %s)",
@@ -263,4 +325,4 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     return as_candidate(model, candidate)
 
 
-__all__ = ["check_other_sizes", "keep_symbolic", "unknown_dims"]
+__all__ = ["SizeCheck", "check_other_sizes", "keep_symbolic", "size_check", "unknown_dims"]

@@ -75,3 +75,27 @@ def test_an_output_declared_without_a_shape_gets_its_rank_only(tmp_path: Path) -
     assert len(dims) == 2 and not any(d.HasField("dim_value") or d.HasField("dim_param") for d in dims)
     onnx.checker.check_model(kept, full_check=True)  # a graph output needs a shape; sizes are not declared
     assert [d.dim_param or d.dim_value for d in kept.graph.input[0].type.tensor_type.shape.dim] == ["n", 8]
+
+
+def test_portfolio_candidates_are_checked_at_other_sizes_before_timing(tmp_path: Path) -> None:
+    """Every candidate of an input with free symbolic dims is checked at other sizes before it is timed
+    (:func:`graphsub.optimize.write.dims_check`): one computed at the imported sizes is dropped with the reason, one
+    that keeps them (a peer's output, here the original itself) passes and is timed as it would be written."""
+    from graphsub.optimize.candidates import Candidate
+    from graphsub.optimize.write import both, dims_check
+
+    src = symbolic_reshaped(tmp_path / "m.onnx")
+    g = load(src)
+    checker, check = dims_check(str(src), g, input_shapes=None, check_sizes=(), seed=0, rtol=1e-4, atol=1e-5)
+    assert checker is not None and check is not None
+    baked = Candidate("search", to_onnx(g).SerializeToString(), g)
+    why = check(baked)
+    assert why is not None and "cannot keep the symbolic dimension" in why and "--input-shape x=1x8" in why
+    peer = Candidate("peer", src.read_bytes())
+    assert check(peer) is None and onnx.load_from_string(peer.data).graph.input[0].type.tensor_type.shape.dim[
+        0].dim_param == "batch"
+    assert checker.want("plain", 0) is checker.want("plain", 0)  # the original's outputs are made once
+    assert dims_check(str(src), g, input_shapes={"x": (1, 8)}, check_sizes=(), seed=0, rtol=1e-4,
+                      atol=1e-5) == (None, None)  # fixed by the user: nothing to check
+    assert both(None, None) is None
+    assert both(lambda c: None, check)(baked) == why and both(lambda c: "no", check)(peer) == "no"

@@ -75,6 +75,7 @@ from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
+from graphsub.optimize.write import both, dims_check
 from graphsub.optimize.write import write_chosen as _write
 from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
@@ -98,6 +99,7 @@ class _Run:
     cut: str = ""  # "time" once the budget cut a step short or left it out
     notes: list[str] = field(default_factory=list)  # what the budget changed, for the result's notes
     seed_s: float = 0.0  # what verifying the search's result took per input draw (0: not verified)
+    dims: Any = None  # the SizeCheck the candidates passed (graphsub.optimize.write.dims_check), for the write
 
     def cut_short(self) -> None:
         """Record that the deadline (or a stop request) cut a step short."""
@@ -237,7 +239,7 @@ def optimize(
         with run.step("write", "write_s"):
             if not result.sequence and not res.latency_ms:  # the input never ran in onnxruntime in this call: a
                 check_reference(source, res.original, res.seeds[0])  # model it rejects is bad input, never passed
-            _write(res, output, source, chosen_data, cfg.input_shapes, cfg.check_sizes)
+            _write(res, output, source, chosen_data, cfg.input_shapes, cfg.check_sizes, run.dims)
     return _finish(res, run)
 
 
@@ -431,9 +433,13 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         pf.collect(port, ref, source, sources, note=lambda what: run.note("portfolio", 0.0, None))
     with run.step("verify", "verify_candidates_s"):
         feeds = [(s, random_inputs(graph, s)) for s in st.seeds]
+        run.dims, keeps_dims = dims_check(source, ref, input_shapes=None if st.config is None else
+                                          st.config.input_shapes, check_sizes=() if st.config is None else
+                                          st.config.check_sizes, seed=st.seeds[0] if st.seeds else 0, rtol=st.rtol,
+                                          atol=st.atol)
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
-                  also=None if st.target is None else st.target.check)
+                  also=both(None if st.target is None else st.target.check, keeps_dims))
     if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()
     timed = [c for c in port.distinct if c.verified]

@@ -5,21 +5,28 @@ and metadata kept, or the original when the candidate does not keep them; split 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from graphsub.errors import VerificationError
 from graphsub.optimize.result import OptimizeResult
 from graphsub.spec import Shapes
 
+if TYPE_CHECKING:
+    from graphsub.ir.graph import Graph
+    from graphsub.optimize.candidates import Candidate
+    from graphsub.symbolic import SizeCheck
+
 
 def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: bytes | str, chosen: Any,
-           input_shapes: Shapes | None = None, check_sizes: Sequence[Mapping[str, int]] = ()) -> None:
+           input_shapes: Shapes | None = None, check_sizes: Sequence[Mapping[str, int]] = (),
+           checker: SizeCheck | None = None) -> None:
     """Write the chosen model: serialized bytes (a portfolio candidate) or a proto (graphsub's export, checked and
     with large weights beside it); the original when it was kept.  Symbolic dims of an input file that
     ``input_shapes`` leave free stay symbolic (:func:`graphsub.symbolic.keep_symbolic`); a chosen model that does not
     keep them (graphsub computes at the imported sizes: a reshape's target baked in; checked at ``check_sizes`` too,
-    and at a key/value cache's decoding sizes) gives way to the original, with a note."""
+    and at a key/value cache's decoding sizes) gives way to the original, with a note.  ``checker``: the check the
+    portfolio's candidates passed (:func:`dims_check`), whose original outputs it reuses."""
     from graphsub.frontends.dims import interface
     from graphsub.optimize.output import write_bytes, write_optimized, write_original
     from graphsub.symbolic import keep_symbolic
@@ -29,7 +36,7 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
         try:
             chosen = keep_symbolic(source if isinstance(source, str) else None, chosen, input_shapes=input_shapes,
                                    graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface,
-                                   sizes=check_sizes)
+                                   sizes=check_sizes, checker=checker)
         except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
             res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
             res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "
@@ -49,6 +56,45 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
     res.written = os.fspath(output)
 
 
+def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | None,
+               check_sizes: Sequence[Mapping[str, int]], seed: int, rtol: float,
+               atol: float) -> tuple[SizeCheck | None, Callable[[Candidate], str | None] | None]:
+    """The check every portfolio candidate of an input file with free symbolic dimensions passes before it is timed
+    (what :func:`write_chosen` checks before writing, :func:`graphsub.symbolic.keep_symbolic`), so that a candidate
+    that does not keep them (graphsub's own, computed at the imported sizes) is never chosen over one that does (a
+    peer's); a candidate that passes gets its symbolic dims back, so that what is timed is what would be written.
+    Returns the :class:`~graphsub.symbolic.SizeCheck` and the check (None, None: nothing to check)."""
+    from graphsub.symbolic import keep_symbolic, size_check
+
+    checker = size_check(source if isinstance(source, str) else None, original, input_shapes=input_shapes, seed=seed,
+                         rtol=rtol, atol=atol, sizes=check_sizes)
+    if checker is None:
+        return None, None
+
+    def check(c: Candidate) -> str | None:
+        try:
+            kept = keep_symbolic(source if isinstance(source, str) else None, c.data, input_shapes=input_shapes,
+                                 iface=checker.iface, checker=checker)
+        except VerificationError as e:
+            return str(e)
+        c.data = kept if isinstance(kept, bytes) else kept.SerializeToString()
+        return None
+
+    return checker, check
+
+
+def both(*checks: Callable[[Candidate], str | None] | None) -> Callable[[Candidate], str | None] | None:
+    """One candidate check running ``checks`` in turn (None ones left out): the first failure's reason, or None."""
+    todo = [c for c in checks if c is not None]
+    if not todo:
+        return None
+
+    def check(c: Candidate) -> str | None:
+        return next((why for why in (f(c) for f in todo) if why is not None), None)
+
+    return check
+
+
 def overridable_note(n: int) -> str:
     """The note of a written model whose original listed ``n`` of its weights as graph inputs too.
 
@@ -60,4 +106,4 @@ def overridable_note(n: int) -> str:
             "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
 
 
-__all__ = ["overridable_note", "write_chosen"]
+__all__ = ["both", "dims_check", "overridable_note", "write_chosen"]
