@@ -50,16 +50,22 @@ from graphsub.ir.graph import Graph
 log = logging.getLogger("graphsub")
 
 
-def _trials(iface: Interface, graph: Graph, extra: Sequence[Mapping[str, int]] = ()) -> list[dict[str, int]]:
-    """Sizes of the free dims to check at: each one above the imported size, then all at distinct larger sizes; for a
-    key/value cache interface the total length is past + sequence there, and :func:`_cache_trials` follow; then the
-    sizes ``extra`` give (:func:`_given_trial`)."""
+def _imported(iface: Interface, graph: Graph) -> dict[str, int]:
+    """The sizes the free dims were imported at."""
     base: dict[str, int] = {}
     types = dict(zip(graph.input_names, graph.input_types, strict=True))
     for name, _ in iface.inputs:
         t = types.get(name)
         for a in iface.free_axes(name):
             base.setdefault(iface.free_key(name, a), t.shape[a] if t is not None and a < t.rank else 1)
+    return base
+
+
+def _trials(iface: Interface, graph: Graph, extra: Sequence[Mapping[str, int]] = ()) -> list[dict[str, int]]:
+    """Sizes of the free dims to check at: each one above the imported size, then all at distinct larger sizes; for a
+    key/value cache interface the total length is past + sequence there, and :func:`_cache_trials` follow; then the
+    sizes ``extra`` give (:func:`_given_trial`)."""
+    base = _imported(iface, graph)
     cache = iface.cache
     first = {k: v + 1 for k, v in base.items()}
     second = {k: v + 2 + j for j, (k, v) in enumerate(base.items())}
@@ -170,6 +176,7 @@ class SizeCheck:
         self.rtol = DEFAULT_RTOL if rtol is None else rtol
         self.atol = DEFAULT_ATOL if atol is None else atol
         self.trials = _trials(iface, graph, sizes)
+        self.trials.append(_imported(iface, graph))  # the last: only for models graphsub verified otherwise
         self._ref_src = source_for_session(original)
         self._sessions: dict[str, Any] = {}  # "plain" / "as_run": the original without / with ORT's optimizations
         self._feeds: dict[int, dict[str, np.ndarray]] = {}
@@ -209,7 +216,9 @@ class SizeCheck:
             raise got
         return got
 
-    def __call__(self, model: Any) -> list[dict[str, int]]:
+    def __call__(self, model: Any, *, imported: bool = False) -> list[dict[str, int]]:
+        """Check ``model``; ``imported``: at the imported sizes too (a model no other check compared there: a
+        :func:`graphsub.frontends.splice.splice` of a verified candidate)."""
         from graphsub.frontends.ort import make_session, run_session
 
         why = "graphsub computes at the static sizes it imported"
@@ -226,7 +235,7 @@ class SizeCheck:
                  if sorted(ref_names) == sorted(cand_names) else [(n, i, i) for i, n in enumerate(ref_names)])
         checked: list[dict[str, int]] = []
         skipped = ""
-        for k, trial in enumerate(self.trials):
+        for k, trial in enumerate(self.trials if imported else self.trials[:-1]):
             at = ", ".join(f"{n}={v}" for n, v in trial.items())
             try:
                 want = self.want("plain", k)
@@ -293,14 +302,16 @@ def size_check(original: Source | None, graph: Graph, *, input_shapes: Mapping[s
 def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                   graph: Graph | None = None, seed: int = 0, rtol: float | None = None,
                   atol: float | None = None, iface: Interface | None = None,
-                  sizes: Sequence[Mapping[str, int]] = (), checker: SizeCheck | None = None) -> Model:
+                  sizes: Sequence[Mapping[str, int]] = (), checker: SizeCheck | None = None,
+                  imported: bool = False) -> Model:
     """The model to write for ``candidate`` (a ModelProto or serialized bytes, computed from ``original`` imported
     with ``input_shapes``): ``candidate`` itself when the original has no free symbolic dimension (none, or all
     fixed by ``input_shapes``; also when ``original`` is None: a zoo model), else a copy with the original's
     symbolic dims restored, checked at other sizes (:func:`check_other_sizes`; ``graph``: the imported original, whose
     inputs' roles give the random data, imported here when not given; ``iface``: ``interface(original,
     input_shapes)`` when the caller has it; ``sizes``: more sizes to check at, name -> size; ``checker``: a
-    :class:`SizeCheck` of this original made before, which the other arguments of the check then leave). Either way the
+    :class:`SizeCheck` of this original made before, which the other arguments of the check then leave;
+    ``imported``: compare at the imported sizes too, for a candidate not verified there). Either way the
     original's own description (``metadata_props``, ``doc_string``, ``model_version``, ``domain``) is carried over
     (:func:`graphsub.frontends.dims.with_metadata`). Raises VerificationError (exit code 1) when the candidate does
     not keep the dims, naming the ``--input-shape`` options that give a static model."""
@@ -317,7 +328,7 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
 
             graph = from_onnx(as_proto(original), input_shapes=input_shapes)
         checker = SizeCheck(original, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)
-    checked = checker(model)
+    checked = checker(model, imported=imported)
     if checked:
         at = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in checked)
         log.info("kept the symbolic dimension(s) %s of %s (checked against the original at %s)",

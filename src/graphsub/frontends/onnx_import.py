@@ -170,6 +170,9 @@ class _Importer:
         self._next = 0
         self.opaque_reasons: dict[str, int] = {}
         self.initializers: dict[str, onnx.TensorProto] = {}  # by name, as the file has them
+        #: IR node id -> (ONNX node, the ONNX input slot of each IR input, the ONNX output slot of each IR output):
+        #: what :mod:`graphsub.frontends.splice` writes back verbatim where a rewrite left the node as it was
+        self.origin: dict[int, tuple[onnx.NodeProto, tuple[int, ...], tuple[int, ...]]] = {}
 
     # -- arena --------------------------------------------------------------------------
     def add(self, op: str, attrs: Mapping[str, Any], inputs: Sequence[Ref]) -> int:
@@ -286,6 +289,8 @@ class _Importer:
         for j, k in enumerate(slots):
             if node.output[k]:
                 self.env[node.output[k]] = Ref(nid, j)
+        if len(slots) == len(sig.out_types):
+            self.origin[nid] = (node, tuple(imp.inputs), tuple(slots))
         return True
 
     def _add_opaque(self, node: onnx.NodeProto, reason: str) -> None:
@@ -512,12 +517,16 @@ def _from_onnx(
         for reason, count in sorted(imp.opaque_reasons.items()):
             log.info("kept %d node(s) opaque: %s", count, reason)
     try:
-        return Graph.from_arena(
+        g = Graph.from_arena(
             imp.nodes, imp.inputs, outputs, [o.name for o in graph.output], imp.params,
             name=name or _text(graph.name) or "model",
         )
     except GraphsubError as e:
         raise ImportError_(str(e)) from e
+    from graphsub.frontends.splice import Origin, remember
+
+    remember(g, Origin.of(model, order, imp.origin))
+    return g
 
 
 

@@ -54,6 +54,7 @@ class Candidate:
     faster_rounds: float | None = None
     screen_ratio: float | None = None  # original / candidate in the screening round, when there was one
     confirmation: Verdict | None = None  # the decision on it in fresh session groups with an A/A control
+    spliced: bool = False  # its file is its graph written over its base's file (keeps the symbolic dims)
 
     @property
     def confirm_speedup(self) -> float | None:
@@ -82,7 +83,7 @@ class Candidate:
                 "confirm_speedup": self.confirm_speedup,
                 "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
                 "seconds": self.seconds,
-                "substitutions": len(self.steps), "rules": self.rules,
+                "substitutions": len(self.steps), "rules": self.rules, "spliced": self.spliced,
                 "ops": None if self.graph is None else self.graph.num_ops}
 
 

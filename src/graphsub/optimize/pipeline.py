@@ -75,7 +75,7 @@ from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
-from graphsub.optimize.write import both, dims_check
+from graphsub.optimize.write import both, dims_check, import_of
 from graphsub.optimize.write import write_chosen as _write
 from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
@@ -230,7 +230,7 @@ def optimize(
                        spelling=cfg.spelling, provider=cfg.provider, plan=shares, extra=tuple(extra_candidates),
                        config=cfg, target=target, timing_feeds=feeds)
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
-        if res.chosen == "search":
+        if res.chosen == "search" and run.dims is None:
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
     if _interrupted(res) and not _confirmed(res):
         res.decision += "; interrupted: nothing written (only a candidate confirmed faster is written then)"
@@ -436,7 +436,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         run.dims, keeps_dims = dims_check(source, ref, input_shapes=None if st.config is None else
                                           st.config.input_shapes, check_sizes=() if st.config is None else
                                           st.config.check_sizes, seed=st.seeds[0] if st.seeds else 0, rtol=st.rtol,
-                                          atol=st.atol)
+                                          atol=st.atol, bases=lambda name: import_of(name, port, ref))
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
                   also=both(None if st.target is None else st.target.check, keeps_dims))

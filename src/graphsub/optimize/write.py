@@ -8,13 +8,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from graphsub.errors import VerificationError
+from graphsub.errors import GraphsubError, VerificationError
 from graphsub.optimize.result import OptimizeResult
 from graphsub.spec import Shapes
 
 if TYPE_CHECKING:
+    from graphsub.frontends.dims import Interface
     from graphsub.ir.graph import Graph
-    from graphsub.optimize.candidates import Candidate
+    from graphsub.optimize.candidates import Candidate, Portfolio
     from graphsub.symbolic import SizeCheck
 
 
@@ -57,12 +58,16 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
 
 
 def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | None,
-               check_sizes: Sequence[Mapping[str, int]], seed: int, rtol: float,
-               atol: float) -> tuple[SizeCheck | None, Callable[[Candidate], str | None] | None]:
+               check_sizes: Sequence[Mapping[str, int]], seed: int, rtol: float, atol: float,
+               bases: Callable[[str], Graph | None] = lambda name: None,
+               ) -> tuple[SizeCheck | None, Callable[[Candidate], str | None] | None]:
     """The check every portfolio candidate of an input file with free symbolic dimensions passes before it is timed
     (what :func:`write_chosen` checks before writing, :func:`graphsub.symbolic.keep_symbolic`), so that a candidate
     that does not keep them (graphsub's own, computed at the imported sizes) is never chosen over one that does (a
     peer's); a candidate that passes gets its symbolic dims back, so that what is timed is what would be written.
+    A candidate graph of graphsub's that does not keep them is written again over the model it was made from
+    (:func:`graphsub.frontends.splice.splice`; ``bases``: a candidate's base graph by name, an ONNX import) and
+    checked again, at the imported sizes too; when that passes, it is the candidate.
     Returns the :class:`~graphsub.symbolic.SizeCheck` and the check (None, None: nothing to check)."""
     from graphsub.symbolic import keep_symbolic, size_check
 
@@ -71,16 +76,58 @@ def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | N
     if checker is None:
         return None, None
 
+    path = source if isinstance(source, str) else None
+
     def check(c: Candidate) -> str | None:
         try:
-            kept = keep_symbolic(source if isinstance(source, str) else None, c.data, input_shapes=input_shapes,
-                                 iface=checker.iface, checker=checker)
+            kept = keep_symbolic(path, c.data, input_shapes=input_shapes, iface=checker.iface, checker=checker)
         except VerificationError as e:
-            return str(e)
+            spliced = _spliced(c, bases, checker.iface)
+            if spliced is None:
+                return str(e)
+            try:
+                kept = keep_symbolic(path, spliced, input_shapes=input_shapes, iface=checker.iface, checker=checker,
+                                     imported=True)
+            except VerificationError:
+                return str(e)
+            c.spliced = True
         c.data = kept if isinstance(kept, bytes) else kept.SerializeToString()
         return None
 
     return checker, check
+
+
+def _spliced(c: Candidate, bases: Callable[[str], Graph | None], iface: Interface) -> bytes | None:
+    """Candidate ``c``'s graph written over the ONNX model its base was imported from, with the dims of ``iface``
+    (:func:`graphsub.frontends.splice.splice_symbolic`); None when it cannot be."""
+    from graphsub.frontends.splice import splice_symbolic
+
+    base = bases(c.base)
+    if c.graph is None or base is None:
+        return None
+    try:
+        model = splice_symbolic(c.graph, base, iface)
+    except GraphsubError:
+        return None
+    return None if model is None else model.SerializeToString()
+
+
+def import_of(name: str, portfolio: Portfolio, original: Graph) -> Graph | None:
+    """The ONNX import candidate ``name`` was made from: ``original`` for the original, a peer's import for a peer's
+    output, and for a candidate made from another candidate, that one's (graphsub's edits keep node ids, so a
+    candidate two searches away from an import is still written over it by :func:`_spliced`)."""
+    from graphsub.frontends.splice import origin_of
+    from graphsub.optimize.candidates import ORIGINAL
+
+    by_name = {c.name: c for c in portfolio.candidates}
+    seen: set[str] = set()
+    while name != ORIGINAL and name in by_name and name not in seen:
+        seen.add(name)
+        c = by_name[name]
+        if c.graph is not None and origin_of(c.graph) is not None:
+            return c.graph
+        name = c.base
+    return original if name == ORIGINAL else None
 
 
 def both(*checks: Callable[[Candidate], str | None] | None) -> Callable[[Candidate], str | None] | None:
@@ -106,4 +153,4 @@ def overridable_note(n: int) -> str:
             "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
 
 
-__all__ = ["both", "dims_check", "overridable_note", "write_chosen"]
+__all__ = ["both", "dims_check", "import_of", "overridable_note", "write_chosen"]
