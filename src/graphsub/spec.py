@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -85,8 +86,11 @@ class ModelSpec:
     def zoo_kwargs(self) -> dict[str, Any]:
         return dict(self.kwargs) if self.kind == "zoo" else {}
 
-    def load(self, input_shapes: Shapes | None = None) -> Graph:
-        """The graph of a zoo model or an ONNX file (``input_shapes`` fix symbolic input dims of a file).
+    def load(self, input_shapes: Shapes | None = None, sizes: Mapping[str, int] | None = None,
+             generic: bool = False) -> Graph:
+        """The graph of a zoo model or an ONNX file (``input_shapes`` fix symbolic input dims of a file; ``sizes``:
+        what the free ones are imported at, by name, where not at 1; ``generic``: the others at distinct sizes that
+        are never 1, :func:`graphsub.frontends.dims.import_sizes`).
 
         Raises :class:`~graphsub.errors.GraphsubError` subclasses for bad input (unknown zoo name or
         parameter, unreadable file); a module spec raises ImportError_ (it needs example inputs: use
@@ -108,7 +112,7 @@ class ModelSpec:
                                f"{', '.join(zoo.MODELS)}")
         from graphsub.frontends.onnx_io import load
 
-        return load(self.name, input_shapes=input_shapes)
+        return load(self.name, input_shapes=input_shapes, sizes=sizes, generic=generic)
 
     def load_module(self) -> Any:
         """An instance of the module class of a ``FILE.py:ClassName`` spec (constructed without

@@ -68,8 +68,19 @@ ShapeOpt = Annotated[
     typer.Option(
         "--input-shape",
         help="Static shape for an input with symbolic dims, NAME=1x3x224x224 (repeatable). "
-        "Unspecified symbolic dims are imported at 1 and stay symbolic in the written model (checked at other "
-        "sizes; where a rewrite or the import baked the size in, nothing is written: give the shape here).",
+        "Unspecified symbolic dims stay symbolic in the written model (checked at other sizes; where a rewrite or "
+        "the import baked the size in, nothing is written: give the shape here); they are imported at 1, by "
+        "optimize at --sizes.",
+    ),
+]
+SizesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sizes",
+        help="The sizes the input's free symbolic dims are searched and timed at, NAME=N,NAME=N (e.g. "
+        "batch_size=1,sequence_length=128); the output keeps them symbolic. A dim left out is imported at a "
+        "distinct size of 2, 3, 5, 7, ... (never 1, so that no rewrite relies on a size that varies); a key/value "
+        "cache's total length is past + sequence.",
     ),
 ]
 CheckSizesOpt = Annotated[
@@ -149,7 +160,7 @@ def parse_shapes(specs: list[str] | None) -> Shapes:
     return shapes
 
 
-def parse_check_sizes(specs: list[str] | None) -> list[dict[str, int]]:
+def parse_check_sizes(specs: list[str] | None, option: str = "--check-sizes") -> list[dict[str, int]]:
     """``["b=1,s=7"]`` -> ``[{"b": 1, "s": 7}]``; a malformed spec (or a negative size) is a usage error."""
     out: list[dict[str, int]] = []
     for spec in specs or []:
@@ -157,7 +168,7 @@ def parse_check_sizes(specs: list[str] | None) -> list[dict[str, int]]:
         for part in spec.split(","):
             name, sep, size = part.strip().partition("=")
             if not sep or not name.strip() or not size.strip().isdigit():
-                raise typer.BadParameter(f"expected NAME=N,NAME=N, got {spec!r}", param_hint="--check-sizes")
+                raise typer.BadParameter(f"expected NAME=N,NAME=N, got {spec!r}", param_hint=option)
             sizes[name.strip()] = int(size)
         out.append(sizes)
     return out
@@ -246,6 +257,6 @@ def split_list(text: str | None) -> list[str] | None:
     return None if text is None else [p.strip() for p in text.split(",") if p.strip()]
 
 
-__all__ = ["CheckSizesOpt", "Exit", "JsonOpt", "ModelArg", "SeedOpt", "ShapeOpt", "check_names", "confirm_output",
-           "describe_dims", "err", "exits", "fail", "load_graph", "log", "out", "parse_check_sizes", "parse_shapes",
-           "parse_spec", "print_sequence", "split_list", "wide", "write_graph"]
+__all__ = ["CheckSizesOpt", "Exit", "JsonOpt", "ModelArg", "SeedOpt", "ShapeOpt", "SizesOpt", "check_names",
+           "confirm_output", "describe_dims", "err", "exits", "fail", "load_graph", "log", "out", "parse_check_sizes",
+           "parse_shapes", "parse_spec", "print_sequence", "split_list", "wide", "write_graph"]

@@ -20,6 +20,7 @@ from graphsub.cli.common import (
     JsonOpt,
     SeedOpt,
     ShapeOpt,
+    SizesOpt,
     check_names,
     confirm_output,
     err,
@@ -46,20 +47,21 @@ PHASES = {"load": "loading", "cleanup": "cleaning up", "search": "searching",
 
 
 def _checked_sizes(spec: ModelSpec, shapes: dict[str, tuple[int, ...]], sizes: list[dict[str, int]],
-                   as_json: bool) -> list[dict[str, int]]:
-    """``--check-sizes`` once each name is a free symbolic dim of the ONNX file's inputs (else exit 2)."""
+                   as_json: bool, option: str = "--check-sizes") -> list[dict[str, int]]:
+    """``--check-sizes`` (or ``--sizes``: ``option``) once each name is a free symbolic dim of the ONNX file's inputs
+    (else exit 2)."""
     if not sizes:
         return sizes
     from graphsub.frontends.dims import interface
     from graphsub.symbolic import unknown_dims
 
     if spec.kind != "onnx":
-        fail(Exit.USAGE, "--check-sizes applies to an ONNX file's symbolic dims only", as_json)
+        fail(Exit.USAGE, f"{option} applies to an ONNX file's symbolic dims only", as_json)
     with exits(as_json):
         iface = interface(spec.name, shapes)
     unknown = unknown_dims(iface, sizes)
     if unknown:
-        fail(Exit.USAGE, f"--check-sizes names {unknown}: not a free symbolic dimension of the model's inputs "
+        fail(Exit.USAGE, f"{option} names {unknown}: not a free symbolic dimension of the model's inputs "
                          f"({', '.join(iface.free) or 'none'})", as_json)
     return sizes
 
@@ -186,6 +188,7 @@ def optimize_cmd(
                                                                       "the model is not written.")] = None,
     input_shape: ShapeOpt = None,
     check_sizes: CheckSizesOpt = None,
+    dim_sizes: SizesOpt = None,
     seed: SeedOpt = 0,
     as_json: JsonOpt = False,
 ) -> None:
@@ -243,9 +246,12 @@ def optimize_cmd(
     verified so far; a candidate is written only if it was confirmed faster, otherwise nothing is
     written) and exits 130 after printing the result; a second one aborts at once.
 
-    Symbolic dims of the input that --input-shape leaves free are imported at 1 and stay symbolic in the output,
-    which is checked against the input at other sizes (two larger ones, --check-sizes, and a decoder's with a
-    key/value cache: see --check-sizes); a candidate that does not keep them gives way to the original (noted).
+    Symbolic dims of the input that --input-shape leaves free stay symbolic in the output; they are searched and
+    timed at --sizes (by default at distinct sizes 2, 3, 5, ...: never 1). Every candidate is checked against the
+    input at other sizes (two larger ones, --check-sizes, and a decoder's with a key/value cache: see
+    --check-sizes) before it is timed; one of graphsub's that loses them is written again over the input's own
+    nodes (its shape arithmetic runs again) and checked again; one that still does not keep them is dropped
+    (noted).
 
     Exit codes: 0 written (optimized, or the original by design); 1 not verified, nothing written;
 
@@ -265,6 +271,8 @@ def optimize_cmd(
         _check_training(loss, batchnorm, as_json)
     shapes = parse_shapes(input_shape)
     sizes = _checked_sizes(spec, shapes, parse_check_sizes(check_sizes), as_json)
+    at = _checked_sizes(spec, shapes, parse_check_sizes([dim_sizes] if dim_sizes else [], "--sizes"), as_json,
+                        "--sizes")
     from graphsub.cli import train_module
 
     pytorch_route = train_module.torch_route(training, spec, output)
@@ -280,7 +288,7 @@ def optimize_cmd(
                          started=started, seeds=seeds, threads=threads, keep_slower=keep_slower,
                          min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
                          ort_search_s=ort_search_budget, spelling=spelling, cleanup=cleanup, provider=provider,
-                         input_shapes=shapes, check_sizes=sizes)
+                         input_shapes=shapes, check_sizes=sizes, sizes=at[0] if at else None)
     # the bar's total: the file's size stands for the weights' (the library scales by the weights once loaded)
     size = os.path.getsize(spec.name) if spec.kind == "onnx" and os.path.isfile(spec.name) else 0
     shown = scaled_time_s(budget, per_gb_s, size) or budget

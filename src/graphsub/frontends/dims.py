@@ -202,6 +202,34 @@ def interface(original: Source, input_shapes: Mapping[str, Sequence[int]] | None
     )
 
 
+#: the sizes free symbolic dims are imported at by ``optimize`` unless ``--sizes`` says otherwise, in declaration
+#: order: distinct and never 1, so that no rewrite relies on a size that varies (a transpose of unit dims read as a
+#: reshape, a broadcast of a 1) and every symbolic size can be told from the others when a reshape target is
+#: rewritten in symbols (:func:`graphsub.frontends.splice.resymbolize`)
+GENERIC_SIZES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47)
+
+
+def import_sizes(iface: Interface, given: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The size each free named symbolic dim of ``iface`` is imported at: ``given`` (name -> size), else the next of
+    :data:`GENERIC_SIZES` (a key/value cache's total length is left out: it is past + sequence).  A name in
+    ``given`` that is not a free symbolic dim raises ValueError.
+
+    >>> from graphsub.frontends.dims import Interface
+    >>> iface = Interface(inputs=(("ids", ("batch", "seq")), ("mask", ("batch", "seq"))), outputs=())
+    >>> import_sizes(iface), import_sizes(iface, {"seq": 128})
+    ({'batch': 2, 'seq': 3}, {'batch': 2, 'seq': 128})
+    """
+    given = dict(given or {})
+    unknown = ", ".join(repr(n) for n in given if n not in iface.free)
+    if unknown:
+        raise ValueError(f"sizes name {unknown}, not a free symbolic dimension of the model's inputs "
+                         f"({', '.join(iface.free) or 'none'})")
+    cache = iface.cache
+    names = [n for n in iface.free if "[" not in n and not (cache is not None and n == cache.total)]
+    generic = iter(GENERIC_SIZES)
+    return {n: given[n] if n in given else next(generic, 2) for n in names}
+
+
 def overridable_inputs(graph: onnx.GraphProto) -> tuple[str, ...]:
     """The initializers ``graph`` also lists as inputs, in input order (a caller may feed them, overriding the stored
     value; models of IR version < 4 had to list every weight so)."""
@@ -314,5 +342,6 @@ def display_name(original: Source) -> str:
     return Path(os.fspath(original)).name if isinstance(original, str | os.PathLike) else "the model"
 
 
-__all__ = ["Dim", "Interface", "Metadata", "Model", "Source", "as_candidate", "as_proto", "bound_params", "declared",
-           "display_name", "interface", "restore", "restored", "source_for_session", "with_metadata"]
+__all__ = ["GENERIC_SIZES", "Dim", "Interface", "Metadata", "Model", "Source", "as_candidate", "as_proto",
+           "bound_params", "declared", "display_name", "import_sizes", "interface", "restore", "restored",
+           "source_for_session", "with_metadata"]

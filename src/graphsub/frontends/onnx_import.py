@@ -421,14 +421,16 @@ def from_onnx(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     default_dim: int | None = 1,
     name: str | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> Graph:
-    """Convert an ONNX model into a :class:`Graph` (see the module docstring).
+    """Convert an ONNX model into a :class:`Graph` (see the module docstring); ``sizes``: the sizes free symbolic
+    dims (by ``dim_param`` name) are imported at, where not ``default_dim``.
 
     Every problem with the model raises ImportError_ naming the node or value (never another exception type):
     hostile files (duplicate tensor definitions, cycles, dimensions no machine can allocate, malformed
     attributes) are refused here, before anything is allocated or run."""
     try:
-        return _from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name)
+        return _from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name, sizes=sizes)
     except ImportError_:
         raise
     except GraphsubError as e:
@@ -445,6 +447,7 @@ def _from_onnx(
     input_shapes: Mapping[str, Sequence[int]] | None,
     default_dim: int | None,
     name: str | None,
+    sizes: Mapping[str, int] | None = None,
 ) -> Graph:
     if not isinstance(model, onnx.ModelProto) or not model.HasField("graph"):
         raise ImportError_("not an ONNX model: no graph")
@@ -475,7 +478,7 @@ def _from_onnx(
         opset = MIN_OPSET
     graph = model.graph
     check_single_definitions(graph)
-    static = static_inputs(graph, input_shapes or {}, default_dim)
+    static = static_inputs(graph, input_shapes or {}, default_dim, sizes)
     order = topological_nodes(graph)
     inferred, declared_only = infer_types(model, static)
     inferred.update(static)

@@ -77,12 +77,21 @@ def load(
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     default_dim: int | None = 1,
+    sizes: Mapping[str, int] | None = None,
+    generic: bool = False,
 ) -> Graph:
-    """Load an ONNX file into a Graph (weights with data)."""
+    """Load an ONNX file into a Graph (weights with data); ``sizes``: what free symbolic dims are imported at, by
+    name; ``generic``: the ones it leaves out at distinct sizes that are never 1
+    (:func:`graphsub.frontends.dims.import_sizes`; a name that is not a free dim raises ValueError)."""
     model = read_model(path)
+    if generic:
+        from graphsub.frontends.dims import import_sizes, interface
+
+        sizes = import_sizes(interface(model, input_shapes), sizes)
     raw: str | bytes = model.graph.name  # bytes when it is not valid UTF-8 (a damaged file)
     name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name or Path(path).stem)
+    return from_onnx(model, input_shapes=input_shapes, default_dim=default_dim, name=name or Path(path).stem,
+                     sizes=sizes)
 
 
 def to_onnx(

@@ -57,13 +57,18 @@ def _derived_sizes(graph: onnx.GraphProto, bound: Mapping[str, int], default_dim
 
 
 def static_inputs(
-    graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]], default_dim: int | None
+    graph: onnx.GraphProto, input_shapes: Mapping[str, Sequence[int]], default_dim: int | None,
+    sizes: Mapping[str, int] | None = None,
 ) -> dict[str, TensorType]:
+    """The static type of each graph input: ``input_shapes`` fix inputs (and the dim names they size, in every
+    input); a symbolic dim that stays free is imported at its size in ``sizes`` (by ``dim_param`` name), else at
+    ``default_dim`` (None: an error); a cache's total length is past + sequence."""
     from graphsub.frontends.dims import bound_params
 
     init_names = {t.name for t in graph.initializer}
     bound = bound_params(graph, input_shapes)  # a name --input-shape gives a size has it in every input
-    derived = _derived_sizes(graph, bound, default_dim)
+    sizes = {k: v for k, v in (sizes or {}).items() if k not in bound}
+    derived = _derived_sizes(graph, {**sizes, **bound}, default_dim)
     out: dict[str, TensorType] = {}
     for vi in graph.input:
         if vi.name in init_names:
@@ -89,32 +94,33 @@ def static_inputs(
             if not tt.HasField("shape"):
                 raise ImportError_(f"graph input {vi.name!r} has no shape; pass input_shapes")
             dims: list[int] = []
-            symbolic = []
+            symbolic: list[str] = []  # the free dims, each as NAME=SIZE
             for d in tt.shape.dim:
                 if d.HasField("dim_value"):
                     dims.append(d.dim_value)
-                elif d.dim_param and d.dim_param in bound:
+                    continue
+                if d.dim_param and d.dim_param in bound:
                     dims.append(bound[d.dim_param])
-                elif d.dim_param in derived:  # a cache's total length: past + sequence, or the model cannot run
-                    symbolic.append(d.dim_param)
+                    continue
+                if d.dim_param in derived:  # a cache's total length: past + sequence, or the model cannot run
                     dims.append(derived[d.dim_param])
+                elif d.dim_param and d.dim_param in sizes:
+                    dims.append(sizes[d.dim_param])
                 else:
-                    symbolic.append(d.dim_param or "?")
-                    if default_dim is None:
-                        dims.append(-1)
-                    else:
-                        dims.append(default_dim)
+                    dims.append(-1 if default_dim is None else default_dim)
+                symbolic.append(f"{d.dim_param or '?'}={dims[-1]}")
             if symbolic and default_dim is None:
+                names = [x.rpartition("=")[0] for x in symbolic]
                 raise ImportError_(
-                    f"graph input {vi.name!r} has symbolic dimensions {symbolic}; give static shapes "
+                    f"graph input {vi.name!r} has symbolic dimensions {names}; give static shapes "
                     f"(e.g. --input-shape {vi.name}=1x3x224x224)"
                 )
             if symbolic:
+                total = [n for n in derived if any(x.startswith(f"{n}=") for x in symbolic)]
                 log.warning(
-                    "input %r: symbolic dimension(s) %s set to %d%s (use --input-shape to choose); written models "
-                    "keep them symbolic where they can",
-                    vi.name, symbolic, default_dim,
-                    "".join(f", {n} to {derived[n]} (past + sequence)" for n in symbolic if n in derived),
+                    "input %r: symbolic dimension(s) imported at %s%s (optimize --sizes NAME=N chooses them; "
+                    "--input-shape makes them static); written models keep them symbolic where they can",
+                    vi.name, ", ".join(symbolic), "".join(f"; {n} = past + sequence" for n in total),
                 )
             shape = tuple(dims)
         if any(s <= 0 for s in shape) and shape:

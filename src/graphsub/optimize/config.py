@@ -78,6 +78,10 @@ class OptimizeConfig:
     #: more sizes of the input file's free symbolic dims (name -> size) at which the written model is checked against
     #: it (besides two larger sizes and, with a key/value cache, the decoding sizes: :mod:`graphsub.symbolic`)
     check_sizes: Sequence[Mapping[str, int]] = ()
+    #: the sizes the input file's free symbolic dims are imported, searched and timed at (name -> size; the output
+    #: keeps them symbolic); a free dim left out is imported at a distinct size of
+    #: :data:`graphsub.frontends.dims.GENERIC_SIZES` (2, 3, 5, ...: never 1)
+    sizes: Mapping[str, int] | None = None
     rtol: float = 1e-4
     atol: float = 1e-5
     peers: str | Sequence[str] = "auto"

@@ -116,12 +116,15 @@ class _Run:
             self.timings[key] = self.timers.clock() - t
 
 
-def load_input(model: str | os.PathLike[str] | Graph, input_shapes: Shapes | None = None) -> tuple[str, Graph]:
-    """``(name, graph)`` for a Graph or a model spec (see :mod:`graphsub.spec`)."""
+def load_input(model: str | os.PathLike[str] | Graph, input_shapes: Shapes | None = None,
+               sizes: Mapping[str, int] | None = None) -> tuple[str, Graph]:
+    """``(name, graph)`` for a Graph or a model spec (see :mod:`graphsub.spec`); an ONNX file's free symbolic dims
+    are imported at ``sizes`` and, where it leaves them out, at distinct sizes that are never 1
+    (:func:`graphsub.frontends.dims.import_sizes`)."""
     if isinstance(model, Graph):
         return model.name, model
     spec = ModelSpec.parse(model)
-    return spec.text, spec.load(input_shapes)
+    return spec.text, spec.load(input_shapes, sizes=sizes, generic=spec.kind == "onnx")
 
 
 def optimize(
@@ -192,7 +195,7 @@ def optimize(
         check_output(spec, output)
     _check_sizes_named(spec, cfg)
     with run.step("load", "load_s"):
-        name, graph = load_input(model, cfg.input_shapes)
+        name, graph = load_input(model, cfg.input_shapes, cfg.sizes)
         rule_list = resolve_rules(cfg.rules)
         cm = _cost_model(cfg.cost, threads)
     run_s = _run_s(cfg, spec, graph, target, threads)

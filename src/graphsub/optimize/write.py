@@ -39,6 +39,11 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
                                    graph=res.original, seed=res.seeds[0] if res.seeds else 0, iface=iface,
                                    sizes=check_sizes, checker=checker)
         except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
+            spliced = _written_over(res, source, input_shapes, check_sizes, checker)
+            if spliced is not None:
+                write_bytes(spliced, output)
+                res.written = os.fspath(output)
+                return
             res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
             res.decision = (f"kept the original: {res.chosen or 'the optimized model'} does not keep the input's "
                             "symbolic dimensions (see the notes; --input-shape gives a model with static shapes)")
@@ -55,6 +60,29 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
     else:
         write_original(source, output)
     res.written = os.fspath(output)
+
+
+def _written_over(res: OptimizeResult, source: bytes | str, input_shapes: Shapes | None,
+                  check_sizes: Sequence[Mapping[str, int]], checker: SizeCheck | None) -> bytes | None:
+    """The optimized graph written over the input file (:func:`graphsub.frontends.splice.splice_symbolic`) when that
+    keeps the input's symbolic dims (checked at other sizes and at the imported ones), else None."""
+    from graphsub.frontends.dims import interface
+    from graphsub.frontends.splice import splice_symbolic
+    from graphsub.symbolic import keep_symbolic
+
+    if not isinstance(source, str) or res.optimized is res.original:
+        return None
+    iface = interface(source, input_shapes)
+    try:
+        model = splice_symbolic(res.optimized, res.original, iface)
+        if model is None:
+            return None
+        kept = keep_symbolic(source, model.SerializeToString(), input_shapes=input_shapes, graph=res.original,
+                             seed=res.seeds[0] if res.seeds else 0, iface=iface, sizes=check_sizes, checker=checker,
+                             imported=True)
+    except GraphsubError:
+        return None
+    return kept if isinstance(kept, bytes) else kept.SerializeToString()
 
 
 def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | None,
