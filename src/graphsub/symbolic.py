@@ -105,6 +105,27 @@ def _given_trial(iface: Interface, base: Mapping[str, int], given: Mapping[str, 
     return sizes
 
 
+#: the key/value cache length a decoder's candidates are timed at by default (:func:`decode_feeds`)
+DECODE_PAST = 128
+
+
+def decode_feeds(original: Source, graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
+                 seed: int = 0, past: int = DECODE_PAST) -> tuple[dict[str, np.ndarray], str] | None:
+    """Inputs of one decode step -- batch 1, sequence 1, a ``past``-long cache, an attention mask of ones -- for an
+    ONNX decoder with a key/value cache (:func:`graphsub.frontends.cache.cache_dims`) whose cache dims are free, and
+    a line saying so; None for any other model.  ``optimize`` times a decoder's candidates there by default: the
+    step generation repeats, where the imported sizes (never 1) would time a short prefill instead."""
+    iface = interface(original, input_shapes)
+    cache = iface.cache
+    if cache is None or not {cache.sequence, cache.past} <= set(iface.free):
+        return None
+    base = _imported(iface, graph)
+    step = cache.derived({**cache.sizes(1, 1, past), **iface.bound})
+    sizes = {k: step.get(k, v) for k, v in base.items()}
+    at = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    return _feeds(iface, graph, sizes, seed), f"timing: at a decode step ({at}; --sizes times at others)"
+
+
 def unknown_dims(iface: Interface, sizes: Sequence[Mapping[str, int]]) -> str:
     """The names in ``sizes`` that are not free symbolic dimensions of ``iface`` ("" when none), quoted.
 
@@ -336,4 +357,5 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     return as_candidate(model, candidate)
 
 
-__all__ = ["SizeCheck", "check_other_sizes", "keep_symbolic", "size_check", "unknown_dims"]
+__all__ = ["DECODE_PAST", "SizeCheck", "check_other_sizes", "decode_feeds", "keep_symbolic", "size_check",
+           "unknown_dims"]

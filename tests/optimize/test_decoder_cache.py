@@ -191,3 +191,29 @@ def test_optimize_refuses_unknown_check_sizes_before_any_work(tmp_path: Path) ->
     with pytest.raises(ValueError, match="'bogus'"):
         optimize(str(src), output=tmp_path / "o.onnx", check_sizes=[{"bogus": 2}], **FAST)  # type: ignore[arg-type]
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_decoder_is_timed_at_a_decode_step_and_imported_at_sizes_that_are_not_one(
+        tmp_path: Path, fake_timing: Callable[..., None]) -> None:
+    """``optimize`` imports a decoder's free dims at distinct sizes that are never 1 (so that no rewrite relies on a
+    length that varies) and times its candidates at a decode step (batch 1, sequence 1, a 128-long cache), where
+    generation spends its time (:func:`graphsub.symbolic.decode_feeds`); ``--sizes`` times where it says."""
+    from graphsub.frontends.onnx_io import load
+    from graphsub.symbolic import DECODE_PAST, decode_feeds
+
+    src = tmp_path / "dec.onnx"
+    onnx.save(_cache_model(), src)
+    g = load(src, generic=True)
+    shapes = dict(zip(g.input_names, (t.shape for t in g.input_types), strict=True))
+    assert shapes["input_ids"] == (2, 3) and shapes["past.0.key"][2] == 5 and shapes["attention_mask"] == (2, 8)
+    step = decode_feeds(str(src), g)
+    assert step is not None and "past=128" in step[1]
+    feeds = step[0]
+    assert feeds["input_ids"].shape == (1, 1) and feeds["past.0.key"].shape[2] == DECODE_PAST
+    assert feeds["attention_mask"].shape == (1, DECODE_PAST + 1) and (feeds["attention_mask"] == 1).all()
+    assert decode_feeds(str(src), g, {"input_ids": (1, 1), "attention_mask": (1, 6), "past.0.key": (1, 1, 5, 4)}
+                        ) is None  # the user fixed the lengths: nothing free to time at
+    res = optimize(str(src), keep_slower=True, **FAST)  # type: ignore[arg-type]
+    assert any(n.startswith("timing: at a decode step") for n in res.portfolio_notes)
+    sized = optimize(str(src), sizes={"seq": 4}, **FAST)  # type: ignore[arg-type]
+    assert not any("decode step" in n for n in sized.portfolio_notes)

@@ -226,7 +226,8 @@ def optimize(
         chosen_data: Any = exported
     else:
         feeds = (dict(timing_feeds) if timing_feeds is not None else
-                 dict(target.feeds) if target is not None and target.feeds is not None else None)
+                 dict(target.feeds) if target is not None and target.feeds is not None else
+                 _decode_step(spec, cfg, res, run))
         st = _Settings(seed=cfg.seed, seeds=res.seeds, threads=threads, rtol=cfg.rtol, atol=cfg.atol,
                        min_speedup=cfg.min_speedup, keep_slower=cfg.keep_slower, budget_ms=cfg.timing_budget_ms,
                        peers=_peers(cfg) if shares.peers else (), eqsat_s=shares.eqsat_s, on_top_s=shares.on_top_s,
@@ -244,6 +245,20 @@ def optimize(
                 check_reference(source, res.original, res.seeds[0])  # model it rejects is bad input, never passed
             _write(res, output, source, chosen_data, cfg.input_shapes, cfg.check_sizes, run.dims)
     return _finish(res, run)
+
+
+def _decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult, run: _Run) -> dict[str, Any] | None:
+    """A decoder's decode-step inputs to time its candidates on (:func:`graphsub.symbolic.decode_feeds`) when the
+    input is an ONNX file with a key/value cache and ``--sizes`` does not say where to time; None otherwise."""
+    if spec is None or spec.kind != "onnx" or cfg.sizes:
+        return None
+    from graphsub.symbolic import decode_feeds
+
+    step = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=res.seeds[0] if res.seeds else 0)
+    if step is None:
+        return None
+    run.notes.append(step[1])
+    return step[0]
 
 
 def _check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
