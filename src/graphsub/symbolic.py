@@ -50,7 +50,7 @@ from graphsub.ir.graph import Graph
 log = logging.getLogger("graphsub")
 
 
-def _imported(iface: Interface, graph: Graph) -> dict[str, int]:
+def imported_sizes(iface: Interface, graph: Graph) -> dict[str, int]:
     """The sizes the free dims were imported at."""
     base: dict[str, int] = {}
     types = dict(zip(graph.input_names, graph.input_types, strict=True))
@@ -65,7 +65,7 @@ def _trials(iface: Interface, graph: Graph, extra: Sequence[Mapping[str, int]] =
     """Sizes of the free dims to check at: each one above the imported size, then all at distinct larger sizes; for a
     key/value cache interface the total length is past + sequence there, and :func:`_cache_trials` follow; then the
     sizes ``extra`` give (:func:`_given_trial`)."""
-    base = _imported(iface, graph)
+    base = imported_sizes(iface, graph)
     cache = iface.cache
     first = {k: v + 1 for k, v in base.items()}
     second = {k: v + 2 + j for j, (k, v) in enumerate(base.items())}
@@ -119,7 +119,7 @@ def decode_feeds(original: Source, graph: Graph, input_shapes: Mapping[str, Sequ
     cache = iface.cache
     if cache is None or not {cache.sequence, cache.past} <= set(iface.free):
         return None
-    base = _imported(iface, graph)
+    base = imported_sizes(iface, graph)
     step = cache.derived({**cache.sizes(1, 1, past), **iface.bound})
     sizes = {k: step.get(k, v) for k, v in base.items()}
     at = ", ".join(f"{k}={v}" for k, v in sizes.items())
@@ -197,7 +197,7 @@ class SizeCheck:
         self.rtol = DEFAULT_RTOL if rtol is None else rtol
         self.atol = DEFAULT_ATOL if atol is None else atol
         self.trials = _trials(iface, graph, sizes)
-        self.trials.append(_imported(iface, graph))  # the last: only for models graphsub verified otherwise
+        self.trials.append(imported_sizes(iface, graph))  # the last: only for models graphsub verified otherwise
         self._ref_src = source_for_session(original)
         self._sessions: dict[str, Any] = {}  # "plain" / "as_run": the original without / with ORT's optimizations
         self._feeds: dict[int, dict[str, np.ndarray]] = {}
@@ -357,5 +357,5 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     return as_candidate(model, candidate)
 
 
-__all__ = ["DECODE_PAST", "SizeCheck", "check_other_sizes", "decode_feeds", "keep_symbolic", "size_check",
-           "unknown_dims"]
+__all__ = ["DECODE_PAST", "SizeCheck", "check_other_sizes", "decode_feeds", "imported_sizes", "keep_symbolic",
+           "size_check", "unknown_dims"]

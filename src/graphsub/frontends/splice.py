@@ -170,15 +170,36 @@ class _Plan:
                 and self.resolvable(name))
 
 
-def splice(final: Graph, base: Graph) -> onnx.ModelProto | None:
+#: a size in symbols: ``(c, names)`` is ``c`` times the product of the symbolic dims ``names`` (a static size when
+#: ``names`` is empty)
+Expr = tuple[int, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Sized:
+    """What :func:`splice` needs to write sizes in symbols: ``shapes``: IR node id of a reshape or expand -> its
+    target, one :data:`Expr` a dim; ``weights``: names of weights whose shape depends on the sizes (each must be one
+    the file computes, :meth:`_Plan.computed`); ``witnesses``: symbolic dim name -> (graph input, axis) that has it."""
+
+    shapes: Mapping[int, tuple[Expr, ...]]
+    weights: frozenset[str]
+    witnesses: Mapping[str, tuple[str, int]]
+
+
+def splice(final: Graph, base: Graph, sized: Sized | None = None) -> onnx.ModelProto | None:
     """``final`` (a graph derived from ``base`` by edits, ``base`` an import of an ONNX model) written over that
-    model (see the module docstring); None when ``base`` has no :class:`Origin` or no node of it is left."""
+    model (see the module docstring); None when ``base`` has no :class:`Origin` or no node of it is left.
+    ``sized``: the targets of the reshapes and expands the edits made, in symbols, computed from the graph inputs'
+    shapes at run time (None when a weight that depends on the sizes is not one the file computes)."""
     origin = origin_of(base)
     if origin is None:
         return None
     plan = _Plan(final, base, origin)
     if not plan.verbatim and not any(plan.computed(final.nodes[n].sig.attr["name"]) for n in final.weights()):
         return None
+    if sized is not None and not all(plan.computed(w) for w in sized.weights):
+        return None
+    shape_of: dict[str, str] = {}  # symbolic dim -> the 1-element tensor holding it
     o = origin
     taken = ({final.nodes[n].sig.attr["name"] for n in final.leaves.values()} | set(final.output_names)
              | {x for n in o.nodes.node for x in [*n.input, *n.output] if x} | set(o.initializers))
@@ -208,6 +229,11 @@ def splice(final: Graph, base: Graph) -> onnx.ModelProto | None:
             ctx.nodes.append(proto)
             if proto.domain not in _DEFAULT_DOMAINS:
                 ctx.domains.setdefault(proto.domain, dict(o.opsets).get(proto.domain, 1))
+        elif sized is not None and nid in sized.shapes and nid not in plan.verbatim:
+            target = _shape_tensor(ctx, sized.shapes[nid], sized.witnesses, shape_of)
+            out = out_first.get(Ref(nid, 0)) or ctx.fresh("t")
+            names[Ref(nid, 0)] = out
+            ctx.emit("Reshape" if sig.op == "reshape" else "Expand", [names[node.inputs[0]], target], outputs=[out])
         else:
             _export_op(ctx, final, nid, names, out_first)
     leaves.check()
@@ -225,6 +251,33 @@ def splice(final: Graph, base: Graph) -> onnx.ModelProto | None:
     for d, v in ctx.domains.items():
         opsets[d] = max(opsets.get(d, 1), v)
     return make_model(g, [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())], producer_name="graphsub")
+
+
+def _shape_tensor(ctx: ExportCtx, exprs: Sequence[Expr], witnesses: Mapping[str, tuple[str, int]],
+                  shape_of: dict[str, str]) -> str:
+    """An int64 tensor computing the sizes ``exprs`` from the graph inputs' shapes (``Shape`` slices, ``Mul``,
+    ``Concat``); ``shape_of`` caches the slice of each symbolic dim."""
+    pieces: list[str] = []
+    static: list[int] = []
+    for c, syms in exprs:
+        if not syms:
+            static.append(c)
+            continue
+        if static:
+            pieces.append(ctx.const(np.asarray(static, dtype=np.int64), "dims"))
+            static = []
+        t = ""
+        for sym in syms:
+            if sym not in shape_of:
+                name, axis = witnesses[sym]
+                shape_of[sym] = ctx.emit("Shape", [name], {"start": axis, "end": axis + 1})[0]
+            t = shape_of[sym] if not t else ctx.emit("Mul", [t, shape_of[sym]])[0]
+        if c != 1:
+            t = ctx.emit("Mul", [t, ctx.const(np.asarray([c], dtype=np.int64), "dims")])[0]
+        pieces.append(t)
+    if static:
+        pieces.append(ctx.const(np.asarray(static, dtype=np.int64), "dims"))
+    return pieces[0] if len(pieces) == 1 else ctx.emit("Concat", pieces, {"axis": 0})[0]
 
 
 def _emit_chains(ctx: ExportCtx, plan: _Plan, needed: Sequence[str], have: set[str]) -> None:
@@ -391,12 +444,15 @@ def resymbolize(static: onnx.ModelProto, model: onnx.ModelProto, rounds: int = 8
     return out
 
 
-def splice_symbolic(final: Graph, base: Graph, iface: Interface) -> onnx.ModelProto | None:
+def splice_symbolic(final: Graph, base: Graph, iface: Interface, sized: Sized | None = None) -> onnx.ModelProto | None:
     """:func:`splice` with the free symbolic dims of ``iface`` on its inputs and outputs and its own constant
-    reshape targets made symbolic (:func:`resymbolize`); None when it cannot be written so."""
+    reshape targets made symbolic (``sized`` where given, else :func:`resymbolize`); None when it cannot be written
+    so."""
     from graphsub.frontends.dims import restored
 
-    model = splice(final, base)
+    model = splice(final, base, sized)
+    if model is not None and sized is not None:
+        return restored(model, iface)
     if model is None:
         return None
     try:
@@ -405,4 +461,4 @@ def splice_symbolic(final: Graph, base: Graph, iface: Interface) -> onnx.ModelPr
         return None
 
 
-__all__ = ["ORIGIN_KEY", "Origin", "origin_of", "remember", "resymbolize", "splice", "splice_symbolic"]
+__all__ = ["ORIGIN_KEY", "Expr", "Origin", "Sized", "origin_of", "remember", "resymbolize", "splice", "splice_symbolic"]

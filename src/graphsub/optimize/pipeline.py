@@ -75,7 +75,7 @@ from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
-from graphsub.optimize.write import both, dims_check, import_of
+from graphsub.optimize.write import both, dims_check, direct_import, import_of
 from graphsub.optimize.write import write_chosen as _write
 from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
@@ -454,7 +454,8 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
         run.dims, keeps_dims = dims_check(source, ref, input_shapes=None if st.config is None else
                                           st.config.input_shapes, check_sizes=() if st.config is None else
                                           st.config.check_sizes, seed=st.seeds[0] if st.seeds else 0, rtol=st.rtol,
-                                          atol=st.atol, bases=lambda name: import_of(name, port, ref))
+                                          atol=st.atol, bases=lambda name: import_of(name, port, ref),
+                                          direct=lambda name: direct_import(name, port, ref, source))
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
                   also=both(None if st.target is None else st.target.check, keeps_dims))

@@ -88,6 +88,7 @@ def _written_over(res: OptimizeResult, source: bytes | str, input_shapes: Shapes
 def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | None,
                check_sizes: Sequence[Mapping[str, int]], seed: int, rtol: float, atol: float,
                bases: Callable[[str], Graph | None] = lambda name: None,
+               direct: Callable[[str], tuple[Graph, bytes | str] | None] = lambda name: None,
                ) -> tuple[SizeCheck | None, Callable[[Candidate], str | None] | None]:
     """The check every portfolio candidate of an input file with free symbolic dimensions passes before it is timed
     (what :func:`write_chosen` checks before writing, :func:`graphsub.symbolic.keep_symbolic`), so that a candidate
@@ -95,7 +96,10 @@ def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | N
     peer's); a candidate that passes gets its symbolic dims back, so that what is timed is what would be written.
     A candidate graph of graphsub's that does not keep them is written again over the model it was made from
     (:func:`graphsub.frontends.splice.splice`; ``bases``: a candidate's base graph by name, an ONNX import) and
-    checked again, at the imported sizes too; when that passes, it is the candidate.
+    checked again, at the imported sizes too; when that passes, it is the candidate.  The targets of the reshapes
+    and expands it made are written in symbols when its base is an import (``direct``: the import and its file, by
+    name) and its steps replayed on the file imported at other sizes give them (:func:`graphsub.optimize.twin.sized`),
+    else by :func:`graphsub.frontends.splice.resymbolize`.
     Returns the :class:`~graphsub.symbolic.SizeCheck` and the check (None, None: nothing to check)."""
     from graphsub.symbolic import keep_symbolic, size_check
 
@@ -105,24 +109,60 @@ def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | N
         return None, None
 
     path = source if isinstance(source, str) else None
+    again: dict[str, Graph | None] = {}  # a base imported at other sizes, by name
 
     def check(c: Candidate) -> str | None:
         try:
             kept = keep_symbolic(path, c.data, input_shapes=input_shapes, iface=checker.iface, checker=checker)
         except VerificationError as e:
-            spliced = _spliced(c, bases, checker.iface)
-            if spliced is None:
+            for spliced in (_twin(c, direct, checker, input_shapes, again), _spliced(c, bases, checker.iface)):
+                if spliced is None:
+                    continue
+                try:
+                    kept = keep_symbolic(path, spliced, input_shapes=input_shapes, iface=checker.iface,
+                                         checker=checker, imported=True)
+                except VerificationError:
+                    continue
+                c.spliced = True
+                break
+            else:
                 return str(e)
-            try:
-                kept = keep_symbolic(path, spliced, input_shapes=input_shapes, iface=checker.iface, checker=checker,
-                                     imported=True)
-            except VerificationError:
-                return str(e)
-            c.spliced = True
         c.data = kept if isinstance(kept, bytes) else kept.SerializeToString()
         return None
 
     return checker, check
+
+
+def _twin(c: Candidate, direct: Callable[[str], tuple[Graph, bytes | str] | None], checker: SizeCheck,
+          input_shapes: Shapes | None, again: dict[str, Graph | None]) -> bytes | None:
+    """Candidate ``c`` written over its base's file with the targets of its reshapes and expands in symbols
+    (:func:`graphsub.optimize.twin.sized`), or None."""
+    from graphsub.frontends.onnx_import import from_onnx
+    from graphsub.frontends.splice import splice_symbolic
+    from graphsub.optimize.twin import other_sizes, sized
+    from graphsub.symbolic import imported_sizes
+
+    found = direct(c.base)
+    if c.graph is None or found is None or not c.steps:
+        return None
+    base, src = found
+    cache = checker.iface.cache
+    first = {k: v for k, v in imported_sizes(checker.iface, base).items()
+             if "[" not in k and not (cache is not None and k == cache.total)}  # the total is past + sequence
+    second = other_sizes(first)
+    try:
+        if c.base not in again:
+            from graphsub.frontends.dims import as_proto
+
+            again[c.base] = from_onnx(as_proto(src), input_shapes=input_shapes, sizes=second)
+        base_again = again[c.base]
+        got = None if base_again is None else sized(c.graph, c.steps, base, base_again, checker.iface, first,
+                                                     second)
+        model = None if got is None else splice_symbolic(got[0], base, checker.iface, got[1])
+    except GraphsubError:
+        again.setdefault(c.base, None)
+        return None
+    return None if model is None else model.SerializeToString()
 
 
 def _spliced(c: Candidate, bases: Callable[[str], Graph | None], iface: Interface) -> bytes | None:
@@ -138,6 +178,21 @@ def _spliced(c: Candidate, bases: Callable[[str], Graph | None], iface: Interfac
     except GraphsubError:
         return None
     return None if model is None else model.SerializeToString()
+
+
+def direct_import(name: str, portfolio: Portfolio, original: Graph,
+                  source: bytes | str) -> tuple[Graph, bytes | str] | None:
+    """``(graph, file)`` of the import candidate ``name`` is: the original's, or a peer's output's; None for any other
+    candidate (one made from graphsub's own graph)."""
+    from graphsub.frontends.splice import origin_of
+    from graphsub.optimize.candidates import ORIGINAL
+
+    if name == ORIGINAL:
+        return original, source
+    c = next((c for c in portfolio.candidates if c.name == name), None)
+    if c is None or c.graph is None or origin_of(c.graph) is None:
+        return None
+    return c.graph, c.data
 
 
 def import_of(name: str, portfolio: Portfolio, original: Graph) -> Graph | None:
@@ -181,4 +236,4 @@ def overridable_note(n: int) -> str:
             "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
 
 
-__all__ = ["both", "dims_check", "import_of", "overridable_note", "write_chosen"]
+__all__ = ["both", "dims_check", "direct_import", "import_of", "overridable_note", "write_chosen"]
