@@ -107,6 +107,9 @@ def _given_trial(iface: Interface, base: Mapping[str, int], given: Mapping[str, 
 
 #: the key/value cache length a decoder's candidates are timed at by default (:func:`decode_feeds`)
 DECODE_PAST = 128
+#: the long cache a decoder's confirmed candidate must not be slower at (a kernel that wins on short caches can lose
+#: on long ones: onnxruntime's MultiHeadAttention with past/present against the plain attention, 0.82x at 1,024)
+LONG_PAST = 1024
 
 
 def decode_feeds(original: Source, graph: Graph, input_shapes: Mapping[str, Sequence[int]] | None = None, *,
@@ -357,5 +360,5 @@ def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Ma
     return as_candidate(model, candidate)
 
 
-__all__ = ["DECODE_PAST", "SizeCheck", "check_other_sizes", "decode_feeds", "imported_sizes", "keep_symbolic",
-           "size_check", "unknown_dims"]
+__all__ = ["DECODE_PAST", "LONG_PAST", "SizeCheck", "check_other_sizes", "decode_feeds", "imported_sizes",
+           "keep_symbolic", "size_check", "unknown_dims"]

@@ -7,6 +7,7 @@ symbolic dim name and matches the input at the four sizes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -217,3 +218,37 @@ def test_a_decoder_is_timed_at_a_decode_step_and_imported_at_sizes_that_are_not_
     assert any(n.startswith("timing: at a decode step") for n in res.portfolio_notes)
     sized = optimize(str(src), sizes={"seq": 4}, **FAST)  # type: ignore[arg-type]
     assert not any("decode step" in n for n in sized.portfolio_notes)
+
+
+def test_a_candidate_slower_on_a_long_cache_is_not_kept(tmp_path: Path) -> None:
+    """A decoder's candidate confirmed faster at the decode step is measured again on a 1,024-long cache
+    (:data:`graphsub.symbolic.LONG_PAST`) and not kept when it is slower there (onnxruntime's MultiHeadAttention with
+    past/present: faster at 128, 0.82x at 1,024 on the small Llama)."""
+    from graphsub.optimize.timing import using_timers
+    from graphsub.symbolic import LONG_PAST
+    from helpers import fake_timers
+
+    src = tmp_path / "dec.onnx"
+    onnx.save(_cache_model(), src)
+    mine = from_onnx(_cache_model(), sizes={"batch": 2, "seq": 3, "past": 5})
+
+    def ms(model: bytes | str, feeds: object = None) -> float:
+        if isinstance(model, str):
+            return 10.0  # the original, read from its file
+        long = isinstance(feeds, dict) and feeds["past.0.key"].shape[2] == LONG_PAST
+        return 20.0 if long else 5.0
+
+    def confirm(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        v = ms(model, feeds)  # a session's latency depends on the inputs it is timed on
+        return lambda budget_ms: v
+
+    timers = dataclasses.replace(fake_timers(lambda m: ms(m)), confirm=confirm)
+    with using_timers(timers):
+        res = optimize(str(src), extra_candidates=[("mine", mine, ())], **{**FAST, "cleanup": False,
+                                                                            "spelling": False})
+    assert res.kept_original, res.decision
+    assert any("slower on a 1024-long cache" in n for n in res.portfolio_notes), res.portfolio_notes
+    with using_timers(fake_timers(lambda m: ms(m))):  # faster everywhere: kept
+        kept = optimize(str(src), extra_candidates=[("mine", mine, ())], **{**FAST, "cleanup": False,
+                                                                             "spelling": False})
+    assert not kept.kept_original and not any("long cache" in n and "not kept" in n for n in kept.portfolio_notes)

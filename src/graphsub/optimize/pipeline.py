@@ -225,14 +225,16 @@ def optimize(
         res.graph = res.original if res.kept_original else final
         chosen_data: Any = exported
     else:
+        step = (None if timing_feeds is not None or (target is not None and target.feeds is not None) else
+                _decode_step(spec, cfg, res, run))
         feeds = (dict(timing_feeds) if timing_feeds is not None else
                  dict(target.feeds) if target is not None and target.feeds is not None else
-                 _decode_step(spec, cfg, res, run))
+                 None if step is None else step[0])
         st = _Settings(seed=cfg.seed, seeds=res.seeds, threads=threads, rtol=cfg.rtol, atol=cfg.atol,
                        min_speedup=cfg.min_speedup, keep_slower=cfg.keep_slower, budget_ms=cfg.timing_budget_ms,
                        peers=_peers(cfg) if shares.peers else (), eqsat_s=shares.eqsat_s, on_top_s=shares.on_top_s,
                        spelling=cfg.spelling, provider=cfg.provider, plan=shares, extra=tuple(extra_candidates),
-                       config=cfg, target=target, timing_feeds=feeds)
+                       config=cfg, target=target, timing_feeds=feeds, guard=None if step is None else step[1])
         chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
         if res.chosen == "search" and run.dims is None:
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
@@ -247,18 +249,22 @@ def optimize(
     return _finish(res, run)
 
 
-def _decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult, run: _Run) -> dict[str, Any] | None:
-    """A decoder's decode-step inputs to time its candidates on (:func:`graphsub.symbolic.decode_feeds`) when the
-    input is an ONNX file with a key/value cache and ``--sizes`` does not say where to time; None otherwise."""
+def _decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult,
+                 run: _Run) -> tuple[dict[str, Any], tuple[dict[str, Any], str]] | None:
+    """A decoder's decode-step inputs to time its candidates on, and the inputs of a step on a long cache that the
+    one kept must not be slower at (:func:`graphsub.symbolic.decode_feeds`, :data:`~graphsub.symbolic.LONG_PAST`),
+    when the input is an ONNX file with a key/value cache and ``--sizes`` does not say where to time; else None."""
     if spec is None or spec.kind != "onnx" or cfg.sizes:
         return None
-    from graphsub.symbolic import decode_feeds
+    from graphsub.symbolic import LONG_PAST, decode_feeds
 
-    step = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=res.seeds[0] if res.seeds else 0)
-    if step is None:
+    seed = res.seeds[0] if res.seeds else 0
+    step = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=seed)
+    long = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=seed, past=LONG_PAST)
+    if step is None or long is None:
         return None
-    run.notes.append(step[1])
-    return step[0]
+    run.notes.append(step[1] + f"; the one kept is not slower on a {LONG_PAST}-long cache")
+    return step[0], (long[0], f"on a {LONG_PAST}-long cache")
 
 
 def _check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
@@ -413,6 +419,8 @@ class _Settings:
     timing_feeds: dict[str, Any] | None = None
     config: OptimizeConfig | None = None
     target: Target | None = None
+    #: inputs at other sizes a confirmed candidate must not be slower at, and their words (a decoder's long cache)
+    guard: tuple[dict[str, Any], str] | None = None
 
     @property
     def where(self) -> str:

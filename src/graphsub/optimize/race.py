@@ -136,9 +136,31 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
                 port.notes.append(f"{c.name}: confirmation cut to {rounds_.groups} session group(s) by the budget; "
                                   "not confirmed")
                 break
+        if v.faster and st.guard is not None and _slower_elsewhere(port, c, source, st, budget_ms, tm, stop):
+            continue
         if v.faster:
             break
     return cut
+
+
+def _slower_elsewhere(port: Any, c: Any, source: bytes | str, st: _Settings, budget_ms: float, tm: Timers,
+                      stop: Callable[[float], bool]) -> bool:
+    """Whether confirmed candidate ``c`` is slower than the original on ``st.guard``'s inputs (a decoder's step on a
+    long cache), measured and decided as a confirmation is; then its confirmation becomes that verdict (it is not
+    kept) and a note says so."""
+    from graphsub.optimize import portfolio as pf
+
+    assert st.guard is not None
+    feeds, where = st.guard
+    original, candidate = decide.session_makers(source, c.data, feeds, threads=st.threads, provider=st.provider,
+                                                timers=tm)
+    m = decide.measure(original, candidate, budget_ms=budget_ms, clock=tm.clock, stop=stop)
+    v = decide.verdict(m, min_speedup=st.min_speedup)
+    if not v.slower:
+        return False
+    port.notes.append(f"{c.name}: faster at the timed sizes but slower {where} ({v.reason}): not kept")
+    pf.record_confirmation(port, c, v)
+    return True
 
 
 def confirm_each(port: Any, timed: list[Any], target: Target, st: _Settings, deadline: Deadline = NO_DEADLINE,
