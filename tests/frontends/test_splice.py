@@ -100,3 +100,16 @@ def test_dims_check_writes_a_candidate_over_its_import(tmp_path: Path) -> None:
         assert onnx.load_from_string(c.data).graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     lone = Candidate("lone", to_onnx(g2).SerializeToString(), g2, "unknown")
     assert check(lone) is not None and not lone.spliced  # no import to write it over: dropped, as before
+
+
+def test_the_origin_says_whether_dims_were_left_free_and_the_tail_grows_then(tmp_path: Path) -> None:
+    """An import that leaves symbolic dims free says so (:attr:`graphsub.frontends.splice.Origin.free`): its
+    candidates are run at other sizes before they are timed, which the plan's tail then counts
+    (:func:`graphsub.optimize.budget.tail_estimate_s`, ``sizes``)."""
+    from graphsub.optimize.budget import tail_estimate_s
+
+    src = symbolic_reshaped(tmp_path / "m.onnx")
+    free, fixed = load(src), load(src, input_shapes={"x": (2, 8)})
+    assert origin_of(free) is not None and origin_of(free).free  # type: ignore[union-attr]
+    assert origin_of(fixed) is not None and not origin_of(fixed).free  # type: ignore[union-attr]
+    assert tail_estimate_s(free, budget_ms=200.0, sizes=True) > tail_estimate_s(free, budget_ms=200.0)

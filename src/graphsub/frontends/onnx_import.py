@@ -528,7 +528,10 @@ def _from_onnx(
         raise ImportError_(str(e)) from e
     from graphsub.frontends.splice import Origin, remember
 
-    remember(g, Origin.of(model, order, imp.origin))
+    inits = {t.name for t in graph.initializer}
+    free = any(not d.HasField("dim_value") for vi in graph.input if vi.name not in inits
+               and vi.name not in (input_shapes or {}) for d in vi.type.tensor_type.shape.dim)
+    remember(g, Origin.of(model, order, imp.origin, free))
     return g
 
 

@@ -133,10 +133,9 @@ def static_inputs(
     return out
 
 
-def infer_types(model: onnx.ModelProto,
-                 inputs: Mapping[str, TensorType]) -> tuple[dict[str, TensorType], set[str]]:
-    """ONNX shape inference on a light copy (large initializers become typed inputs), and the names of the graph
-    outputs whose type comes from their declaration alone (inference did not give one)."""
+def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for ONNX shape inference: initializers of more than :data:`FOLD_LIMIT` elements become
+    graph inputs of their type (shape inference reads no weight data beyond shape arithmetic's)."""
     skel = onnx.ModelProto()
     skel.CopyFrom(model)
     g = skel.graph
@@ -148,14 +147,23 @@ def infer_types(model: onnx.ModelProto,
         g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     del g.initializer[:]
     g.initializer.extend(keep)
+    return skel
+
+
+def infer_types(model: onnx.ModelProto,
+                 inputs: Mapping[str, TensorType]) -> tuple[dict[str, TensorType], set[str]]:
+    """ONNX shape inference on a light copy (large initializers become typed inputs), and the names of the graph
+    outputs whose type comes from their declaration alone (inference did not give one)."""
+    skel = light_copy(model)
+    g = skel.graph
     init_names = {t.name for t in g.initializer}
     for vi in g.output:  # inferred afresh: a wrong declaration must not become the type of the value
         vi.ClearField("type")
     for vi in g.input:
         if vi.name in inputs and vi.name not in init_names:
-            t = inputs[vi.name]
+            given = inputs[vi.name]
             vi.type.tensor_type.ClearField("shape")
-            for d in t.shape:
+            for d in given.shape:
                 vi.type.tensor_type.shape.dim.add().dim_value = d
     try:
         inferred = onnx.shape_inference.infer_shapes(skel, strict_mode=False, data_prop=True)

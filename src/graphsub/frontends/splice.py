@@ -72,12 +72,14 @@ class Origin:
     small: Mapping[str, onnx.TensorProto]
     initializers: frozenset[str]
     opsets: tuple[tuple[str, int], ...]
+    free: bool = False  # whether the import left symbolic input dims free (the written model keeps them)
 
     @classmethod
     def of(cls, model: onnx.ModelProto, order: Sequence[onnx.NodeProto],
-           imported: Mapping[int, tuple[onnx.NodeProto, tuple[int, ...], tuple[int, ...]]]) -> Origin:
+           imported: Mapping[int, tuple[onnx.NodeProto, tuple[int, ...], tuple[int, ...]]],
+           free: bool = False) -> Origin:
         """The origin of an import of ``model`` whose nodes were ``order`` and whose IR nodes came from
-        ``imported`` (IR node id -> (ONNX node, input slots, output slots))."""
+        ``imported`` (IR node id -> (ONNX node, input slots, output slots)); ``free``: symbolic dims left free."""
         index = {id(n): k for k, n in enumerate(order)}
         nodes = onnx.GraphProto()
         nodes.node.extend(order)
@@ -90,7 +92,7 @@ class Origin:
                 small[t.name] = kept
         return cls(nodes, {nid: (index[id(n)], ins, outs) for nid, (n, ins, outs) in imported.items()},
                    producer, small, frozenset(t.name for t in model.graph.initializer),
-                   tuple((o.domain, o.version) for o in model.opset_import))
+                   tuple((o.domain, o.version) for o in model.opset_import), free)
 
     @property
     def ir_nodes(self) -> frozenset[int]:
@@ -353,7 +355,9 @@ def _reads(node: onnx.NodeProto) -> set[str]:
 def _shapes(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
     """Value name -> dims (an int, a dim_param, or None when unknown) from ONNX shape inference with data
     propagation."""
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    from graphsub.frontends.onnx_types import light_copy
+
+    inferred = onnx.shape_inference.infer_shapes(light_copy(model), data_prop=True)
     out: dict[str, list[int | str | None]] = {}
     for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
         t = vi.type.tensor_type

@@ -135,14 +135,24 @@ def run_estimate_s(graph: Graph) -> float:
     return run_s if run_s < float("inf") else 0.0
 
 
+#: runs of a candidate at other sizes before it is timed (two larger sizes, a cache's four decoding sizes, the
+#: imported ones), each costed as a run at the imported sizes (a prefill of 128 costs more; a decode step less)
+SIZE_RUNS = 8
+#: seconds to write one of graphsub's candidates over the input again (a second import, a replay, a splice)
+SIZE_SPLICE_S = 1.0
+
+
 def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None,
-                    run_s: float | None = None) -> float:
+                    run_s: float | None = None, sizes: bool = False) -> float:
     """What the tail takes on ``graph``'s model, from its size and its run time: verifying and screening
     :data:`TAIL_CANDIDATES` candidates (a session and a few runs each) and confirming the leader
     (:func:`confirm_reserve_s`: ``groups`` session groups, default :data:`~graphsub.optimize.decide.GROUPS`, blocks of
     ``budget_ms`` or one run when a run is longer). On a 110 MB ConvNeXt-T about 47 s; on a 3 MB GRU about 14 s.
     ``run_s``: one run of the model as measured (:func:`measured_run_s`), used where it is longer than the roofline's
     (a training step of ResNet-50 ran 1.1 s where the roofline says 0.1 s, and its leader went unconfirmed).
+    ``sizes``: the input has free symbolic dims, and each candidate is also run at other sizes before it is timed (a
+    session and :data:`SIZE_RUNS` runs; graphsub's own ones written over the input again: measured 22 s for 15
+    candidates of a 30 MB decoder, which left its timing no time before this term).
 
     >>> from graphsub.ir.builder import Builder
     >>> b = Builder()
@@ -156,6 +166,8 @@ def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None
     # verified against the reference, then screened: measured 14 s for 12 candidates of ConvNeXt-T (110 MB, about
     # 0.6 of a session estimate each, the reference's outputs and some sessions being shared)
     candidates = TAIL_CANDIDATES * (0.6 * session + 4 * run_s)
+    if sizes:
+        candidates += TAIL_CANDIDATES * (1.5 * session + SIZE_RUNS * run_s + SIZE_SPLICE_S)
     side_s = max(budget_ms / 1e3, run_s)
     return candidates + _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups)
 
@@ -372,7 +384,7 @@ def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsa
 
 __all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_MIN_S", "MEASURE_RUN_MIN_S",
            "ON_TOP_MIN_S", "PEERS_EST_S", "PEERS_MIN_S", "PER_GB_S", "SEARCH_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S",
-           "SESSION_S_PER_MB", "TAIL_CANDIDATES", "TAIL_MAX_SHARE", "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S",
-           "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan", "confirm_reserve_s", "inference_parts",
-           "measured_run_s", "model_bytes", "plan", "plan_parts", "run_estimate_s", "run_scaled_time_s",
-           "scaled_time_s", "tail_estimate_s", "verify_estimate_s"]
+           "SESSION_S_PER_MB", "SIZE_RUNS", "SIZE_SPLICE_S", "TAIL_CANDIDATES", "TAIL_MAX_SHARE", "TAIL_MIN_S",
+           "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan",
+           "confirm_reserve_s", "inference_parts", "measured_run_s", "model_bytes", "plan", "plan_parts",
+           "run_estimate_s", "run_scaled_time_s", "scaled_time_s", "tail_estimate_s", "verify_estimate_s"]

@@ -73,6 +73,8 @@ from graphsub.optimize.config import (
 )
 from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
+from graphsub.optimize.sizes import check_sizes_named
+from graphsub.optimize.sizes import decode_step as _decode_step
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
 from graphsub.optimize.write import both, dims_check, direct_import, import_of
@@ -193,7 +195,7 @@ def optimize(
     spec = None if isinstance(model, Graph) else ModelSpec.parse(model)
     if output is not None:
         check_output(spec, output)
-    _check_sizes_named(spec, cfg)
+    check_sizes_named(spec, cfg)
     with run.step("load", "load_s"):
         name, graph = load_input(model, cfg.input_shapes, cfg.sizes)
         rule_list = resolve_rules(cfg.rules)
@@ -226,7 +228,7 @@ def optimize(
         chosen_data: Any = exported
     else:
         step = (None if timing_feeds is not None or (target is not None and target.feeds is not None) else
-                _decode_step(spec, cfg, res, run))
+                _decode_step(spec, cfg, res, run.notes))
         feeds = (dict(timing_feeds) if timing_feeds is not None else
                  dict(target.feeds) if target is not None and target.feeds is not None else
                  None if step is None else step[0])
@@ -249,37 +251,13 @@ def optimize(
     return _finish(res, run)
 
 
-def _decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult,
-                 run: _Run) -> tuple[dict[str, Any], tuple[dict[str, Any], str]] | None:
-    """A decoder's decode-step inputs to time its candidates on, and the inputs of a step on a long cache that the
-    one kept must not be slower at (:func:`graphsub.symbolic.decode_feeds`, :data:`~graphsub.symbolic.LONG_PAST`),
-    when the input is an ONNX file with a key/value cache and ``--sizes`` does not say where to time; else None."""
-    if spec is None or spec.kind != "onnx" or cfg.sizes:
-        return None
-    from graphsub.symbolic import LONG_PAST, decode_feeds
+def _free(graph: Graph) -> bool:
+    """Whether ``graph`` is an import of an ONNX file that left symbolic dims free (its candidates are checked at
+    other sizes)."""
+    from graphsub.frontends.splice import origin_of
 
-    seed = res.seeds[0] if res.seeds else 0
-    step = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=seed)
-    long = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=seed, past=LONG_PAST)
-    if step is None or long is None:
-        return None
-    run.notes.append(step[1] + f"; the one kept is not slower on a {LONG_PAST}-long cache")
-    return step[0], (long[0], f"on a {LONG_PAST}-long cache")
-
-
-def _check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
-    """Raise ValueError, before any work, when ``cfg.check_sizes`` names a dim that is not a free symbolic dim of the
-    input file (or the input is not a file)."""
-    if not cfg.check_sizes:
-        return
-    from graphsub.frontends.dims import interface
-    from graphsub.symbolic import unknown_dims
-
-    if spec is None or spec.kind != "onnx":
-        raise ValueError("check_sizes applies to an ONNX file's symbolic dims only")
-    unknown = unknown_dims(interface(spec.name, cfg.input_shapes), cfg.check_sizes)
-    if unknown:
-        raise ValueError(f"check_sizes names {unknown}: not a free symbolic dimension of the model's inputs")
+    origin = origin_of(graph)
+    return origin is not None and origin.free
 
 
 def _cost_model(cost: str, threads: int) -> Any:
@@ -329,7 +307,8 @@ def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None,
     shares = plan_parts(cfg.time_s, run.deadline.remaining(), search_cap=search_budget.time_s,
                         parts=src.parts(planning), portfolio=cfg.measure_latency,
                         verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0,
-                        tail_s=tail_estimate_s(graph, budget_ms=cfg.timing_budget_ms, run_s=run_s)
+                        tail_s=tail_estimate_s(graph, budget_ms=cfg.timing_budget_ms, run_s=run_s,
+                                               sizes=_free(graph))
                         if cfg.time_s is not None
                         and cfg.measure_latency else 0.0)
     if shares.search_s is not None:

@@ -11,12 +11,11 @@ attribute of another op, a weight the rules made) means the candidate cannot be 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, RuleError
 from graphsub.frontends.dims import GENERIC_SIZES, Interface
 from graphsub.frontends.splice import Expr, Sized
 from graphsub.ir.graph import Graph
@@ -58,11 +57,28 @@ def other_sizes(first: Mapping[str, int]) -> dict[str, int]:
     return {n: v + GENERIC_SIZES[(i + 3) % len(GENERIC_SIZES)] for i, (n, v) in enumerate(first.items())}
 
 
-@functools.lru_cache(maxsize=512)
-def _rule(name: str) -> Rule:
-    from graphsub.rules.library import find_rule
+_RULES: dict[str, Rule] = {}
+_LOADED: list[str] = []
 
-    return find_rule(name)
+
+def _rule(name: str) -> Rule:
+    """The library's rule ``name``: the sets are read one by one until it is found (the steps of any source name
+    their rules; reading every set costs seconds, the first few hold the rules searches use)."""
+    from graphsub.rules.library import get_set, set_names
+
+    first = ("default", "cpu", "ort", "attention", "ort-spelling", "rows", "channels-first", "cleanup", "algebra")
+    for s in dict.fromkeys([*(n for n in first if n in set_names()), *set_names()]):
+        if name in _RULES:
+            break
+        if s in _LOADED:
+            continue
+        _LOADED.append(s)
+        for r in get_set(s):
+            _RULES.setdefault(r.name, r)
+    rule = _RULES.get(name)
+    if rule is None:
+        raise RuleError(f"no rule named {name!r}")
+    return rule
 
 
 def sized(final: Graph, steps: Sequence[StepLike], base: Graph, base_again: Graph, iface: Interface,

@@ -1,0 +1,48 @@
+"""The sizes ``optimize`` checks and times an input file's free symbolic dims at, split from
+:mod:`graphsub.optimize.pipeline`: the names ``--check-sizes`` gives checked before any work
+(:func:`check_sizes_named`), and a decoder's decode step to time at (:func:`decode_step`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphsub.optimize.config import OptimizeConfig
+    from graphsub.optimize.result import OptimizeResult
+    from graphsub.spec import ModelSpec
+
+
+def decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult,
+                notes: list[str]) -> tuple[dict[str, Any], tuple[dict[str, Any], str]] | None:
+    """A decoder's decode-step inputs to time its candidates on, and the inputs of a step on a long cache that the
+    one kept must not be slower at (:func:`graphsub.symbolic.decode_feeds`, :data:`~graphsub.symbolic.LONG_PAST`),
+    when the input is an ONNX file with a key/value cache and ``--sizes`` does not say where to time; else None."""
+    if spec is None or spec.kind != "onnx" or cfg.sizes:
+        return None
+    from graphsub.symbolic import LONG_PAST, decode_feeds
+
+    seed = res.seeds[0] if res.seeds else 0
+    step = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=seed)
+    long = decode_feeds(spec.name, res.original, cfg.input_shapes, seed=seed, past=LONG_PAST)
+    if step is None or long is None:
+        return None
+    notes.append(step[1] + f"; the one kept is not slower on a {LONG_PAST}-long cache")
+    return step[0], (long[0], f"on a {LONG_PAST}-long cache")
+
+
+def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
+    """Raise ValueError, before any work, when ``cfg.check_sizes`` names a dim that is not a free symbolic dim of the
+    input file (or the input is not a file)."""
+    if not cfg.check_sizes:
+        return
+    from graphsub.frontends.dims import interface
+    from graphsub.symbolic import unknown_dims
+
+    if spec is None or spec.kind != "onnx":
+        raise ValueError("check_sizes applies to an ONNX file's symbolic dims only")
+    unknown = unknown_dims(interface(spec.name, cfg.input_shapes), cfg.check_sizes)
+    if unknown:
+        raise ValueError(f"check_sizes names {unknown}: not a free symbolic dimension of the model's inputs")
+
+
+__all__ = ["check_sizes_named", "decode_step"]
