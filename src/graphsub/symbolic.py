@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.equivalence import DEFAULT_ATOL, DEFAULT_RTOL, OutputDiff, compare_arrays
-from graphsub.errors import ExecutionError, VerificationError
+from graphsub.errors import ExecutionError, GraphsubError, VerificationError
 from graphsub.frontends.cache import CACHE_SIZES
 from graphsub.frontends.dims import (
     Interface,
@@ -321,6 +321,29 @@ def size_check(original: Source | None, graph: Graph, *, input_shapes: Mapping[s
     if not iface.free:
         return None
     return SizeCheck(original, iface, graph, seed=seed, rtol=rtol, atol=atol, sizes=sizes)
+
+
+def keep_spliced(original: Source, final: Graph, base: Graph, *,
+                 input_shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0,
+                 iface: Interface | None = None, sizes: Sequence[Mapping[str, int]] = (),
+                 checker: SizeCheck | None = None, sized: Any = None) -> Any:
+    """``final`` (derived from ``base``, an import of ``original``) written over ``original``'s own nodes
+    (:func:`graphsub.frontends.splice.splice_symbolic`; ``sized``: its own reshape targets in symbols, a
+    :class:`~graphsub.frontends.splice.Sized`) when that keeps the free symbolic dims -- checked at other sizes and at
+    the imported ones (:func:`keep_symbolic`) --, else None: for a model whose plain export lost them. Returns a
+    ModelProto."""
+    from graphsub.frontends.splice import splice_symbolic
+
+    iface = iface or interface(original, input_shapes)
+    try:
+        model = splice_symbolic(final, base, iface, sized)
+        if model is None:
+            return None
+        kept = keep_symbolic(original, model, input_shapes=input_shapes, graph=base, seed=seed, iface=iface,
+                             sizes=sizes, checker=checker, imported=True)
+    except GraphsubError:
+        return None
+    return kept
 
 
 def keep_symbolic(original: Source | None, candidate: Model, *, input_shapes: Mapping[str, Sequence[int]] | None = None,

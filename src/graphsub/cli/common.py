@@ -68,9 +68,9 @@ ShapeOpt = Annotated[
     typer.Option(
         "--input-shape",
         help="Static shape for an input with symbolic dims, NAME=1x3x224x224 (repeatable). "
-        "Unspecified symbolic dims stay symbolic in the written model (checked at other sizes; where a rewrite or "
-        "the import baked the size in, nothing is written: give the shape here); they are imported at 1, by "
-        "optimize at --sizes.",
+        "Unspecified symbolic dims stay symbolic in the written model (checked at other sizes; a graph whose "
+        "export baked a size in is written over the file's own nodes, and where that fails too nothing is written: "
+        "give the shape here); they are imported at 1, by optimize at --sizes.",
     ),
 ]
 SizesOpt = Annotated[
@@ -203,19 +203,28 @@ def write_graph(graph: Graph, output: Path, as_json: bool, *, seed: int, source:
     """Export ``graph`` (random data for weights without any) and write it atomically, or exit 4.
 
     ``source``: the spec ``graph`` comes from (loaded with ``shapes``; ``original``: its graph, default ``graph``):
-    symbolic dims of its file that ``shapes`` leave free are kept symbolic in the output, or nothing is written and
-    the exit code is 1 (:func:`graphsub.symbolic.keep_symbolic`).  Returns what happened to the symbolic
+    symbolic dims of its file that ``shapes`` leave free are kept symbolic in the output (where the plain export
+    loses them, the graph is written over the file's own nodes, :func:`graphsub.symbolic.keep_spliced`), or nothing
+    is written and the exit code is 1 (:func:`graphsub.symbolic.keep_symbolic`).  Returns what happened to the symbolic
     dims (``{"kept": [...], "fixed": {...}}``), None when the source declares none."""
     from graphsub.data import materialize
     from graphsub.frontends.dims import interface
     from graphsub.frontends.onnx_io import to_onnx, write_model
-    from graphsub.symbolic import keep_symbolic
+    from graphsub.symbolic import keep_spliced, keep_symbolic
 
     path = source.path if source is not None and source.kind == "onnx" else None
     g = materialize(graph, seed)
     with exits(as_json, (VerificationError, Exit.NOT_EQUIVALENT), default=Exit.CANNOT_WRITE):
         iface = interface(path, shapes) if path is not None else None
-        model = keep_symbolic(path, to_onnx(g), input_shapes=shapes, graph=original or g, seed=seed, iface=iface)
+        try:
+            model = keep_symbolic(path, to_onnx(g), input_shapes=shapes, graph=original or g, seed=seed,
+                                  iface=iface)
+        except VerificationError:  # the plain export lost them: written over the file's own nodes, if that keeps them
+            spliced = None if path is None else keep_spliced(path, g, original or graph, input_shapes=shapes,
+                                                             seed=seed, iface=iface)
+            if spliced is None:
+                raise
+            model = spliced
     try:
         write_model(model, output)
     except GraphsubError as e:

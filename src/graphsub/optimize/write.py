@@ -64,25 +64,15 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
 
 def _written_over(res: OptimizeResult, source: bytes | str, input_shapes: Shapes | None,
                   check_sizes: Sequence[Mapping[str, int]], checker: SizeCheck | None) -> bytes | None:
-    """The optimized graph written over the input file (:func:`graphsub.frontends.splice.splice_symbolic`) when that
-    keeps the input's symbolic dims (checked at other sizes and at the imported ones), else None."""
-    from graphsub.frontends.dims import interface
-    from graphsub.frontends.splice import splice_symbolic
-    from graphsub.symbolic import keep_symbolic
+    """The optimized graph written over the input file (:func:`graphsub.symbolic.keep_spliced`) when that keeps the
+    input's symbolic dims, else None."""
+    from graphsub.symbolic import keep_spliced
 
     if not isinstance(source, str) or res.optimized is res.original:
         return None
-    iface = interface(source, input_shapes)
-    try:
-        model = splice_symbolic(res.optimized, res.original, iface)
-        if model is None:
-            return None
-        kept = keep_symbolic(source, model.SerializeToString(), input_shapes=input_shapes, graph=res.original,
-                             seed=res.seeds[0] if res.seeds else 0, iface=iface, sizes=check_sizes, checker=checker,
-                             imported=True)
-    except GraphsubError:
-        return None
-    return kept if isinstance(kept, bytes) else kept.SerializeToString()
+    kept = keep_spliced(source, res.optimized, res.original, input_shapes=input_shapes,
+                        seed=res.seeds[0] if res.seeds else 0, sizes=check_sizes, checker=checker)
+    return None if kept is None else kept.SerializeToString()
 
 
 def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | None,
