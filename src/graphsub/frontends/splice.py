@@ -23,6 +23,7 @@ check (:class:`graphsub.symbolic.SizeCheck`: ``optimize`` checks every candidate
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ class Origin:
         producer = {o: k for k, n in enumerate(order) for o in n.output if o}
         small = {}
         for t in model.graph.initializer:
-            if t.data_location != onnx.TensorProto.EXTERNAL and _numel(t) <= SMALL:
+            if t.data_location != onnx.TensorProto.EXTERNAL and math.prod(t.dims) <= SMALL:
                 kept = onnx.TensorProto()
                 kept.CopyFrom(t)
                 small[t.name] = kept
@@ -102,13 +103,6 @@ class Origin:
     @property
     def opset(self) -> int:
         return next((v for d, v in self.opsets if d in _DEFAULT_DOMAINS), DEFAULT_OPSET)
-
-
-def _numel(t: onnx.TensorProto) -> int:
-    n = 1
-    for d in t.dims:
-        n *= int(d)
-    return n
 
 
 def remember(graph: Graph, origin: Origin) -> None:

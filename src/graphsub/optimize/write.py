@@ -105,7 +105,10 @@ def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | N
         try:
             kept = keep_symbolic(path, c.data, input_shapes=input_shapes, iface=checker.iface, checker=checker)
         except VerificationError as e:
-            for spliced in (_twin(c, direct, checker, input_shapes, again), _spliced(c, bases, checker.iface)):
+            ways: tuple[Callable[[], bytes | None], ...] = (
+                lambda: _twin(c, direct, checker, input_shapes, again), lambda: _spliced(c, bases, checker.iface))
+            for way in ways:  # in turn: the second (a heuristic) only where the first cannot write it
+                spliced = way()
                 if spliced is None:
                     continue
                 try:
