@@ -141,7 +141,7 @@ def test_the_set_is_registered_opt_in_and_searched_by_ort_kernels() -> None:
 
     names = [r.name for r in resolve_rules("attention")]
     assert len(names) == len(set(names)) >= 30
-    assert all(n.startswith("ort_mha_") for n in names)
+    assert all(n.startswith(("ort_mha_", "ort_gqa_")) for n in names)
     assert all({"ort", "attention"} <= set(r.tags) and r.exact and len(r.examples) >= 3 for r in get_set("attention"))
     assert set(names) <= {r.name for r in get_set("ort")}  # the ort set keeps them
     assert not set(names) & {r.name for r in get_set("default")}  # opt-in: contrib ops

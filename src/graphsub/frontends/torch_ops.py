@@ -103,6 +103,25 @@ def _mha(xs: Sequence[T], a: A) -> T:
     return o.transpose(1, 2).reshape(q.shape[0], q.shape[1], v.shape[2])
 
 
+def _gqa(xs: Sequence[T], a: A) -> tuple[T, T, T]:
+    """:func:`graphsub.ops.msft_gqa.gqa_ref` in torch: grouped-query attention appending to the cache."""
+    q, k, v, pk, pv = xs[:5]
+    b, s, d = q.shape
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    hd, p = d // n, pk.shape[2]
+    present_k = torch.cat([pk, k.reshape(b, s, nkv, hd).transpose(1, 2)], 2)
+    present_v = torch.cat([pv, v.reshape(b, s, nkv, hd).transpose(1, 2)], 2)
+    logits = q.reshape(b, s, n, hd).transpose(1, 2) @ present_k.repeat_interleave(n // nkv, 1).transpose(-1, -2)
+    logits = logits * a["scale"]
+    if len(xs) > 5:
+        logits = logits + xs[5]
+    later = torch.arange(p + s)[None, :] > p + torch.arange(s)[:, None]
+    logits = logits.masked_fill(later | (logits <= torch.finfo(logits.dtype).min), float("-inf"))
+    probs = torch.nan_to_num(torch.softmax(logits, -1), nan=0.0)  # a row that sees no key is 0
+    out = probs @ present_v.repeat_interleave(n // nkv, 1)
+    return out.transpose(1, 2).reshape(b, s, d), present_k, present_v
+
+
 def _attention(xs: Sequence[T], a: A) -> T:
     x, w, b = xs[:3]
     dq, dk, _ = a["qkv_hidden_sizes"]
@@ -327,6 +346,7 @@ TORCH_OPS: dict[str, TorchFn] = {
     "ms_skip_layernorm_sum": _slns,
     "ms_mha": lambda xs, a: (_mha(xs, a),),
     "ms_attention": lambda xs, a: (_attention(xs, a),),
+    "ms_gqa": _gqa,
     "batchnorm": lambda xs, a: (F.batch_norm(xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, a["epsilon"]),),
     "batchnorm_train": lambda xs, a: (F.batch_norm(xs[0], None, None, xs[1], xs[2], True, 0.0, a["epsilon"]),),
     "layernorm": lambda xs, a: (_layernorm(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a["axis"], a["epsilon"]),),

@@ -22,6 +22,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     linalg,
     msft,
     msft_attention,
+    msft_gqa,
     norm,
     pool,
     recurrent,

@@ -427,8 +427,11 @@ _VARIANTS: tuple[_Variant, ...] = (
 
 
 def rules() -> list[Rule]:
-    """The ``attention`` rule set (see the module docstring)."""
-    return [r for v in _VARIANTS for r in _mha_rule(v)]
+    """The ``attention`` rule set (see the module docstring): the MultiHeadAttention rules, then a decoder's attention
+    with its key/value cache as GroupQueryAttention (:mod:`graphsub.rules.library.gqa`)."""
+    from graphsub.rules.library import gqa
+
+    return [r for v in _VARIANTS for r in _mha_rule(v)] + gqa.rules()
 
 
 __all__ = ["rules"]

@@ -1,0 +1,170 @@
+"""onnxruntime's grouped-query attention with a key/value cache (``com.microsoft::GroupQueryAttention``) as the IR op
+``ms_gqa``: the attention of a decoder layer, with the cache concatenation inside.
+
+* ``ms_gqa(q[B,S,N*hd], k[B,S,Nkv*hd], v[B,S,Nkv*hd], past_key[B,Nkv,P,hd], past_value[B,Nkv,P,hd]
+  [, attention_bias])`` -> ``(out[B,S,N*hd], present_key[B,Nkv,P+S,hd], present_value[B,Nkv,P+S,hd])``:
+  the presents are ``concat(past, new, axis=2)`` with the new keys/values split into ``kv_num_heads`` heads; query
+  head ``n`` attends key/value head ``n // (N / Nkv)`` (the exporters' repeat-kv: ``unsqueeze(kv, 2)``, expand,
+  reshape); logits ``q k^T * scale (+ attention_bias (B or 1, N or 1, S, P+S))`` are causal (query row ``i`` sees
+  keys ``0 .. P + i``); a row that sees no key (every logit -inf or at float32's lowest) is 0.
+  ``scale`` is stored explicitly (0 on import = ``1/sqrt(hd)``).
+
+The ONNX node needs three inputs the IR does not model, all derived from shapes when the model runs (so a written
+model keeps its symbolic lengths): ``seqlens_k`` = ``P + S - 1`` per batch row, ``total_sequence_length`` =
+``P + S`` and ``query_seqlens`` = ``S`` per batch row, which lets onnxruntime's CPU kernel run a batch of several
+new tokens on a past (without it the kernel refuses batch > 1 with sequence > 1 and a past). They are read from the
+attention bias's shape when it has the batch (one computation for every layer, merged by onnxruntime's common
+subexpression elimination), else from ``q``'s and ``past_key``'s. Rotary embeddings, local windows, softcap,
+quantized caches and a shared past/present buffer are not modelled (such nodes stay opaque). FLOPs: the two
+products of every head, ``2*B*N*S*T*2*hd``, and 6 per logit for scale and softmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import ShapeError
+from graphsub.ops.msft import MS, check_attention_bias, f32_attr
+from graphsub.ops.registry import AttrSpec, ExportNode, OnnxExportCtx, OpDef, Sample, f32, register
+from graphsub.ops.types import FLOAT_DTYPES, TensorType
+
+OP = "ms_gqa"
+
+#: ONNX input positions of GroupQueryAttention's attention_bias and query_seqlens
+_BIAS_AT, _QUERY_SEQLENS_AT = 10, 16
+
+
+def _dims(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[int, int, int, int, int, int]:
+    """(B, S, P, N, Nkv, hd); ShapeError on inconsistent inputs."""
+    if ins[0].dtype not in FLOAT_DTYPES or any(t.dtype != ins[0].dtype for t in ins[1:]):
+        raise ShapeError(f"{OP}: expects inputs of one floating-point type, got {', '.join(map(str, ins))}")
+    q, k, v, pk, pv = ins[:5]
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    if (q.rank, k.rank, v.rank, pk.rank, pv.rank) != (3, 3, 3, 4, 4):
+        raise ShapeError(f"{OP}: expects q, k, v [B,S,D] and pasts [B,Nkv,P,hd], got {q}, {k}, {v}, {pk}, {pv}")
+    b, s, d = q.shape
+    if n < 1 or nkv < 1 or n % nkv or d % n:
+        raise ShapeError(f"{OP}: num_heads {n} must be a multiple of kv_num_heads {nkv} and divide D={d}")
+    hd = d // n
+    p = pk.shape[2]
+    if k.shape != (b, s, nkv * hd) or v.shape != k.shape or pk.shape != (b, nkv, p, hd) or pv.shape != pk.shape:
+        raise ShapeError(f"{OP}: k, v must be [B,S,Nkv*hd] = {(b, s, nkv * hd)} and the pasts [B,Nkv,P,hd], "
+                         f"got {k}, {v}, {pk}, {pv}")
+    if len(ins) > 5:
+        check_attention_bias(OP, ins[5], (b, n, s, p + s))
+    return b, s, p, n, nkv, hd
+
+
+def _canon(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+    scale = a.get("scale")
+    if scale == 0.0 and a.get("num_heads") and ins[0].rank == 3:
+        scale = 1.0 / np.sqrt(ins[0].shape[2] / a["num_heads"])
+    if isinstance(scale, float):
+        a["scale"] = f32_attr(scale)
+    return a
+
+
+def _infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
+    b, s, p, n, nkv, hd = _dims(ins, a)
+    present = TensorType((b, nkv, p + s, hd), ins[0].dtype)
+    return TensorType((b, s, n * hd), ins[0].dtype), present, present
+
+
+def gqa_ref(xs: Sequence[np.ndarray], num_heads: int, kv_num_heads: int, scale: float) -> tuple[np.ndarray, ...]:
+    """Grouped-query attention with a cache on numpy arrays (float64 inside): ``(out, present_key,
+    present_value)``, as the module docstring says."""
+    q, k, v, pk, pv = xs[:5]
+    b, s, d = q.shape
+    n, nkv = num_heads, kv_num_heads
+    hd, p = d // n, pk.shape[2]
+    present_k = np.concatenate([pk, k.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)], axis=2)
+    present_v = np.concatenate([pv, v.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)], axis=2)
+    qh = q.astype(np.float64).reshape(b, s, n, hd).transpose(0, 2, 1, 3)
+    kh = np.repeat(present_k.astype(np.float64), n // nkv, axis=1)
+    vh = np.repeat(present_v.astype(np.float64), n // nkv, axis=1)
+    logits = (qh @ kh.transpose(0, 1, 3, 2)) * scale
+    if len(xs) > 5:
+        logits = logits + xs[5].astype(np.float64)
+    t = p + s
+    future = np.arange(t)[None, :] > p + np.arange(s)[:, None]
+    # a logit at float32's lowest is masked as -inf is (onnxruntime's kernel; the exporters' masks use either)
+    masked = future | (logits <= np.finfo(np.float32).min)
+    logits = np.where(masked, -np.inf, logits)
+    top = logits.max(axis=-1, keepdims=True)
+    e = np.where(masked, 0.0, np.exp(logits - np.where(np.isfinite(top), top, 0.0)))
+    total = e.sum(axis=-1, keepdims=True)
+    probs = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    out = (probs @ vh).transpose(0, 2, 1, 3).reshape(b, s, d).astype(q.dtype)
+    return out, present_k, present_v
+
+
+def _flops(ins: Sequence[TensorType], outs: Sequence[TensorType], a: Mapping[str, Any]) -> int:
+    b, s, p, n, _, hd = _dims(ins, a)
+    return 4 * b * n * s * (p + s) * hd + 6 * b * n * s * (p + s)
+
+
+def _sizes(ctx: OnnxExportCtx, node: ExportNode) -> tuple[str, str, str]:
+    """``seqlens_k``, ``total_sequence_length`` and ``query_seqlens`` computed from shapes (see the module
+    docstring)."""
+    q, pk = node.inputs[0], node.inputs[3]
+    bias = node.inputs[5] if len(node.inputs) > 5 else ""
+    if bias and node.in_types[5].shape[0] == node.in_types[0].shape[0]:
+        batch, seq, total = (_dim(ctx, bias, i) for i in (0, 2, 3))
+    else:
+        batch, seq = _dim(ctx, q, 0), _dim(ctx, q, 1)
+        total = ctx.emit("Add", [_dim(ctx, pk, 2), seq])[0]
+    total32 = ctx.emit("Cast", [total], {"to": 6})[0]  # INT32
+    one = ctx.const(np.ones(1, np.int32), "one_i32")
+    seqlens = ctx.emit("Expand", [ctx.emit("Sub", [total32, one])[0], batch])[0]
+    scalar = ctx.emit("Reshape", [total32, ctx.const(np.zeros(0, np.int64), "scalar_shape")])[0]
+    query = ctx.emit("Expand", [ctx.emit("Cast", [seq], {"to": 6})[0], batch])[0]
+    return seqlens, scalar, query
+
+
+def _dim(ctx: OnnxExportCtx, value: str, axis: int) -> str:
+    """A 1-element int64 tensor holding ``value``'s size on ``axis`` at run time."""
+    if ctx.opset >= 15:
+        return ctx.emit("Shape", [value], {"start": axis, "end": axis + 1})[0]
+    shape = ctx.emit("Shape", [value])[0]
+    return ctx.emit("Gather", [shape, ctx.const(np.array([axis], np.int64), "axis")], {"axis": 0})[0]
+
+
+def _export(ctx: OnnxExportCtx, node: ExportNode) -> None:
+    seqlens, total, query = _sizes(ctx, node)
+    ins = [*node.inputs[:5], seqlens, total]
+    if len(node.inputs) > 5:
+        ins += [""] * (_BIAS_AT - len(ins)) + [node.inputs[5]]
+    ins += [""] * (_QUERY_SEQLENS_AT - len(ins)) + [query]
+    attrs = {"num_heads": node.attrs["num_heads"], "kv_num_heads": node.attrs["kv_num_heads"],
+             "scale": node.attrs["scale"]}
+    ctx.emit("GroupQueryAttention", ins, attrs, outputs=node.outputs, domain=MS)
+
+
+register(OpDef(
+    name=OP, family="msft", canonicalize=_canon,
+    doc="onnxruntime GroupQueryAttention with past/present (no rotary, window or quantized cache): causal "
+        "softmax(Q K^T * scale (+ attention_bias)) V per query head, key/value head n // (N/Nkv), the new k/v "
+        "appended to the pasts; outputs (out [B,S,N*hd], present_key, present_value [B,Nkv,P+S,hd]).",
+    inputs=("q", "k", "v", "past_key", "past_value", "attention_bias"), min_inputs=5,
+    attrs=(AttrSpec("num_heads", "int"), AttrSpec("kv_num_heads", "int"), AttrSpec("scale", "float", 0.0)),
+    infer=_infer,
+    reference=lambda xs, a: gqa_ref(xs, a["num_heads"], a["kv_num_heads"], a["scale"]),
+    flops=_flops,
+    onnx_export=_export,
+    onnx_import_note="a GroupQueryAttention node in a file stays opaque: its seqlens_k and total_sequence_length are "
+                     "run-time inputs (the genai builder's come from the attention mask's sums), which ms_gqa does "
+                     "not model",
+    samples=(
+        Sample((f32(1, 1, 32), f32(1, 1, 16), f32(1, 1, 16), f32(1, 2, 7, 8), f32(1, 2, 7, 8)),
+               {"num_heads": 4, "kv_num_heads": 2}, note="a decode step, default scale"),
+        Sample((f32(2, 3, 32), f32(2, 3, 16), f32(2, 3, 16), f32(2, 2, 5, 8), f32(2, 2, 5, 8), f32(2, 1, 3, 8)),
+               {"num_heads": 4, "kv_num_heads": 2, "scale": 0.3}, note="a batch of chunks on a past, a bias"),
+        Sample((f32(1, 4, 24), f32(1, 4, 24), f32(1, 4, 24), f32(1, 3, 0, 8), f32(1, 3, 0, 8)),
+               {"num_heads": 3, "kv_num_heads": 3, "scale": 0.5}, note="a prompt on an empty past"),
+    ),
+))
+
+__all__ = ["gqa_ref"]

@@ -1,0 +1,84 @@
+"""A decoder's attention with its key/value cache as onnxruntime's GroupQueryAttention (issue 55,
+:mod:`graphsub.rules.library.gqa`): on the tiny Llama exports the ``ort_gqa_*`` rules take every layer's attention,
+the cache concatenation and repeat-kv included, and the result written over the file keeps its symbolic lengths and
+matches the export at the decoding sizes, presents included; a bias that does not mask the later keys is left alone
+(the kernel's causal mask would change what the layer computes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+from test_decoder_cache import _compare_at_decoding_sizes, _export
+
+from graphsub.frontends.dims import interface
+from graphsub.frontends.onnx_io import load
+from graphsub.frontends.splice import splice_symbolic
+from graphsub.ir.graph import Graph
+from graphsub.optimize.candidates import CLEANUP_STEP, cleaned_start, rewrite_everywhere
+from graphsub.optimize.twin import other_sizes, sized
+from graphsub.rules.library import get_set
+from graphsub.search.base import Step
+from graphsub.symbolic import imported_sizes, keep_symbolic
+
+
+@pytest.fixture(scope="module")
+def llama_ts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _export(tmp_path_factory.mktemp("gqa"), "torchscript")
+
+
+def _rewritten(src: Path) -> tuple[Graph, Graph, tuple[Step, ...], list[str]]:
+    base = load(src, generic=True)
+    cleaned, _ = cleaned_start(base)
+    final, steps = rewrite_everywhere(cleaned, get_set("attention"))
+    return base, final, (CLEANUP_STEP, *steps), [s.rule for s in steps]
+
+
+def _written(src: Path, base: Graph, final: Graph, steps: tuple[Step, ...]) -> onnx.ModelProto:
+    """``final`` written over the file as ``optimize`` writes it: its steps replayed on a second import at other
+    sizes give its reshape targets in symbols (:mod:`graphsub.optimize.twin`), then checked at other sizes."""
+    iface = interface(str(src))
+    assert iface.cache is not None
+    first = {k: v for k, v in imported_sizes(iface, base).items() if k != iface.cache.total}
+    second = other_sizes(first)
+    got = sized(final, steps, base, load(src, sizes=second), iface, first, second)
+    assert got is not None
+    model = splice_symbolic(got[0], base, iface, got[1])
+    assert model is not None
+    return keep_symbolic(str(src), model, graph=base, iface=iface, imported=True)
+
+
+def _check(src: Path, rule: str, tmp_path: Path) -> None:
+    base, final, steps, rules = _rewritten(src)
+    layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
+    assert rules == [rule] * layers
+    model = _written(src, base, final, steps)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("GroupQueryAttention") == layers and "Softmax" not in ops
+    out = tmp_path / "gqa.onnx"
+    onnx.save(model, out)
+    _compare_at_decoding_sizes(src, out)
+
+
+def test_the_torchscript_llama_attention_is_group_query_attention(llama_ts: Path, tmp_path: Path) -> None:
+    _check(llama_ts, "ort_gqa_batched_qk_keep_ab", tmp_path)
+
+
+@pytest.mark.slow
+def test_the_dynamo_llama_attention_is_group_query_attention(tmp_path: Path) -> None:
+    _check(_export(tmp_path, "dynamo"), "ort_gqa_dynamo_qk_ab", tmp_path)
+
+
+def test_a_bias_that_sees_later_keys_is_left_alone(llama_ts: Path, tmp_path: Path) -> None:
+    """The causal mask's constant made all true (every query sees every key): no ``ort_gqa_*`` rule fires."""
+    model = onnx.load(str(llama_ts))
+    graph = model.graph
+    masks = [n for n in graph.node if n.op_type == "And"]
+    assert masks
+    for node in masks:  # And(c, x) -> And(x, x): the padding mask alone, not causal
+        node.input[0] = node.input[1]
+    src = tmp_path / "noncausal.onnx"
+    onnx.save(model, src)
+    rules = _rewritten(src)[3]
+    assert not [r for r in rules if r.startswith("ort_gqa_")]
