@@ -1,6 +1,7 @@
-"""A decoder's attention with its key/value cache as onnxruntime's GroupQueryAttention (issue 55,
-:mod:`graphsub.rules.library.gqa`): on the tiny Llama exports the ``ort_gqa_*`` rules take every layer's attention,
-the cache concatenation and repeat-kv included, and the result written over the file keeps its symbolic lengths and
+"""A decoder's attention with its key/value cache as onnxruntime's GroupQueryAttention and its RMSNorms as
+(Skip)SimplifiedLayerNormalization (issue 55, :mod:`graphsub.rules.library.gqa`, :mod:`graphsub.rules.library.rms`):
+on the tiny Llama exports the ``ort_gqa_*`` rules take every layer's attention, the cache concatenation and repeat-kv
+included, the ``ort_rms_*`` rules every norm (the residual sums into the skip form), and the result written over the file keeps its symbolic lengths and
 matches the export at the decoding sizes, presents included; a bias that does not mask the later keys is left alone
 (the kernel's causal mask would change what the layer computes)."""
 
@@ -18,7 +19,7 @@ from graphsub.frontends.splice import splice_symbolic
 from graphsub.ir.graph import Graph
 from graphsub.optimize.candidates import CLEANUP_STEP, cleaned_start, rewrite_everywhere
 from graphsub.optimize.twin import other_sizes, sized
-from graphsub.rules.library import get_set
+from graphsub.rules.library import resolve_rules
 from graphsub.search.base import Step
 from graphsub.symbolic import imported_sizes, keep_symbolic
 
@@ -31,7 +32,7 @@ def llama_ts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _rewritten(src: Path) -> tuple[Graph, Graph, tuple[Step, ...], list[str]]:
     base = load(src, generic=True)
     cleaned, _ = cleaned_start(base)
-    final, steps = rewrite_everywhere(cleaned, get_set("attention"))
+    final, steps = rewrite_everywhere(cleaned, resolve_rules("decoder,attention"))
     return base, final, (CLEANUP_STEP, *steps), [s.rule for s in steps]
 
 
@@ -49,25 +50,26 @@ def _written(src: Path, base: Graph, final: Graph, steps: tuple[Step, ...]) -> o
     return keep_symbolic(str(src), model, graph=base, iface=iface, imported=True)
 
 
-def _check(src: Path, rule: str, tmp_path: Path) -> None:
+def _check(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     base, final, steps, rules = _rewritten(src)
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
-    assert rules == [rule] * layers
+    assert sorted(rules) == sorted([rule] * layers + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"])
     model = _written(src, base, final, steps)
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("GroupQueryAttention") == layers and "Softmax" not in ops
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers and "ReduceMean" not in ops
     out = tmp_path / "gqa.onnx"
     onnx.save(model, out)
     _compare_at_decoding_sizes(src, out)
 
 
 def test_the_torchscript_llama_attention_is_group_query_attention(llama_ts: Path, tmp_path: Path) -> None:
-    _check(llama_ts, "ort_gqa_batched_qk_keep_ab", tmp_path)
+    _check(llama_ts, "ort_gqa_batched_qk_keep_ab", "div1", tmp_path)
 
 
 @pytest.mark.slow
 def test_the_dynamo_llama_attention_is_group_query_attention(tmp_path: Path) -> None:
-    _check(_export(tmp_path, "dynamo"), "ort_gqa_dynamo_qk_ab", tmp_path)
+    _check(_export(tmp_path, "dynamo"), "ort_gqa_dynamo_qk_ab", "rsqrt", tmp_path)
 
 
 def test_a_bias_that_sees_later_keys_is_left_alone(llama_ts: Path, tmp_path: Path) -> None:

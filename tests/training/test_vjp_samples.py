@@ -58,6 +58,9 @@ NO_RULE: dict[str, str] = {
     "resize": "no rule yet: nearest resize would need a scatter-add by index, linear a transposed interpolation",
     "ms_mha": "no rule yet: onnxruntime MultiHeadAttention would need its whole attention backward decomposed",
     "ms_attention": "no rule yet: onnxruntime Attention is ms_mha after a packed projection (same reason)",
+    "ms_rms_norm": "no rule yet: onnxruntime's inference-time RMSNorm kernels (decoders' inference graphs)",
+    "ms_skip_rms_norm": "no rule yet: onnxruntime's inference-time RMSNorm kernels (decoders' inference graphs)",
+    "ms_skip_rms_norm_sum": "no rule yet: onnxruntime's inference-time RMSNorm kernels (decoders' inference graphs)",
     "ms_gqa": "no rule yet: a decoder's inference-time attention with its key/value cache (same reason as ms_mha)",
     "opaque": "an ONNX node graphsub does not model: its function is unknown",
     "where": "no rule yet (it was opaque until 2026-11-27): dy would be split by the condition and summed to each "

@@ -122,6 +122,10 @@ def _gqa(xs: Sequence[T], a: A) -> tuple[T, T, T]:
     return out.transpose(1, 2).reshape(b, s, d), present_k, present_v
 
 
+def _rms(x: T, g: T, eps: float) -> T:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
 def _attention(xs: Sequence[T], a: A) -> T:
     x, w, b = xs[:3]
     dq, dk, _ = a["qkv_hidden_sizes"]
@@ -347,6 +351,9 @@ TORCH_OPS: dict[str, TorchFn] = {
     "ms_mha": lambda xs, a: (_mha(xs, a),),
     "ms_attention": lambda xs, a: (_attention(xs, a),),
     "ms_gqa": _gqa,
+    "ms_rms_norm": lambda xs, a: (_rms(xs[0], xs[1], a["epsilon"]),),
+    "ms_skip_rms_norm": lambda xs, a: (_rms(xs[0] + xs[1], xs[2], a["epsilon"]),),
+    "ms_skip_rms_norm_sum": lambda xs, a: (_rms(xs[0] + xs[1], xs[2], a["epsilon"]), xs[0] + xs[1]),
     "batchnorm": lambda xs, a: (F.batch_norm(xs[0], xs[3], xs[4], xs[1], xs[2], False, 0.0, a["epsilon"]),),
     "batchnorm_train": lambda xs, a: (F.batch_norm(xs[0], None, None, xs[1], xs[2], True, 0.0, a["epsilon"]),),
     "layernorm": lambda xs, a: (_layernorm(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a["axis"], a["epsilon"]),),

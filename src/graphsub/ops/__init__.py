@@ -23,6 +23,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     msft,
     msft_attention,
     msft_gqa,
+    msft_rms,
     norm,
     pool,
     recurrent,

@@ -39,7 +39,7 @@ ALGO = "greedy"
 ORT_SEARCH_MIN_S = 2.0  # pricing the start alone takes a second or two on a transformer
 #: the rule sets that re-express the hand-written passes, and the attention fusion (added to the call's rules for
 #: this search)
-PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention")
+PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention", "decoder")
 
 
 def search_rules(rules: Sequence[Rule]) -> list[Rule]:

@@ -22,6 +22,9 @@ set            contents
 ``attention``  the ``ort`` set's attention rules alone: head-split attention as TorchScript and dynamo
                exports write it (scaled_dot_product_attention's scale, attention biases and masks) =>
                onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`); opt-in like ``ort``
+``decoder``    the ``ort`` set's rules for a decoder LLM's RMSNorm (the exporters' three spellings, a residual sum
+               first) => onnxruntime's SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization
+               (:mod:`graphsub.rules.library.rms`); opt-in like ``ort``
 ``ort-spelling``  spellings that steer onnxruntime's own fusions (``Add -> LayerNormalization`` as ``Sum``,
                unfused SkipLayerNormalization); not in ``default``: ``optimize`` applies them to make
                candidates and keeps one only when measured faster
@@ -36,7 +39,7 @@ set            contents
 ``generated``  substitutions found by TASO's generation algorithm (``graphsub rules generate``, n=3,
                TASO's operator set), from the package file ``generated.json.gz``; opt-in (not in
                ``default``: hundreds of rules, many of them redundant for search)
-``default``    every exact rule of the sets above except ``ort``, ``attention``, ``ort-spelling``,
+``default``    every exact rule of the sets above except ``ort``, ``attention``, ``decoder``, ``ort-spelling``,
                ``channels-first``, ``rows`` and ``generated`` (no duplicates)
 =============  =================================================================================
 
@@ -146,6 +149,12 @@ def _attention() -> list[Rule]:
     return attention.rules()
 
 
+def _decoder() -> list[Rule]:
+    from graphsub.rules.library import rms
+
+    return rms.rules()
+
+
 def _ort_spelling() -> list[Rule]:
     from graphsub.rules.library import ort_spelling
 
@@ -166,6 +175,8 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
     "ort": ("rewrites into onnxruntime fused kernels", _ort),
     "attention": ("head-split attention (TorchScript and dynamo exports) => onnxruntime's MultiHeadAttention (the "
                   "ort set's attention rules)", _attention),
+    "decoder": ("a decoder LLM's RMSNorm spellings => onnxruntime's SimplifiedLayerNormalization and "
+                "SkipSimplifiedLayerNormalization (the ort set's decoder rules)", _decoder),
     "ort-spelling": ("spellings that steer onnxruntime's own fusions (applied and timed by optimize)",
                      _ort_spelling),
     "channels-first": ("channels-last MLPs between convolutions written channels-first, MatMuls as 1x1 convolutions "
@@ -179,7 +190,7 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
 GENERATED_JSON = Path(__file__).with_name("generated.json.gz")
 _PB_SETS = frozenset({"taso-pb", "taso151", "ocggs157", "ocggs157-faithful"})
 #: sets whose rules produce non-standard (com.microsoft) ops: never part of ``default``
-_OPT_IN = frozenset({"ort", "attention"})
+_OPT_IN = frozenset({"ort", "attention", "decoder"})
 #: sets left out of ``default``
 _NOT_DEFAULT = _OPT_IN | {"generated", "ort-spelling", "channels-first", "rows"}
 

@@ -42,7 +42,7 @@ import numpy as np
 from graphsub.ir.node import Ref
 from graphsub.ops.msft import f32_attr
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library import attention
+from graphsub.rules.library import attention, rms
 from graphsub.rules.library.kit import RuleFactory, WhereArg, ex, scalar_constant, scalar_value, swaps_last2
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue, one_of
@@ -417,7 +417,7 @@ def rules() -> list[Rule]:
     """The ``ort`` rule set (see the module docstring)."""
     return [*_conv_rules(False), *_conv_rules(True), *_matmul_rules(), *_gelu_rules(),
             *(r for beta in (True, False) for bias in (False, True) for r in _sln_rules(beta, bias)),
-            *attention.rules()]
+            *attention.rules(), *rms.rules()]
 
 
 __all__ = ["rules"]
