@@ -1,9 +1,9 @@
 """A decoder's attention with its key/value cache as onnxruntime's GroupQueryAttention and its RMSNorms as
 (Skip)SimplifiedLayerNormalization (issue 55, :mod:`graphsub.rules.library.gqa`, :mod:`graphsub.rules.library.rms`):
 on the tiny Llama exports the ``ort_gqa_*`` rules take every layer's attention, the cache concatenation and repeat-kv
-included, the ``ort_rms_*`` rules every norm (the residual sums into the skip form), and the result
-written over the file keeps its symbolic lengths and matches the export at the decoding sizes, presents included; a bias that does not mask the later keys is left alone
-(the kernel's causal mask would change what the layer computes)."""
+included, the ``ort_rms_*`` rules every norm (the residual sums into the skip form), and the result written over the
+file keeps its symbolic lengths and matches the export at the decoding sizes, presents included; a bias that does not
+mask the later keys is left alone (the kernel's causal mask would change what the layer computes)."""
 
 from __future__ import annotations
 
