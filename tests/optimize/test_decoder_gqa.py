@@ -1,9 +1,10 @@
 """A decoder's attention with its key/value cache as onnxruntime's GroupQueryAttention and its RMSNorms as
 (Skip)SimplifiedLayerNormalization (issue 55, :mod:`graphsub.rules.library.gqa`, :mod:`graphsub.rules.library.rms`):
 on the tiny Llama exports the ``ort_gqa_*`` rules take every layer's attention, the cache concatenation and repeat-kv
-included, the ``ort_rms_*`` rules every norm (the residual sums into the skip form), and the result written over the
-file keeps its symbolic lengths and matches the export at the decoding sizes, presents included; a bias that does not
-mask the later keys is left alone (the kernel's causal mask would change what the layer computes)."""
+included, ``ort_gqa_rotary`` moves the rotary embedding into it, the ``ort_rms_*`` rules take every norm (the
+residual sums into the skip form), and the result written over the file keeps its symbolic lengths and matches the
+export at the decoding sizes, presents included; a bias that does not mask the later keys is left alone (the
+kernel's causal mask would change what the layer computes)."""
 
 from __future__ import annotations
 
@@ -53,11 +54,13 @@ def _written(src: Path, base: Graph, final: Graph, steps: tuple[Step, ...]) -> o
 def _check(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     base, final, steps, rules = _rewritten(src)
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
-    assert sorted(rules) == sorted([rule] * layers + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"])
+    assert sorted(rules) == sorted([rule, "ort_gqa_rotary"] * layers + [f"ort_rms_skip_{norm}"] * 2 * layers
+                                   + [f"ort_rms_{norm}"])
     model = _written(src, base, final, steps)
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("GroupQueryAttention") == layers and "Softmax" not in ops
     assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers and "ReduceMean" not in ops
+    assert "Neg" not in ops  # the rotary embedding inside GroupQueryAttention (do_rotary)
     out = tmp_path / "gqa.onnx"
     onnx.save(model, out)
     _compare_at_decoding_sizes(src, out)

@@ -103,12 +103,22 @@ def _mha(xs: Sequence[T], a: A) -> T:
     return o.transpose(1, 2).reshape(q.shape[0], q.shape[1], v.shape[2])
 
 
+def _rotate_half(x: T, cos: T, sin: T, heads: int) -> T:
+    b, s, d = x.shape
+    h = d // heads // 2
+    x1, x2 = x.reshape(b, s, heads, 2, h).unbind(3)
+    c, sn = cos.reshape(b, s, 1, h), sin.reshape(b, s, 1, h)
+    return torch.stack([x1 * c - x2 * sn, x2 * c + x1 * sn], 3).reshape(b, s, d)
+
+
 def _gqa(xs: Sequence[T], a: A) -> tuple[T, T, T]:
     """:func:`graphsub.ops.msft_gqa.gqa_ref` in torch: grouped-query attention appending to the cache."""
     q, k, v, pk, pv = xs[:5]
     b, s, d = q.shape
     n, nkv = a["num_heads"], a["kv_num_heads"]
     hd, p = d // n, pk.shape[2]
+    if len(xs) > 6:
+        q, k = _rotate_half(q, xs[6], xs[7], n), _rotate_half(k, xs[6], xs[7], nkv)
     present_k = torch.cat([pk, k.reshape(b, s, nkv, hd).transpose(1, 2)], 2)
     present_v = torch.cat([pv, v.reshape(b, s, nkv, hd).transpose(1, 2)], 2)
     logits = q.reshape(b, s, n, hd).transpose(1, 2) @ present_k.repeat_interleave(n // nkv, 1).transpose(-1, -2)

@@ -2,19 +2,27 @@
 ``ms_gqa``: the attention of a decoder layer, with the cache concatenation inside.
 
 * ``ms_gqa(q[B,S,N*hd], k[B,S,Nkv*hd], v[B,S,Nkv*hd], past_key[B,Nkv,P,hd], past_value[B,Nkv,P,hd]
-  [, attention_bias])`` -> ``(out[B,S,N*hd], present_key[B,Nkv,P+S,hd], present_value[B,Nkv,P+S,hd])``:
+  [, attention_bias [, cos[B,1,S,hd/2], sin[B,1,S,hd/2]]])`` -> ``(out[B,S,N*hd], present_key[B,Nkv,P+S,hd],
+  present_value[B,Nkv,P+S,hd])``:
   the presents are ``concat(past, new, axis=2)`` with the new keys/values split into ``kv_num_heads`` heads; query
   head ``n`` attends key/value head ``n // (N / Nkv)`` (the exporters' repeat-kv: ``unsqueeze(kv, 2)``, expand,
   reshape); logits ``q k^T * scale (+ attention_bias (B or 1, N or 1, S, P+S))`` are causal (query row ``i`` sees
   keys ``0 .. P + i``); a row that sees no key (every logit -inf or at float32's lowest) is 0.
-  ``scale`` is stored explicitly (0 on import = ``1/sqrt(hd)``).
+  ``scale`` is stored explicitly (0 on import = ``1/sqrt(hd)``). With ``cos`` and ``sin`` (each new token's, as the
+  exporters compute them from the position ids), q and k are first rotated as Hugging Face's ``rotate_half`` rotary
+  embedding does: ``x * [cos, cos] + [-x2, x1] * [sin, sin]`` per head, ``x1``, ``x2`` the halves of a head; the
+  presents hold the rotated keys.
 
 The ONNX node needs three inputs the IR does not model, all derived from shapes when the model runs (so a written
 model keeps its symbolic lengths): ``seqlens_k`` = ``P + S - 1`` per batch row, ``total_sequence_length`` =
 ``P + S`` and ``query_seqlens`` = ``S`` per batch row, which lets onnxruntime's CPU kernel run a batch of several
 new tokens on a past (without it the kernel refuses batch > 1 with sequence > 1 and a past). They are read from the
 attention bias's shape when it has the batch (one computation for every layer, merged by onnxruntime's common
-subexpression elimination), else from ``q``'s and ``past_key``'s. Rotary embeddings, local windows, softcap,
+subexpression elimination), else from ``q``'s and ``past_key``'s. With ``cos`` and ``sin`` the node rotates q and k
+itself (``do_rotary``): its ``cos_cache`` is ``cos`` as (B*S, hd/2) rows and its ``position_ids`` ``arange(B*S)`` as
+(B, S), so that token (b, s) reads its own row -- exact for any position ids, where a cache indexed by position
+(onnxruntime-genai's) is bounded by its length; the kernel rotates heads whose size is a multiple of 16 only.
+Interleaved rotary embeddings, local windows, softcap,
 quantized caches and a shared past/present buffer are not modelled (such nodes stay opaque). FLOPs: the two
 products of every head, ``2*B*N*S*T*2*hd``, and 6 per logit for scale and softmax.
 """
@@ -33,6 +41,8 @@ from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
 OP = "ms_gqa"
 
+#: onnxruntime's kernel rotates heads whose size is a multiple of this only
+ROTARY_HEAD_MULTIPLE = 16
 #: ONNX input positions of GroupQueryAttention's attention_bias and query_seqlens
 _BIAS_AT, _QUERY_SEQLENS_AT = 10, 16
 
@@ -55,6 +65,10 @@ def _dims(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[int, int, in
                          f"got {k}, {v}, {pk}, {pv}")
     if len(ins) > 5:
         check_attention_bias(OP, ins[5], (b, n, s, p + s))
+    if len(ins) == 7 or (len(ins) == 8 and (hd % ROTARY_HEAD_MULTIPLE or ins[6].shape != (b, 1, s, hd // 2)
+                                            or ins[7].shape != ins[6].shape)):
+        raise ShapeError(f"{OP}: the rotary embedding needs a head size that is a multiple of {ROTARY_HEAD_MULTIPLE} "
+                         f"and cos and sin of (B, 1, S, hd/2) = {(b, 1, s, hd // 2)}, got {', '.join(map(str, ins))}")
     return b, s, p, n, nkv, hd
 
 
@@ -80,6 +94,8 @@ def gqa_ref(xs: Sequence[np.ndarray], num_heads: int, kv_num_heads: int, scale: 
     b, s, d = q.shape
     n, nkv = num_heads, kv_num_heads
     hd, p = d // n, pk.shape[2]
+    if len(xs) > 6:
+        q, k = (rotate_half(x, xs[6], xs[7], heads) for x, heads in ((q, n), (k, nkv)))
     present_k = np.concatenate([pk, k.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)], axis=2)
     present_v = np.concatenate([pv, v.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3)], axis=2)
     qh = q.astype(np.float64).reshape(b, s, n, hd).transpose(0, 2, 1, 3)
@@ -101,14 +117,27 @@ def gqa_ref(xs: Sequence[np.ndarray], num_heads: int, kv_num_heads: int, scale: 
     return out, present_k, present_v
 
 
+def rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int) -> np.ndarray:
+    """``x`` (B, S, heads*hd) rotated per head by Hugging Face's ``rotate_half`` embedding with each token's
+    ``cos``, ``sin`` (B, 1, S, hd/2), in ``x``'s type."""
+    b, s, d = x.shape
+    h = d // heads // 2
+    xs = x.astype(np.float64).reshape(b, s, heads, 2, h)
+    c = cos.astype(np.float64).reshape(b, s, 1, h)
+    sn = sin.astype(np.float64).reshape(b, s, 1, h)
+    x1, x2 = xs[..., 0, :], xs[..., 1, :]
+    out = np.stack([x1 * c - x2 * sn, x2 * c + x1 * sn], axis=3)
+    return out.reshape(b, s, d).astype(x.dtype)
+
+
 def _flops(ins: Sequence[TensorType], outs: Sequence[TensorType], a: Mapping[str, Any]) -> int:
-    b, s, p, n, _, hd = _dims(ins, a)
-    return 4 * b * n * s * (p + s) * hd + 6 * b * n * s * (p + s)
+    b, s, p, n, nkv, hd = _dims(ins, a)
+    return 4 * b * n * s * (p + s) * hd + 6 * b * n * s * (p + s) + (6 * b * s * (n + nkv) * hd if len(ins) > 6 else 0)
 
 
-def _sizes(ctx: OnnxExportCtx, node: ExportNode) -> tuple[str, str, str]:
+def _sizes(ctx: OnnxExportCtx, node: ExportNode) -> tuple[str, str, str, str]:
     """``seqlens_k``, ``total_sequence_length`` and ``query_seqlens`` computed from shapes (see the module
-    docstring)."""
+    docstring), and the total length as a 1-element int64 tensor."""
     q, pk = node.inputs[0], node.inputs[3]
     bias = node.inputs[5] if len(node.inputs) > 5 else ""
     if bias and node.in_types[5].shape[0] == node.in_types[0].shape[0]:
@@ -121,7 +150,7 @@ def _sizes(ctx: OnnxExportCtx, node: ExportNode) -> tuple[str, str, str]:
     seqlens = ctx.emit("Expand", [ctx.emit("Sub", [total32, one])[0], batch])[0]
     scalar = ctx.emit("Reshape", [total32, ctx.const(np.zeros(0, np.int64), "scalar_shape")])[0]
     query = ctx.emit("Expand", [ctx.emit("Cast", [seq], {"to": 6})[0], batch])[0]
-    return seqlens, scalar, query
+    return seqlens, scalar, query, total
 
 
 def _dim(ctx: OnnxExportCtx, value: str, axis: int) -> str:
@@ -132,14 +161,33 @@ def _dim(ctx: OnnxExportCtx, value: str, axis: int) -> str:
     return ctx.emit("Gather", [shape, ctx.const(np.array([axis], np.int64), "axis")], {"axis": 0})[0]
 
 
+def _rotary(ctx: OnnxExportCtx, node: ExportNode, total: str) -> list[str]:
+    """``cos_cache``, ``sin_cache`` and ``position_ids``: each token's cos and sin as (B*S, hd/2) rows, token (b, s)
+    at row ``b*S + s`` (see the module docstring), then ``total`` rows of zeros (the kernel wants a cache at least as
+    long as the total length, which it never reads beyond the rows the ids name)."""
+    rows = ctx.const(np.array([-1, node.in_types[6].shape[3]], np.int64), "rotary_rows")
+    zero1 = ctx.const(np.zeros(1, np.int64), "zero_1")
+    pads = ctx.emit("Concat", [zero1, zero1, total, zero1], {"axis": 0})[0]
+    cos, sin = (ctx.emit("Pad", [ctx.emit("Reshape", [node.inputs[i], rows])[0], pads])[0] for i in (6, 7))
+    q = node.inputs[0]
+    batch, seq = _dim(ctx, q, 0), _dim(ctx, q, 1)
+    count = ctx.emit("Reshape", [ctx.emit("Mul", [batch, seq])[0], ctx.const(np.zeros(0, np.int64), "scalar_shape")])
+    zero, one = ctx.const(np.array(0, np.int64), "zero_i64"), ctx.const(np.array(1, np.int64), "one_i64")
+    ids = ctx.emit("Range", [zero, count[0], one])[0]
+    return [cos, sin, ctx.emit("Reshape", [ids, ctx.emit("Concat", [batch, seq], {"axis": 0})[0]])[0]]
+
+
 def _export(ctx: OnnxExportCtx, node: ExportNode) -> None:
-    seqlens, total, query = _sizes(ctx, node)
+    seqlens, total, query, total64 = _sizes(ctx, node)
     ins = [*node.inputs[:5], seqlens, total]
+    rotary = len(node.inputs) > 6
+    if rotary:
+        ins += _rotary(ctx, node, total64)
     if len(node.inputs) > 5:
         ins += [""] * (_BIAS_AT - len(ins)) + [node.inputs[5]]
     ins += [""] * (_QUERY_SEQLENS_AT - len(ins)) + [query]
     attrs = {"num_heads": node.attrs["num_heads"], "kv_num_heads": node.attrs["kv_num_heads"],
-             "scale": node.attrs["scale"]}
+             "scale": node.attrs["scale"]} | ({"do_rotary": 1, "rotary_interleaved": 0} if rotary else {})
     ctx.emit("GroupQueryAttention", ins, attrs, outputs=node.outputs, domain=MS)
 
 
@@ -148,7 +196,7 @@ register(OpDef(
     doc="onnxruntime GroupQueryAttention with past/present (no rotary, window or quantized cache): causal "
         "softmax(Q K^T * scale (+ attention_bias)) V per query head, key/value head n // (N/Nkv), the new k/v "
         "appended to the pasts; outputs (out [B,S,N*hd], present_key, present_value [B,Nkv,P+S,hd]).",
-    inputs=("q", "k", "v", "past_key", "past_value", "attention_bias"), min_inputs=5,
+    inputs=("q", "k", "v", "past_key", "past_value", "attention_bias", "cos", "sin"), min_inputs=5,
     attrs=(AttrSpec("num_heads", "int"), AttrSpec("kv_num_heads", "int"), AttrSpec("scale", "float", 0.0)),
     infer=_infer,
     reference=lambda xs, a: gqa_ref(xs, a["num_heads"], a["kv_num_heads"], a["scale"]),
@@ -164,7 +212,10 @@ register(OpDef(
                {"num_heads": 4, "kv_num_heads": 2, "scale": 0.3}, note="a batch of chunks on a past, a bias"),
         Sample((f32(1, 4, 24), f32(1, 4, 24), f32(1, 4, 24), f32(1, 3, 0, 8), f32(1, 3, 0, 8)),
                {"num_heads": 3, "kv_num_heads": 3, "scale": 0.5}, note="a prompt on an empty past"),
+        Sample((f32(2, 3, 64), f32(2, 3, 32), f32(2, 3, 32), f32(2, 2, 5, 16), f32(2, 2, 5, 16), f32(2, 1, 3, 8),
+                f32(2, 1, 3, 8), f32(2, 1, 3, 8)),
+               {"num_heads": 4, "kv_num_heads": 2, "scale": 0.3}, note="the rotary embedding inside"),
     ),
 ))
 
-__all__ = ["gqa_ref"]
+__all__ = ["ROTARY_HEAD_MULTIPLE", "gqa_ref", "rotate_half"]

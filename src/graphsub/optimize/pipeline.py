@@ -73,7 +73,7 @@ from graphsub.optimize.config import (
 )
 from graphsub.optimize.race import confirm_each, time_portfolio
 from graphsub.optimize.result import OptimizeResult
-from graphsub.optimize.sizes import check_sizes_named
+from graphsub.optimize.sizes import check_sizes_named, decoder_settings
 from graphsub.optimize.sizes import decode_step as _decode_step
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
@@ -196,6 +196,7 @@ def optimize(
     if output is not None:
         check_output(spec, output)
     check_sizes_named(spec, cfg)
+    cfg = decoder_settings(spec, cfg)
     with run.step("load", "load_s"):
         name, graph = load_input(model, cfg.input_shapes, cfg.sizes)
         rule_list = resolve_rules(cfg.rules)

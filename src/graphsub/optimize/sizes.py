@@ -1,6 +1,7 @@
 """The sizes ``optimize`` checks and times an input file's free symbolic dims at, split from
 :mod:`graphsub.optimize.pipeline`: the names ``--check-sizes`` gives checked before any work
-(:func:`check_sizes_named`), and a decoder's decode step to time at (:func:`decode_step`)."""
+(:func:`check_sizes_named`), a decoder's decode step to time at (:func:`decode_step`) and the longer search priced by
+onnxruntime's kernels a decoder gets (:func:`decoder_settings`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,30 @@ def decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult
     return step[0], (long[0], f"on a {LONG_PAST}-long cache")
 
 
+#: seconds of the search priced by onnxruntime's kernels for a decoder with a key/value cache when the call leaves
+#: ``ort_search_s`` at its default: the decoder rules (GroupQueryAttention, its rotary embedding, the RMSNorms) are
+#: priced there only, and on the small Llama (4 layers) it took 20 s to take them all, where the default 10 s left
+#: the norms and the rotary embedding (2026-11-29)
+DECODER_ORT_SEARCH_S = 30.0
+
+
+def decoder_settings(spec: ModelSpec | None, cfg: OptimizeConfig) -> OptimizeConfig:
+    """``cfg`` with :data:`DECODER_ORT_SEARCH_S` for an ONNX decoder with a key/value cache whose lengths are free
+    (:func:`graphsub.frontends.cache.cache_dims`), when ``ort_search_s`` is the default; else ``cfg``."""
+    import dataclasses
+
+    from graphsub.optimize.config import DEFAULT_ORT_SEARCH_S
+
+    if spec is None or spec.kind != "onnx" or cfg.ort_search_s != DEFAULT_ORT_SEARCH_S:
+        return cfg
+    from graphsub.frontends.dims import interface
+
+    iface = interface(spec.name, cfg.input_shapes)
+    if iface.cache is None or not {iface.cache.sequence, iface.cache.past} <= set(iface.free):
+        return cfg
+    return dataclasses.replace(cfg, ort_search_s=DECODER_ORT_SEARCH_S)
+
+
 def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
     """Raise ValueError, before any work, when ``cfg.check_sizes`` names a dim that is not a free symbolic dim of the
     input file (or the input is not a file)."""
@@ -45,4 +70,4 @@ def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
         raise ValueError(f"check_sizes names {unknown}: not a free symbolic dimension of the model's inputs")
 
 
-__all__ = ["check_sizes_named", "decode_step"]
+__all__ = ["DECODER_ORT_SEARCH_S", "check_sizes_named", "decode_step", "decoder_settings"]

@@ -428,10 +428,11 @@ _VARIANTS: tuple[_Variant, ...] = (
 
 def rules() -> list[Rule]:
     """The ``attention`` rule set (see the module docstring): the MultiHeadAttention rules, then a decoder's attention
-    with its key/value cache as GroupQueryAttention (:mod:`graphsub.rules.library.gqa`)."""
-    from graphsub.rules.library import gqa
+    with its key/value cache as GroupQueryAttention (:mod:`graphsub.rules.library.gqa`), the rotary embedding moved
+    into it (:mod:`graphsub.rules.library.gqa_rotary`)."""
+    from graphsub.rules.library import gqa, gqa_rotary
 
-    return [r for v in _VARIANTS for r in _mha_rule(v)] + gqa.rules()
+    return [r for v in _VARIANTS for r in _mha_rule(v)] + gqa.rules() + gqa_rotary.rules()
 
 
 __all__ = ["rules"]

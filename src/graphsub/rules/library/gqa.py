@@ -214,7 +214,7 @@ def _tgt(layout: str, keep: bool) -> Callable[[TargetBuilder, MatchView], dict[s
 _CASES = ((1, 1, 6, 4, 2, 8), (2, 3, 5, 4, 2, 4), (1, 4, 0, 2, 2, 8))
 
 
-def _bias(b: int, s: int, t: int, fill: float, k: int) -> np.ndarray:
+def causal_bias(b: int, s: int, t: int, fill: float, k: int) -> np.ndarray:
     """A causal mask at ``fill`` with one more masked key in batch row 0 (padding), no row masked entirely."""
     mask = np.where(_future(s, t), fill, 0.0).astype(np.float32)
     out = np.broadcast_to(mask, (b, 1, s, t)).copy()
@@ -232,7 +232,7 @@ def _examples(layout: str, keep: bool) -> list[Example]:
                                  "pk": (b, nkv, p, hd), "pv": (b, nkv, p, hd), "sq": (), "sk": (),
                                  "ab": (b if k else 1, 1, s, t)}
         data: dict[str, Any] = {"sq": np.float32(0.5946035), "sk": np.float32([0.5946035, 0.8, 0.7][k]),
-                                "ab": _bias(types["ab"][0], s, t, [-np.inf, _LOWEST, -np.inf][k], k)}
+                                "ab": causal_bias(types["ab"][0], s, t, [-np.inf, _LOWEST, -np.inf][k], k)}
         attrs: dict[str, Any] = {"ek": {"shape": (b, nkv, g, t, hd)}, "ev": {"shape": (b, nkv, g, t, hd)},
                                  "rv": {"shape": (b, n, t, hd)}, "ro": {"shape": (b, s, n * hd)}}
         if layout == "dynamo":

@@ -15,7 +15,8 @@ spelling    the normalised ``x``                                  exporter
 ==========  ===================================================  ======================
 
 with ``d = add(reduce_mean(pow(x, 2), last axis), eps)`` (``_sq``: ``mul(x, x)`` for the power), then times the
-weight ``g`` of shape (D,) (``mul(g, n)``; ``_r``: ``mul(n, g)``). ``ort_rms_*`` writes it
+weight ``g`` of shape (D,) (``mul(g, n)``; ``_r``: ``mul(n, g)``; ``_xr``: the normalisation's product written
+``mul(inv, x)``, as the search's commutations leave it). ``ort_rms_*`` writes it
 ``ms_rms_norm(x, g)`` (SimplifiedLayerNormalization); ``ort_rms_skip_*`` matches it on ``x = add(u, v)`` -- a
 pre-norm decoder's residual sum -- and writes ``ms_skip_rms_norm_sum(u, v, g)`` (SkipSimplifiedLayerNormalization,
 its sum output the residual), as onnxruntime-genai's builder does by hand. All rules are exact up to float rounding
@@ -43,15 +44,14 @@ rule = RuleFactory("ort", "decoder")
 SPELLINGS = ("rsqrt", "div1", "div")
 
 
-def _src(spelling: str, square: str, skip: bool) -> Callable[[PatternBuilder], dict[str, PValue]]:
+def _src(spelling: str, square: str, skip: bool, xr: bool) -> Callable[[PatternBuilder], dict[str, PValue]]:
     def src(p: PatternBuilder) -> dict[str, PValue]:
         x = p.add(p.var("u"), p.var("v"), name="h") if skip else p.var("x")
         sq = p.pow(x, p.weight("two"), name="sq") if square == "pow" else p.mul(x, x, name="sq")
         root = p.sqrt(p.add(p.reduce_mean(sq, name="mean"), p.weight("eps"), name="d"), name="root")
-        if spelling == "rsqrt":
-            n = p.mul(x, p.reciprocal(root, name="inv"), name="n")
-        elif spelling == "div1":
-            n = p.mul(x, p.div(p.weight("one"), root, name="inv"), name="n")
+        if spelling in ("rsqrt", "div1"):
+            inv = p.reciprocal(root, name="inv") if spelling == "rsqrt" else p.div(p.weight("one"), root, name="inv")
+            n = p.mul(inv, x, name="n") if xr else p.mul(x, inv, name="n")
         else:
             n = p.div(x, root, name="n")
         y = p.mul(p.weight("g"), n, name="y")
@@ -147,21 +147,23 @@ def _examples(spelling: str, square: str, skip: bool) -> list[Example]:
     return out
 
 
-def _rules(spelling: str, square: str, skip: bool) -> tuple[Rule, Rule]:
-    name = "ort_rms_" + ("skip_" if skip else "") + spelling + ("_sq" if square == "mul" else "")
+def _rules(spelling: str, square: str, skip: bool, xr: bool = False) -> tuple[Rule, Rule]:
+    name = f"ort_rms_{'skip_' if skip else ''}{spelling}{'_sq' if square == 'mul' else ''}{'_xr' if xr else ''}"
     inner = {"rsqrt": "x * reciprocal(sqrt(d))", "div1": "x * (1 / sqrt(d))", "div": "x / sqrt(d)"}[spelling]
     doc = (f"RMSNorm spelled {inner}, d = mean(x^2, last axis) + eps, times a (D,) weight"
            + (", of a residual sum x = u + v" if skip else "") + " is onnxruntime's "
            + ("SkipSimplifiedLayerNormalization of (u, v) with its sum output" if skip
               else "SimplifiedLayerNormalization") + ".")
-    return rule(name, doc, _src(spelling, square, skip), _tgt(skip), _examples(spelling, square, skip),
+    if xr:
+        doc = doc[:-1] + "; x multiplied last in the normalisation."
+    return rule(name, doc, _src(spelling, square, skip, xr), _tgt(skip), _examples(spelling, square, skip),
                 _where(spelling, square, skip), commute=("y",), mirror_doc=doc[:-1] + "; the weight multiplied last.")
 
 
 def rules() -> list[Rule]:
     """The ``ort_rms_*`` rules, the residual sums' first (see the module docstring)."""
     return [r for skip in (True, False) for spelling in SPELLINGS for square in ("pow", "mul")
-            for r in _rules(spelling, square, skip)]
+            for xr in ((False, True) if spelling != "div" else (False,)) for r in _rules(spelling, square, skip, xr)]
 
 
 __all__ = ["SPELLINGS", "rules"]
