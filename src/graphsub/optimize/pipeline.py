@@ -196,11 +196,11 @@ def optimize(
     if output is not None:
         check_output(spec, output)
     check_sizes_named(spec, cfg)
-    cfg = decoder_settings(spec, cfg)
     with run.step("load", "load_s"):
         name, graph = load_input(model, cfg.input_shapes, cfg.sizes)
         rule_list = resolve_rules(cfg.rules)
         cm = _cost_model(cfg.cost, threads)
+    cfg = decoder_settings(spec, cfg)
     run_s = _run_s(cfg, spec, graph, target, threads)
     if cfg.time_s is not None and cfg.time_per_gb_s > 0:  # the budget grows with the model (budget.PER_GB_S)...
         time_s = scaled_time_s(cfg.time_s, cfg.time_per_gb_s, model_bytes(graph))
