@@ -113,9 +113,9 @@ def test_check_sizes_option(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the tiny Llama export
-def _compare_at_decoding_sizes(original: Path, written: Path) -> None:
-    """``written`` keeps every symbolic dim name of ``original``'s inputs and outputs and matches it (logits and
-    presents) at :data:`CACHE_SIZES`."""
+def _compare_at_decoding_sizes(original: Path, written: Path, family: str = "llama") -> None:
+    """``written`` keeps every symbolic dim name of ``original``'s inputs and outputs (the tiny ``family``
+    decoder's) and matches it (logits and presents) at :data:`CACHE_SIZES`."""
     from graphsub.bench.decoders import build_decoder, feeds
 
     def declared(p: Path) -> list[tuple[str, list[int | str]]]:
@@ -124,7 +124,7 @@ def _compare_at_decoding_sizes(original: Path, written: Path) -> None:
                 for v in [*g.input, *g.output]]
 
     assert declared(written) == declared(original)
-    layout = build_decoder("llama").layout
+    layout = build_decoder(family).layout
     ref, got = make_session(str(original), optimization="disable"), make_session(str(written), optimization="all")
     for b, s, p in CACHE_SIZES:
         inputs = feeds(layout, b, s, p, seed=b + s + p)

@@ -51,28 +51,49 @@ def _written(src: Path, base: Graph, final: Graph, steps: tuple[Step, ...]) -> o
     return keep_symbolic(str(src), model, graph=base, iface=iface, imported=True)
 
 
-def _check(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
+def _check(src: Path, expected: list[str], tmp_path: Path, family: str = "llama") -> list[str]:
+    """The rules taken on ``src`` are ``expected`` (in any order); the written model keeps the lengths symbolic and
+    matches the export at the decoding sizes; its ops."""
     base, final, steps, rules = _rewritten(src)
-    layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
-    assert sorted(rules) == sorted([rule, "ort_gqa_rotary"] * layers + [f"ort_rms_skip_{norm}"] * 2 * layers
-                                   + [f"ort_rms_{norm}"])
+    assert sorted(rules) == sorted(expected)
     model = _written(src, base, final, steps)
     ops = [n.op_type for n in model.graph.node]
-    assert ops.count("GroupQueryAttention") == layers and "Softmax" not in ops
-    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers and "ReduceMean" not in ops
-    assert "Neg" not in ops  # the rotary embedding inside GroupQueryAttention (do_rotary)
+    assert "Softmax" not in ops
     out = tmp_path / "gqa.onnx"
     onnx.save(model, out)
-    _compare_at_decoding_sizes(src, out)
+    _compare_at_decoding_sizes(src, out, family)
+    return ops
+
+
+def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
+    layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
+    ops = _check(src, [rule, "ort_gqa_rotary"] * layers + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"],
+                 tmp_path)
+    assert ops.count("GroupQueryAttention") == layers
+    assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers and "ReduceMean" not in ops
+    assert "Neg" not in ops and "Transpose" not in ops  # rotary inside (do_rotary); v read as the projection's rows
 
 
 def test_the_torchscript_llama_attention_is_group_query_attention(llama_ts: Path, tmp_path: Path) -> None:
-    _check(llama_ts, "ort_gqa_batched_qk_keep_ab", "div1", tmp_path)
+    _llama(llama_ts, "ort_gqa_batched_qk_keep_ab", "div1", tmp_path)
 
 
 @pytest.mark.slow
 def test_the_dynamo_llama_attention_is_group_query_attention(tmp_path: Path) -> None:
-    _check(_export(tmp_path, "dynamo"), "ort_gqa_dynamo_qk_ab", "rsqrt", tmp_path)
+    _llama(_export(tmp_path, "dynamo"), "ort_gqa_dynamo_qk_ab", "rsqrt", tmp_path)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", pytest.param("dynamo", marks=pytest.mark.slow)])
+def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, tmp_path: Path) -> None:
+    """GPT-2: as many key/value heads as query heads (no repeat-kv): the ``_norep`` rules."""
+    from graphsub.bench.decoders import export_decoder
+
+    pytest.importorskip("transformers")
+    exported = export_decoder("gpt2", tmp_path, exporter)
+    assert exported.path is not None, exported.error
+    layers = sum(o.name.startswith("present.") for o in onnx.load(str(exported.path)).graph.output) // 2
+    rule = "ort_gqa_batched_norep_qk_keep_ab" if exporter == "torchscript" else "ort_gqa_dynamo_norep_qk_ab"
+    assert _check(exported.path, [rule] * layers, tmp_path, "gpt2").count("GroupQueryAttention") == layers
 
 
 def test_a_bias_that_sees_later_keys_is_left_alone(llama_ts: Path, tmp_path: Path) -> None:

@@ -169,8 +169,7 @@ def _rotary(ctx: OnnxExportCtx, node: ExportNode, total: str) -> list[str]:
     zero1 = ctx.const(np.zeros(1, np.int64), "zero_1")
     pads = ctx.emit("Concat", [zero1, zero1, total, zero1], {"axis": 0})[0]
     cos, sin = (ctx.emit("Pad", [ctx.emit("Reshape", [node.inputs[i], rows])[0], pads])[0] for i in (6, 7))
-    q = node.inputs[0]
-    batch, seq = _dim(ctx, q, 0), _dim(ctx, q, 1)
+    batch, seq = _dim(ctx, node.inputs[6], 0), _dim(ctx, node.inputs[6], 2)  # cos: every layer's, merged by CSE
     count = ctx.emit("Reshape", [ctx.emit("Mul", [batch, seq])[0], ctx.const(np.zeros(0, np.int64), "scalar_shape")])
     zero, one = ctx.const(np.array(0, np.int64), "zero_i64"), ctx.const(np.array(1, np.int64), "one_i64")
     ids = ctx.emit("Range", [zero, count[0], one])[0]

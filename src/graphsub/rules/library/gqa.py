@@ -12,7 +12,8 @@ scaled_dot_product_attention with a cache (Llama, Qwen2, Mistral: grouped-query 
 with ``Q`` (B, N, S, hd) and ``K``, ``V`` (B, Nkv, S, hd) the new tokens' heads (after the rotary embedding, which
 stays as the export wrote it), and writes it ``ms_gqa`` on Q, K, V transposed back to (B, S, heads*hd), the pasts and
 the bias; the presents are its outputs 1 and 2. ``kT``'s layouts: ``batched`` ``transpose(kr, (0, 1, 3, 2))``
-(TorchScript), ``dynamo`` ``reshape(transpose(reshape(kr, (B*N, T, hd)), (0, 2, 1)), (B, N, hd, T))``. ``_keep``:
+(TorchScript), ``dynamo`` ``reshape(transpose(reshape(kr, (B*N, T, hd)), (0, 2, 1)), (B, N, hd, T))``. ``_norep``:
+no repeat-kv, ``kr`` and ``vr`` the presents themselves (as many key/value heads as query heads: GPT-2). ``_keep``:
 the probabilities times a per-query-row factor r, what ``cpu_softmax_nan_guard_inf`` makes of the TorchScript
 exporter's guard against rows masked entirely (as in :mod:`graphsub.rules.library.attention`).
 
@@ -30,6 +31,7 @@ mode at a decode step, a batch of chunks on a past and a prompt on an empty past
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,14 +51,35 @@ rule = RuleFactory("ort", "attention")
 _LOWEST = float(np.finfo(np.float32).min)
 
 
-def _src(layout: str, keep: bool) -> Callable[[PatternBuilder], dict[str, PValue]]:
+@dataclass(frozen=True)
+class _V:
+    """One rule: the transposed keys' ``layout`` (``dynamo``, ``batched``), whether a row factor follows the softmax
+    (``keep``) and whether the cache is repeated over query heads (``repeat``: grouped-query attention; without it,
+    as many key/value heads as query heads, GPT-2's multi-head attention with a cache)."""
+
+    layout: str
+    keep: bool
+    repeat: bool = True
+
+    @property
+    def name(self) -> str:
+        return (f"ort_gqa_{self.layout}{'' if self.repeat else '_norep'}_qk" + ("_keep" if self.keep else "")
+                + "_ab")
+
+
+def _src(v: _V) -> Callable[[PatternBuilder], dict[str, PValue]]:
+    layout, keep = v.layout, v.keep
+
     def src(p: PatternBuilder) -> dict[str, PValue]:
         ck = p.concat(p.var("pk"), p.var("K"), axis=2, name="ck")
         cv = p.concat(p.var("pv"), p.var("V"), axis=2, name="cv")
-        kr = p.reshape(p.expand(p.unsqueeze(ck, axes=(2,), name="uk"), name="ek"), name="rk")
-        vr = p.reshape(p.expand(p.unsqueeze(cv, axes=(2,), name="uv"), name="ev"), name="rv")
+        kr, vr = ck, cv
+        if v.repeat:
+            kr = p.reshape(p.expand(p.unsqueeze(ck, axes=(2,), name="uk"), name="ek"), name="rk")
+            vr = p.reshape(p.expand(p.unsqueeze(cv, axes=(2,), name="uv"), name="ev"), name="rv")
         if layout == "dynamo":
-            kt = p.reshape(p.transpose(kr, perm=(0, 2, 1), name="tk"), name="rk4")
+            kr3 = p.reshape(kr, name="rk3") if not v.repeat else kr  # with the repeat, its reshape is merged here
+            kt = p.reshape(p.transpose(kr3, perm=(0, 2, 1), name="tk"), name="rk4")
         else:
             kt = p.transpose(kr, perm=(0, 1, 3, 2), name="tk")
         q, k = p.mul(p.var("Q"), p.weight("sq"), name="mq"), p.mul(kt, p.weight("sk"), name="mk")
@@ -75,22 +98,24 @@ def _src(layout: str, keep: bool) -> Callable[[PatternBuilder], dict[str, PValue
 Dims = tuple[int, int, int, int, int, int]
 
 
-def _dims(m: MatchView, layout: str) -> Dims | None:
+def _dims(m: MatchView, v: _V) -> Dims | None:
     """(B, S, P, N, Nkv, hd) of a matched attention, or None when the shapes are not a grouped-query attention."""
-    q, k, v, pk, pv = (m.shape(n) for n in ("Q", "K", "V", "pk", "pv"))
+    q, k, val, pk, pv = (m.shape(n) for n in ("Q", "K", "V", "pk", "pv"))
     if len(q) != 4 or len(k) != 4:
         return None
     b, n, s, hd = q
     nkv, p = k[1], pk[2]
     t = p + s
-    if k != (b, nkv, s, hd) or v != k or pk != (b, nkv, p, hd) or pv != pk or n % nkv:
+    if k != (b, nkv, s, hd) or val != k or pk != (b, nkv, p, hd) or pv != pk or n % nkv or (not v.repeat and n != nkv):
         return None
     g = n // nkv
-    if m.shape("ek") != (b, nkv, g, t, hd) or m.shape("ev") != (b, nkv, g, t, hd) or m.shape("rv") != (b, n, t, hd):
+    if v.repeat and (m.shape("ek") != (b, nkv, g, t, hd) or m.shape("ev") != (b, nkv, g, t, hd)
+                     or m.shape("rv") != (b, n, t, hd)):
         return None
-    if layout == "dynamo" and (m.shape("rk") != (b * n, t, hd) or m.shape("rk4") != (b, n, hd, t)):
+    k3 = "rk" if v.repeat else "rk3"
+    if v.layout == "dynamo" and (m.shape(k3) != (b * n, t, hd) or m.shape("rk4") != (b, n, hd, t)):
         return None
-    if layout == "batched" and m.shape("rk") != (b, n, t, hd):
+    if v.layout == "batched" and v.repeat and m.shape("rk") != (b, n, t, hd):
         return None
     return b, s, p, n, nkv, hd
 
@@ -170,8 +195,9 @@ def _keep_ok(m: MatchView) -> Check:
     return True
 
 
-def _where(layout: str, keep: bool) -> list[tuple[Callable[[MatchView], Check], str]]:
-    out = [(lambda m: _dims(m, layout) is not None,
+def _where(v: _V) -> list[tuple[Callable[[MatchView], Check], str]]:
+    layout, keep = v.layout, v.keep
+    out = [(lambda m: _dims(m, v) is not None,
             "q split into N heads, k and v into Nkv heads dividing N, appended to pasts of one length and repeated "
             "N/Nkv times as repeat-kv does"),
            (lambda m: _scales_ok(m, layout),
@@ -186,16 +212,20 @@ def _where(layout: str, keep: bool) -> list[tuple[Callable[[MatchView], Check], 
 # ----------------------------------------------------------------------------- target
 
 
-def _tgt(layout: str, keep: bool) -> Callable[[TargetBuilder, MatchView], dict[str, Ref]]:
+def _tgt(v: _V) -> Callable[[TargetBuilder, MatchView], dict[str, Ref]]:
+    keep = v.keep
+
     def tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        dims = _dims(m, layout)
+        dims = _dims(m, v)
         assert dims is not None
         b, s, _, n, nkv, hd = dims
         sq, sk = scalar_value(m, "sq"), scalar_value(m, "sk")
         assert sq is not None and sk is not None
 
         def rows(ref: Ref, heads: int) -> Ref:
-            return t.reshape(t.transpose(ref, perm=(0, 2, 1, 3)), shape=(b, s, heads * hd))
+            split = _split_rows(m, ref, (b, s, heads * hd))
+            return split if split is not None else t.reshape(t.transpose(ref, perm=(0, 2, 1, 3)),
+                                                             shape=(b, s, heads * hd))
 
         y, present_k, present_v = t.ms_gqa(rows(m.Q, n), rows(m.K, nkv), rows(m.V, nkv), m.pk, m.pv, m.ab,
                                            num_heads=n, kv_num_heads=nkv, scale=f32_attr(sq * sk))
@@ -206,6 +236,19 @@ def _tgt(layout: str, keep: bool) -> Callable[[TargetBuilder, MatchView], dict[s
         return {"y": out, "present_k": present_k, "present_v": present_v}
 
     return tgt
+
+
+def _split_rows(m: MatchView, ref: Ref, rows: tuple[int, ...]) -> Ref | None:
+    """The (B, S, heads*hd) rows ``ref`` (B, heads, S, hd) was split from -- ``transpose(reshape(x, (B, S, heads, hd)),
+    (0, 2, 1, 3))`` with ``x`` of shape ``rows`` --, else None: the target reads them instead of transposing back."""
+    g = m.graph
+    node = g.nodes[ref.node]
+    if node.sig.op != "transpose" or tuple(node.sig.attr["perm"]) != (0, 2, 1, 3):
+        return None
+    inner = g.nodes[node.inputs[0].node]
+    if inner.sig.op != "reshape" or g.type_of(inner.inputs[0]).shape != rows:
+        return None
+    return inner.inputs[0]
 
 
 # ----------------------------------------------------------------------------- examples
@@ -224,20 +267,24 @@ def causal_bias(b: int, s: int, t: int, fill: float, k: int) -> np.ndarray:
     return out
 
 
-def _examples(layout: str, keep: bool) -> list[Example]:
+def _examples(v: _V) -> list[Example]:
+    layout, keep = v.layout, v.keep
     out = []
     for k, (b, s, p, n, nkv, hd) in enumerate(_CASES):
+        nkv = nkv if v.repeat else n
         t, g = p + s, n // nkv
         types: dict[str, Any] = {"Q": (b, n, s, hd), "K": (b, nkv, s, hd), "V": (b, nkv, s, hd),
                                  "pk": (b, nkv, p, hd), "pv": (b, nkv, p, hd), "sq": (), "sk": (),
                                  "ab": (b if k else 1, 1, s, t)}
         data: dict[str, Any] = {"sq": np.float32(0.5946035), "sk": np.float32([0.5946035, 0.8, 0.7][k]),
                                 "ab": causal_bias(types["ab"][0], s, t, [-np.inf, _LOWEST, -np.inf][k], k)}
-        attrs: dict[str, Any] = {"ek": {"shape": (b, nkv, g, t, hd)}, "ev": {"shape": (b, nkv, g, t, hd)},
-                                 "rv": {"shape": (b, n, t, hd)}, "ro": {"shape": (b, s, n * hd)}}
+        attrs: dict[str, Any] = {"ro": {"shape": (b, s, n * hd)}}
+        if v.repeat:
+            attrs |= {"ek": {"shape": (b, nkv, g, t, hd)}, "ev": {"shape": (b, nkv, g, t, hd)},
+                      "rv": {"shape": (b, n, t, hd)}}
         if layout == "dynamo":
-            attrs |= {"rk": {"shape": (b * n, t, hd)}, "rk4": {"shape": (b, n, hd, t)}}
-        else:
+            attrs |= {"rk" if v.repeat else "rk3": {"shape": (b * n, t, hd)}, "rk4": {"shape": (b, n, hd, t)}}
+        elif v.repeat:
             attrs["rk"] = {"shape": (b, n, t, hd)}
         if keep:
             types["r"] = [(b, 1, s, 1), (1, 1, s, 1), (s, 1)][k]
@@ -248,18 +295,21 @@ def _examples(layout: str, keep: bool) -> list[Example]:
     return out
 
 
-def _rule(layout: str, keep: bool) -> Rule:
-    name = f"ort_gqa_{layout}_qk" + ("_keep" if keep else "") + "_ab"
-    doc = (f"A decoder layer's attention with its key/value cache ({layout} layout of the transposed keys, q and k "
+def _rule(v: _V) -> Rule:
+    layout, keep = v.layout, v.keep
+    doc = (f"A decoder layer's attention with its key/value cache ({layout} layout of the transposed keys, "
+           + ("the cache repeated over query heads, " if v.repeat else "as many key/value heads as query heads, ")
+           + "q and k "
            "each times a constant, a causal attention bias" + (", probabilities times a row factor" if keep else "")
            + ") is onnxruntime's GroupQueryAttention with that bias, the cache concatenation inside"
            + (", times the row factor" if keep else "") + " (exact on every query row that attends some key).")
-    return rule(name, doc, _src(layout, keep), _tgt(layout, keep), _examples(layout, keep), _where(layout, keep))
+    return rule(v.name, doc, _src(v), _tgt(v), _examples(v), _where(v))
 
 
 def rules() -> list[Rule]:
     """The ``ort_gqa_*`` rules (see the module docstring)."""
-    return [_rule(layout, keep) for layout in ("dynamo", "batched") for keep in (False, True)]
+    return [_rule(_V(layout, keep, repeat)) for repeat in (True, False) for layout in ("dynamo", "batched")
+            for keep in (False, True)]
 
 
 __all__ = ["rules"]
