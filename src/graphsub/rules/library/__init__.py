@@ -21,7 +21,9 @@ set            contents
                them only run in onnxruntime)
 ``attention``  the ``ort`` set's attention rules alone: head-split attention as TorchScript and dynamo
                exports write it (scaled_dot_product_attention's scale, attention biases and masks) =>
-               onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`); opt-in like ``ort``
+               onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`); a decoder's attention
+               with its key/value cache => GroupQueryAttention, the rotary embedding inside
+               (:mod:`graphsub.rules.library.gqa`, :mod:`graphsub.rules.library.gqa_rotary`); opt-in like ``ort``
 ``decoder``    the ``ort`` set's rules for a decoder LLM's RMSNorm (the exporters' three spellings, a residual sum
                first) => onnxruntime's SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization
                (:mod:`graphsub.rules.library.rms`); opt-in like ``ort``
@@ -173,8 +175,9 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
     "cpu": ("CPU-relevant algebra and clean-ups", _cpu),
     "cleanup": ("no-ops and collapsible chains, applied everywhere by optimize's clean-up pass", _cleanup),
     "ort": ("rewrites into onnxruntime fused kernels", _ort),
-    "attention": ("head-split attention (TorchScript and dynamo exports) => onnxruntime's MultiHeadAttention (the "
-                  "ort set's attention rules)", _attention),
+    "attention": ("head-split attention (TorchScript and dynamo exports) => onnxruntime's MultiHeadAttention; a "
+                  "decoder's attention with its key/value cache => GroupQueryAttention (the ort set's attention "
+                  "rules)", _attention),
     "decoder": ("a decoder LLM's RMSNorm spellings => onnxruntime's SimplifiedLayerNormalization and "
                 "SkipSimplifiedLayerNormalization (the ort set's decoder rules)", _decoder),
     "ort-spelling": ("spellings that steer onnxruntime's own fusions (applied and timed by optimize)",
