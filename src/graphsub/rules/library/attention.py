@@ -57,8 +57,8 @@ Not covered: Muls of the scale written ``mul(c, q)`` (neither exporter writes th
 head split and the logits (Llama, Qwen2, Phi, GPT-NeoX), q/k/v split from one packed projection after the head split
 (LeViT), DeBERTa's disentangled attention, sequence-first layouts (``nn.MultiheadAttention``'s export, which
 scales q alone), dropout and past state (a decoder's attention with its key/value cache, rotary embedding included, is
-GroupQueryAttention: :mod:`graphsub.rules.library.gqa`). All rules are exact (up to float rounding: the kernels compute the same
-function); examples are verified in float mode.
+GroupQueryAttention: :mod:`graphsub.rules.library.gqa`). All rules are exact (up to float rounding: the kernels
+compute the same function); examples are verified in float mode.
 """
 
 from __future__ import annotations
