@@ -499,7 +499,9 @@ def check_attention_bias(op: str, bias: TensorType, full: tuple[int, int, int, i
         raise ShapeError(f"{op}: attention bias {bias} must be (B or 1, H or 1, S, L) for logits {full}")
 
 
-def _mha_canon(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+def scale_canon(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
+    """An attention's ``scale`` attribute explicit (0 = 1/sqrt(head size) of q[B, S, num_heads * hd]), in its
+    shortest float32 spelling."""
     scale = a.get("scale")
     if scale == 0.0 and a.get("num_heads") and ins[0].rank == 3:
         scale = 1.0 / np.sqrt(ins[0].shape[2] / a["num_heads"])
@@ -563,7 +565,7 @@ def _mha_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 
 register(OpDef(
-    name="ms_mha", family=FAMILY, canonicalize=_mha_canon,
+    name="ms_mha", family=FAMILY, canonicalize=scale_canon,
     doc="onnxruntime MultiHeadAttention (no mask/projection bias/past): per head softmax(Q K^T * scale "
         "(+ attention_bias (B or 1, H or 1, S, L))) V "
         "with q[B,S,D], k[B,L,D], v[B,L,Dv] split head-major into num_heads heads; out [B,S,Dv]. "
@@ -586,4 +588,5 @@ register(OpDef(
     ),
 ))
 
-__all__ = ["FUSED_ACTS", "MS", "attention_inputs", "check_attention_bias", "f32_attr", "fused_act", "mha_ref"]
+__all__ = ["FUSED_ACTS", "MS", "attention_inputs", "check_attention_bias", "f32_attr", "fused_act", "mha_ref",
+           "scale_canon"]

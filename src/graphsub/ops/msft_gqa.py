@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ops.msft import MS, check_attention_bias, f32_attr
+from graphsub.ops.msft import MS, check_attention_bias, scale_canon
 from graphsub.ops.registry import AttrSpec, ExportNode, OnnxExportCtx, OpDef, Sample, f32, register
 from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
@@ -70,15 +70,6 @@ def _dims(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[int, int, in
         raise ShapeError(f"{OP}: the rotary embedding needs a head size that is a multiple of {ROTARY_HEAD_MULTIPLE} "
                          f"and cos and sin of (B, 1, S, hd/2) = {(b, 1, s, hd // 2)}, got {', '.join(map(str, ins))}")
     return b, s, p, n, nkv, hd
-
-
-def _canon(a: dict[str, Any], ins: Sequence[TensorType]) -> dict[str, Any]:
-    scale = a.get("scale")
-    if scale == 0.0 and a.get("num_heads") and ins[0].rank == 3:
-        scale = 1.0 / np.sqrt(ins[0].shape[2] / a["num_heads"])
-    if isinstance(scale, float):
-        a["scale"] = f32_attr(scale)
-    return a
 
 
 def _infer(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
@@ -191,7 +182,7 @@ def _export(ctx: OnnxExportCtx, node: ExportNode) -> None:
 
 
 register(OpDef(
-    name=OP, family="msft", canonicalize=_canon,
+    name=OP, family="msft", canonicalize=scale_canon,
     doc="onnxruntime GroupQueryAttention with past/present (no rotary, window or quantized cache): causal "
         "softmax(Q K^T * scale (+ attention_bias)) V per query head, key/value head n // (N/Nkv), the new k/v "
         "appended to the pasts; outputs (out [B,S,N*hd], present_key, present_value [B,Nkv,P+S,hd]).",
