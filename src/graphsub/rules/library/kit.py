@@ -173,6 +173,13 @@ def all_checks(*checks: Check) -> Check:
     return True
 
 
+def skip_accepts(x: Sequence[int], skip: Sequence[int]) -> bool:
+    """Whether onnxruntime's Skip(Simplified)LayerNormalization takes ``x + skip`` as (input, skip): ``x`` is
+    (N, D) or (B, S, D), ``skip`` of its shape or, for a rank-3 ``x``, (S, D) or (1, S, D)."""
+    x, skip = tuple(x), tuple(skip)
+    return len(x) in (2, 3) and (skip == x or (len(x) == 3 and skip in (x[1:], (1, *x[1:]))))
+
+
 def broadcasts_into(small: Sequence[int], shape: Sequence[int]) -> bool:
     """``small`` broadcasts against ``shape`` without changing it."""
     try:
@@ -397,10 +404,50 @@ def merge_split(t: TargetBuilder, merged: Ref, axis: int, sizes: Sequence[int]) 
 
 
 __all__ = [
-    "F4", "GEOMETRY", "OPS", "Check", "RuleFactory", "Source", "W", "WhereArg", "activate", "all_checks", "bias_vector",
-    "broadcasts_into", "channel_operand", "composed_perm", "const_data", "constant_value", "conv_attrs", "ex",
-    "fit_kernel", "fold_add", "fold_batchnorm", "fold_mul", "geometry", "geometry_check", "in_order", "is_const",
-    "is_dense", "is_identity", "kernel", "kernel_scale", "merge_geometry", "merge_split", "min_rank", "per_channel",
-    "perm", "rank_le", "rule", "same_attrs", "same_dtype", "same_rank", "same_shape", "scalar_constant",
-    "scalar_value", "swap_last2", "swaps_last2",
+    "F4",
+    "GEOMETRY",
+    "OPS",
+    "Check",
+    "RuleFactory",
+    "Source",
+    "W",
+    "WhereArg",
+    "activate",
+    "all_checks",
+    "bias_vector",
+    "broadcasts_into",
+    "channel_operand",
+    "composed_perm",
+    "const_data",
+    "constant_value",
+    "conv_attrs",
+    "ex",
+    "fit_kernel",
+    "fold_add",
+    "fold_batchnorm",
+    "fold_mul",
+    "geometry",
+    "geometry_check",
+    "in_order",
+    "is_const",
+    "is_dense",
+    "is_identity",
+    "kernel",
+    "kernel_scale",
+    "merge_geometry",
+    "merge_split",
+    "min_rank",
+    "per_channel",
+    "perm",
+    "rank_le",
+    "rule",
+    "same_attrs",
+    "same_dtype",
+    "same_rank",
+    "same_shape",
+    "scalar_constant",
+    "scalar_value",
+    "skip_accepts",
+    "swap_last2",
+    "swaps_last2",
 ]

@@ -43,7 +43,15 @@ from graphsub.ir.node import Ref
 from graphsub.ops.msft import f32_attr
 from graphsub.rules.apply import TargetBuilder
 from graphsub.rules.library import attention, rms
-from graphsub.rules.library.kit import RuleFactory, WhereArg, ex, scalar_constant, scalar_value, swaps_last2
+from graphsub.rules.library.kit import (
+    RuleFactory,
+    WhereArg,
+    ex,
+    scalar_constant,
+    scalar_value,
+    skip_accepts,
+    swaps_last2,
+)
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue, one_of
 from graphsub.rules.rule import Example, Rule
@@ -336,15 +344,11 @@ def _gelu_rules() -> list[Rule]:
 # ----------------------------------------------------------------------------- SkipLayerNormalization
 
 
-def _skip_ok(x: tuple[int, ...], skip: tuple[int, ...]) -> bool:
-    return len(x) in (2, 3) and (skip == x or (len(x) == 3 and skip in (x[1:], (1, *x[1:]))))
-
-
 def _skip_split(m: MatchView, a: str, b: str) -> tuple[Ref, Ref] | None:
     """(x, skip) of ``add(a, b)``: x has the sum's shape, skip one SkipLayerNormalization accepts."""
     out = m.shape("add")
     for x, s in ((a, b), (b, a)):
-        if m.shape(x) == out and _skip_ok(out, m.shape(s)):
+        if m.shape(x) == out and skip_accepts(out, m.shape(s)):
             return m[x], m[s]
     return None
 
@@ -354,7 +358,7 @@ def _sln_parts(m: MatchView, bias: bool) -> tuple[Ref, Ref, Ref | None] | None:
     if not bias:
         split = _skip_split(m, "u", "v")
         return None if split is None else (*split, None)
-    if m.shape("badd") != m.shape("add") or not _skip_ok(m.shape("add"), m.shape("s")):
+    if m.shape("badd") != m.shape("add") or not skip_accepts(m.shape("add"), m.shape("s")):
         return None
     bsplit = _bias_split(m, "badd", "u", "v")
     return None if bsplit is None else (bsplit[0], m.s, bsplit[1])

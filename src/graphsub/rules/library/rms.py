@@ -33,7 +33,7 @@ import numpy as np
 from graphsub.ir.node import Ref
 from graphsub.ops.msft import f32_attr
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library.kit import Check, RuleFactory, WhereArg, ex, scalar_value
+from graphsub.rules.library.kit import Check, RuleFactory, WhereArg, ex, scalar_value, skip_accepts
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue
 from graphsub.rules.rule import Example, Rule
@@ -72,8 +72,7 @@ def _skip_ok(m: MatchView) -> Check:
 def _split(m: MatchView) -> tuple[Ref, Ref] | None:
     out = m.shape("h")
     for x, s in (("u", "v"), ("v", "u")):
-        xs, ss = m.shape(x), m.shape(s)
-        if xs == out and len(out) in (2, 3) and (ss == out or (len(out) == 3 and ss in (out[1:], (1, *out[1:])))):
+        if m.shape(x) == out and skip_accepts(out, m.shape(s)):
             return m[x], m[s]
     return None
 
@@ -85,8 +84,7 @@ def _not_a_sum(m: MatchView) -> Check:
     if node.sig.op != "add" or len(node.inputs) != 2:
         return True
     out, shapes = m.shape("x"), [m.graph.type_of(r).shape for r in node.inputs]
-    takes = len(out) in (2, 3) and any(a == out and (b == out or (len(out) == 3 and b in (out[1:], (1, *out[1:]))))
-                                       for a, b in (shapes, shapes[::-1]))
+    takes = any(a == out and skip_accepts(out, b) for a, b in (shapes, shapes[::-1]))
     return not takes or "x is a residual sum: ort_rms_skip_* takes it"
 
 
