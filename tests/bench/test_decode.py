@@ -95,6 +95,8 @@ def test_cli_help_and_usage_errors() -> None:
     assert r.exit_code == 2 and "unknown decoder" in json.loads(r.stdout)["error"]
     r = runner.invoke(app, ["bench", "decode", "--size", "huge", "--json"])
     assert r.exit_code == 2
+    r = runner.invoke(app, ["bench", "decode", "--models", "gpt2,llama", "--size", "1b", "--json"])
+    assert r.exit_code == 2 and "not defined for gpt2" in json.loads(r.stdout)["error"]
 
 
 def test_cli_json_run(tmp_path: Path, original: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,7 +50,8 @@ def test_catalog_sizes() -> None:
     tiny = DECODERS["llama"].config("tiny")
     assert tiny["num_key_value_heads"] < tiny["num_attention_heads"]  # grouped-query attention
     for d in DECODERS.values():
-        assert set(d.sizes) == set(decoders.SIZES)
+        assert {"tiny", "small", "100m"} <= set(d.sizes) <= set(decoders.SIZES)
+    assert "1b" in DECODERS["llama"].sizes  # the benchmark's 1 B model: Llama only
     with pytest.raises(KeyError):
         DECODERS["gpt2"].config("huge")
 

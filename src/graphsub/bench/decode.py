@@ -123,7 +123,7 @@ def genai_outcome(family: str, module: Any, work: Path) -> Outcome:
     except (gb.BuilderFailed, ValueError) as e:
         return {"status": "failed", "error": str(e).splitlines()[0], "seconds": time.perf_counter() - t0}
     seconds = time.perf_counter() - t0
-    dst = gb.inline(built.model, work / f"{GENAI}.onnx")  # one file: ort_view reads ORT's graph of it
+    dst = gb.inline(built.model, work / f"{GENAI}.onnx")  # one file where it fits: ort_view reads ORT's graph of it
     return {"status": "ok", "error": "", "seconds": seconds, "path": str(dst)}
 
 
@@ -133,7 +133,8 @@ def produce(family: str, module: Any, src: Path, work: Path, *, peers: Sequence[
     """Every variant of the decoder exported at ``src`` (module docstring), in report order: per name ``status``,
     ``error``, ``seconds`` and ``path`` when ok.  Peers and graphsub run in processes of their own."""
     from graphsub.bench.suite.runner import graphsub_tool
-    from graphsub.optimize.budget import DEFAULT_TIME_S
+    from graphsub.frontends.onnx_io import file_bytes
+    from graphsub.optimize.budget import DEFAULT_TIME_S, PER_GB_S
     from graphsub.optimize.peers import PeerInput
 
     work.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,8 @@ def produce(family: str, module: Any, src: Path, work: Path, *, peers: Sequence[
         out[GENAI] = genai_outcome(family, module, work)
     if graphsub:
         tool = functools.partial(graphsub_tool, budget_s=budget_s, seed=seed)
-        timeout = (budget_s or DEFAULT_TIME_S) * 6 + 300
+        # its own default budget grows by PER_GB_S per GB of weights (a 1 B model's 4.4 GB: about half an hour)
+        timeout = (budget_s or DEFAULT_TIME_S) * 6 + 300 + (0 if budget_s else 2 * PER_GB_S * file_bytes(src) / 1e9)
         out[GRAPHSUB] = _peer_outcome(GRAPHSUB, src, work / f"{GRAPHSUB}.onnx", meta, {GRAPHSUB: tool}, timeout)
     for name, path in (extra or {}).items():
         ok = Path(path).is_file()
@@ -243,7 +245,15 @@ def fitted_session(model: bytes | str, feeds: dict[str, np.ndarray], *, threads:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """SHA-256 of the model's bytes, its external data included, read in chunks (a 1 B model's 4 GB)."""
+    from graphsub.frontends.onnx_io import model_files
+
+    h = hashlib.sha256()
+    for f in model_files(path):
+        with f.open("rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 24), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def distinct(outcomes: dict[str, Outcome]) -> dict[str, Path]:

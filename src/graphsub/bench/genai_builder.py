@@ -265,11 +265,20 @@ def io_names(model: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(i.name for i in graph.input), tuple(o.name for o in graph.output)
 
 
+#: a built model with more bytes than this keeps its weights beside it (:func:`inline`; protobuf's limit is 2 GB)
+INLINE_MAX_BYTES = 1 << 30
+
+
 def inline(model: Path, dst: Path) -> Path:
     """The built model saved again as one file ``dst``, its weights inline (the builder writes them beside it, in
-    ``model.onnx.data``; a small model then travels and is inspected as one file).  Returns ``dst``."""
+    ``model.onnx.data``; a small model then travels and is inspected as one file).  Returns ``dst``, or ``model``
+    itself when its files hold more than :data:`INLINE_MAX_BYTES`."""
     import onnx
 
+    from graphsub.frontends.onnx_io import file_bytes
+
+    if file_bytes(model) > INLINE_MAX_BYTES:
+        return model
     onnx.save(onnx.load(str(model)), str(dst))
     return dst
 
@@ -369,6 +378,7 @@ def greedy_torch(folder: Path, prompt: list[int], steps: int) -> tuple[list[int]
 
 __all__ = [
     "ARCHITECTURES",
+    "INLINE_MAX_BYTES",
     "SPECIAL",
     "TINY",
     "BuilderFailed",

@@ -21,6 +21,16 @@ def _families(models: str | None, as_json: bool) -> list[str]:
     return names
 
 
+def _sized(families: list[str], size: str, as_json: bool) -> None:
+    """Exit with a usage error when a decoder of ``families`` has no config at ``size``."""
+    from graphsub.bench.decoders import DECODERS
+
+    lacking = [f for f in families if size not in DECODERS[f].sizes]
+    if lacking:
+        fail(Exit.USAGE, f"--size {size}: not defined for {', '.join(lacking)} (their sizes: "
+                         f"{'; '.join(f'{f}: ' + ', '.join(DECODERS[f].sizes) for f in lacking)})", as_json)
+
+
 def _peers(peers: str | None, as_json: bool) -> list[str]:
     from graphsub.bench.decode import DEFAULT_PEERS
     from graphsub.optimize.peers import PEERS
@@ -73,6 +83,7 @@ def decode(*, models: str | None, size: str, exporter: str, tokens: int, threads
     except ValueError as e:
         fail(Exit.USAGE, f"--threads: {e}", as_json)
     families, peer_names, extra = _families(models, as_json), _peers(peers, as_json), _variants(variants, as_json)
+    _sized(families, size, as_json)
     name, out_path = name or "decode", out_dir or Path("results")
     progress = Progress(TextColumn("[bold]decode[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True, disable=as_json)

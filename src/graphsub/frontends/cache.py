@@ -38,7 +38,7 @@ Values = Sequence[tuple[str, Dims]]
 #: prompt, a batch of 7-token chunks on a 33-token past, a 128-token prefill (past 0: empty pasts)
 CACHE_SIZES: tuple[tuple[int, int, int], ...] = ((1, 1, 0), (1, 1, 127), (2, 7, 33), (1, 128, 0))
 
-_PAST = re.compile(r"^past(_key_values?|_key|_value|_kv)?([._]|$)", re.IGNORECASE)
+PAST_NAME = re.compile(r"^past(_key_values?|_key|_value|_kv)?([._]|$)", re.IGNORECASE)
 _PRESENT = re.compile(r"^present([._]|$)", re.IGNORECASE)
 
 
@@ -88,7 +88,7 @@ def _sequence(inputs: Values, batch: str, taken: set[str]) -> str:
 def cache_dims(inputs: Values, outputs: Values) -> CacheDims | None:
     """The :class:`CacheDims` of a model declaring ``inputs`` and ``outputs`` (``(name, dims)`` pairs), or None
     when it has no past/present cache interface (module docstring)."""
-    pasts = [dims for name, dims in inputs if _PAST.match(name) and dims is not None and len(dims) >= 3]
+    pasts = [dims for name, dims in inputs if PAST_NAME.match(name) and dims is not None and len(dims) >= 3]
     presents = [dims for name, dims in outputs if _PRESENT.match(name) and dims is not None and len(dims) >= 3]
     if not pasts or not presents:
         return None
@@ -100,4 +100,4 @@ def cache_dims(inputs: Values, outputs: Values) -> CacheDims | None:
     return CacheDims(batch, sequence, past, total) if sequence else None
 
 
-__all__ = ["CACHE_SIZES", "CacheDims", "cache_dims"]
+__all__ = ["CACHE_SIZES", "PAST_NAME", "CacheDims", "cache_dims"]

@@ -331,10 +331,15 @@ def source_for_session(original: Source) -> bytes | str:
 
 
 def as_proto(original: Source) -> onnx.ModelProto:
-    """``original`` (a path, serialized bytes or a ModelProto) as a ModelProto, weights included."""
+    """``original`` (a path, serialized bytes or a ModelProto) as a ModelProto, weights included (a file's
+    external data held as memory maps: :func:`graphsub.frontends.onnx_io.read_model`)."""
     if isinstance(original, onnx.ModelProto):
         return original
-    return onnx.load_from_string(original) if isinstance(original, bytes) else onnx.load(os.fspath(original))
+    if isinstance(original, bytes):
+        return onnx.load_from_string(original)
+    from graphsub.frontends.onnx_io import read_model
+
+    return read_model(original)
 
 
 def display_name(original: Source) -> str:

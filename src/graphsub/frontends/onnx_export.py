@@ -21,6 +21,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphsub.errors import ExportError, GraphsubError
+from graphsub.frontends.shared import SHARE_BYTES, can_hold, placeholder
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig, Ref
 from graphsub.ops.registry import ExportNode
@@ -214,7 +215,7 @@ def export_graph(
     ctx = ExportCtx(opset, taken)
     names: dict[Ref, str] = {}
     out_first = _op_output_names(graph)
-    leaves = _Leaves(data, allow_missing_weights)
+    leaves = _Leaves(data, allow_missing_weights, share=_weight_bytes(data) > SHARE_BYTES)
     for nid in graph.topo_order():
         sig = graph.nodes[nid].sig
         if sig.op in ("input", "weight"):
@@ -238,6 +239,10 @@ def export_graph(
         helper.make_opsetid(d, v) for d, v in sorted(ctx.domains.items())
     ]
     return make_model(g, opsets, producer_name=PRODUCER)
+
+
+def _weight_bytes(data: Mapping[str, Any]) -> int:
+    return sum(int(getattr(a, "nbytes", 0)) for a in data.values())
 
 
 def _utf8(text: str | bytes) -> str:
@@ -275,6 +280,7 @@ class _Leaves:
 
     data: Mapping[str, np.ndarray]
     allow_missing: bool
+    share: bool = False
     inputs: list[onnx.ValueInfoProto] = field(default_factory=list)
     extra: list[onnx.ValueInfoProto] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -289,7 +295,8 @@ class _Leaves:
             arr = np.asarray(self.data[name])
             if arr.shape != t.shape:
                 raise ExportError(f"weight {name!r}: data shape {arr.shape} != declared {t.shape}")
-            ctx.initializers.append(numpy_helper.from_array(arr, name))
+            held = self.share and can_hold(arr)  # a large model's weights stay out of the bytes (frontends.shared)
+            ctx.initializers.append(placeholder(arr, name) if held else numpy_helper.from_array(arr, name))
         elif self.allow_missing:
             self.extra.append(value_info(name, t))
         else:

@@ -40,6 +40,7 @@ from graphsub.errors import GraphsubError, ImportError_, NotModelled, ShapeError
 from graphsub.frontends.onnx_checks import check_schema, check_single_definitions, check_size, topological_nodes
 from graphsub.frontends.onnx_export import make_model, outer_reads
 from graphsub.frontends.onnx_types import FOLD_LIMIT, infer_types, static_inputs
+from graphsub.frontends.shared import tensor_array
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Node, Ref, make_sig
 from graphsub.ops.registry import ONNX_IMPORTERS, Imported, Unsupported
@@ -486,7 +487,7 @@ def _from_onnx(
     imp.declared_only = declared_only - set(static)
     for t in graph.initializer:
         try:
-            arr = numpy_helper.to_array(t)
+            arr = tensor_array(t)  # a held weight (frontends.shared) is not copied
         except Exception as e:
             raise ImportError_(f"initializer {t.name!r} cannot be read (missing external data?): {e}") from e
         imp.consts[t.name] = arr

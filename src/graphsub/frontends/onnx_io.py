@@ -36,6 +36,7 @@ from graphsub.frontends.onnx_export import (
 )
 from graphsub.frontends.onnx_import import from_onnx
 from graphsub.frontends.ort import make_session, run_session
+from graphsub.frontends.shared import hold_external, placeholders, write_data
 from graphsub.ir.graph import Graph
 from graphsub.ops.types import ONNX_DTYPE_CODES, TensorType
 
@@ -63,7 +64,11 @@ def read_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         raise ImportError_(f"{p}: {human_bytes(size)} is more than this machine can read into memory "
                            f"({human_bytes(allocation_limit())} allowed)")
     try:
-        return onnx.load(str(p), load_external_data=True)
+        model = onnx.load(str(p), load_external_data=False)
+        hold_external(model, p.parent)  # weights beside the file: memory maps, held (frontends.shared)
+        return model
+    except ExportError as e:
+        raise ImportError_(f"{p}: {e}") from e
     except DecodeError as e:
         raise ImportError_(f"{p}: not an ONNX model (protobuf parse failed: {e})") from e
     except FileNotFoundError as e:
@@ -105,6 +110,13 @@ def to_onnx(
     return export_graph(graph, opset=opset, params=params, allow_missing_weights=allow_missing_weights)
 
 
+def _check(model: onnx.ModelProto | str) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise ExportError(f"refusing to write an invalid ONNX model: {e}") from e
+
+
 def write_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, check: bool = True) -> Path:
     """Write ``model`` atomically: files appear complete or not at all.
 
@@ -117,16 +129,20 @@ def write_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, check: 
         raise ExportError(f"{out}: directory {parent} does not exist")
     if out.exists() and not out.is_file():  # os.replace would put a file where a device, FIFO or directory was
         raise ExportError(f"{out} exists and is not a regular file; refusing to replace it")
-    if check:
-        try:
-            onnx.checker.check_model(model)
-        except Exception as e:
-            raise ExportError(f"refusing to write an invalid ONNX model: {e}") from e
-    large = model.ByteSize() > EXTERNAL_DATA_THRESHOLD
+    held = bool(placeholders(model))
+    if check and not held:
+        _check(model)
+    large = held or model.ByteSize() > EXTERNAL_DATA_THRESHOLD
     tmpdir = Path(tempfile.mkdtemp(prefix=".graphsub-", dir=parent))
     try:
         tmp_model = tmpdir / out.name
-        if large:
+        if held:  # a large model's held weights (frontends.shared): written into <name>.data, checked as a file
+            data_name = out.name + ".data"
+            onnx.save_model(write_data(model, tmpdir, data_name), str(tmp_model))
+            if check:
+                _check(str(tmp_model))
+            os.replace(tmpdir / data_name, parent / data_name)
+        elif large:
             data_name = out.name + ".data"
             onnx.save_model(model, str(tmp_model), save_as_external_data=True,
                             all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
@@ -157,6 +173,24 @@ def has_external_data(path: str | os.PathLike[str]) -> bool:
     """Whether the model at ``path`` keeps some weights in files beside it (read without loading them)."""
     m = onnx.load(os.fspath(path), load_external_data=False)
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer)
+
+
+def model_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The files of the model at ``path``: itself, then each distinct external data file it names that exists
+    beside it (only itself when it cannot be parsed)."""
+    p = Path(path)
+    try:
+        m = onnx.load(os.fspath(p), load_external_data=False)
+    except (OSError, DecodeError, ValueError):
+        return [p]
+    locations = dict.fromkeys(e.value for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+                              for e in t.external_data if e.key == "location")
+    return [p, *(p.parent / loc for loc in locations if (p.parent / loc).is_file())]
+
+
+def file_bytes(path: str | os.PathLike[str]) -> int:
+    """The bytes of the model at ``path`` on disk, its external data included (0 when it is not a file)."""
+    return sum(f.stat().st_size for f in model_files(path) if f.is_file())
 
 
 def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None) -> Path:
@@ -203,4 +237,5 @@ def _opaque_session(key: tuple[tuple[str, Any], ...], in_types: tuple[TensorType
     return make_session(make_model(g, opsets))
 
 
-__all__ = ["from_onnx", "has_external_data", "load", "read_model", "run_opaque", "save", "to_onnx", "write_model"]
+__all__ = ["file_bytes", "from_onnx", "has_external_data", "load", "model_files", "read_model", "run_opaque", "save",
+           "to_onnx", "write_model"]

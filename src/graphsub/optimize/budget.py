@@ -50,6 +50,7 @@ leaves the search no time at all.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -259,6 +260,9 @@ class Part:
     drop: int | None = None
     label: str = ""
     each_s: float | None = None
+    #: an anytime part (a search: what it finds in less time is still a candidate) shrinks to the time there is,
+    #: down to this many seconds, before it is left out (None: all or nothing)
+    shrink_to_s: float | None = None
 
     @property
     def called(self) -> str:
@@ -325,7 +329,8 @@ def plan_parts(total_s: float | None, left_s: float, *, search_cap: float | None
     the candidates will take on this model (:func:`tail_estimate_s`), which the tail keeps (at most
     :data:`TAIL_MAX_SHARE` of the budget). When the parts do not fit, the searches on top of the peers are left out
     first, then the main search gives way down to :data:`SEARCH_MIN_S`, then equality saturation and the peers are
-    left out. See the module docstring.
+    left out; a part with ``shrink_to_s`` (an anytime search) shrinks to the time there is instead, while that is
+    at least ``shrink_to_s``. See the module docstring.
 
     >>> p = plan_parts(75.0, 74.8, search_cap=None, parts=[Part("eqsat", 5.0, DROP_EQSAT),
     ...                                                    Part("forward-first", 12.0)])
@@ -334,6 +339,10 @@ def plan_parts(total_s: float | None, left_s: float, *, search_cap: float | None
     >>> p = plan_parts(10.0, 9.8, search_cap=None, parts=[Part("eqsat", 5.0, DROP_EQSAT), Part("forward-first", 1.6)])
     >>> round(p.search_s, 2), p.shares, p.dropped
     (5.2, {'forward-first': 1.6}, ('eqsat',))
+    >>> p = plan_parts(10.0, 9.8, search_cap=None, parts=[Part("eqsat", 5.0, DROP_EQSAT),
+    ...                                                   Part("anytime", 9.0, DROP_EQSAT, shrink_to_s=2.0)])
+    >>> round(p.search_s, 2), {k: round(v, 2) for k, v in p.shares.items()}, p.dropped
+    (1.6, {'anytime': 5.2}, ('eqsat',))
     """
     parts = tuple(parts) if portfolio else ()
     if total_s is None:
@@ -346,12 +355,18 @@ def plan_parts(total_s: float | None, left_s: float, *, search_cap: float | None
     fixed = sum(p.estimate_s for p in parts if p.drop is None)
     droppable = sorted((p for p in parts if p.drop is not None), key=lambda p: p.drop or 0)
     cut: list[Part] = []
+    shrunk: dict[str, Part] = {}
     while droppable and search + fixed + sum(p.estimate_s for p in droppable) > front:
         if droppable[0].drop != DROP_ON_TOP and search > SEARCH_MIN_S:  # the main search gives way first
             search = max(SEARCH_MIN_S, front - fixed - sum(p.estimate_s for p in droppable))
             continue
+        first = droppable[0]
+        room = front - search - fixed - sum(p.estimate_s for p in droppable[1:])
+        if first.shrink_to_s is not None and room >= first.shrink_to_s:  # an anytime part takes what there is
+            droppable[0] = shrunk[first.name] = dataclasses.replace(first, estimate_s=room)
+            continue
         cut.append(droppable.pop(0))
-    kept = tuple(p for p in parts if p not in cut)
+    kept = tuple(shrunk.get(p.name, p) for p in parts if p not in cut)
     if cut:
         search = max(search, front - sum(p.estimate_s for p in kept))
     search = min(search, front)

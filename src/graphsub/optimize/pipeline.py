@@ -82,7 +82,7 @@ from graphsub.optimize.write import write_chosen as _write
 from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
 from graphsub.rules.rule import Rule
-from graphsub.search.base import Budget
+from graphsub.search.base import Budget, peak_rss_mb
 from graphsub.spec import ModelSpec, Shapes, check_output
 
 if TYPE_CHECKING:
@@ -577,6 +577,7 @@ def _export(graph: Graph) -> Any:
 
 def _finish(res: OptimizeResult, run: _Run) -> OptimizeResult:
     run.timings["total_s"] = run.timers.clock() - run.t0
+    res.peak_rss_mb = peak_rss_mb()
     if stop_requested():
         res.budget_stop = "interrupt"
     elif run.cut:

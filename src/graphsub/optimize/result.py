@@ -74,6 +74,8 @@ class OptimizeResult:
     verdict: Verdict | None = None
     # the clean-up's own substitutions (graphsub.rules.cleanup), which a sequence records as its first step
     cleanup: tuple[Step, ...] = ()
+    # the process's peak resident memory (MB) when the call ended (a command's whole run: it optimizes one model)
+    peak_rss_mb: float | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -150,6 +152,7 @@ class OptimizeResult:
             "threads": self.threads,
             "seeds": list(self.seeds),
             "timings_s": self.timings_s,
+            "peak_rss_mb": self.peak_rss_mb,
             "rule_set": self.rule_set,
             "cost_model": self.cost_model,
             "report": self.report,

@@ -32,27 +32,32 @@ def decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult
 
 
 #: seconds of the search priced by onnxruntime's kernels for a decoder with a key/value cache when the call leaves
-#: ``ort_search_s`` at its default: the decoder rules (GroupQueryAttention, its rotary embedding, the RMSNorms) are
-#: priced there only, and on the small Llama (4 layers) it took 20 s to take them all, where the default 10 s left
-#: the norms and the rotary embedding (2026-11-29)
+#: ``ort_search_s`` at its default, per past input (a layer has two: its keys and values), at least
+#: :data:`DECODER_ORT_SEARCH_S`: the decoder rules (GroupQueryAttention, its rotary embedding, the RMSNorms) are
+#: priced there only, and it took 20 s to take them all on the small Llama (4 layers, 8 pasts), 108 s on the 100 M
+#: one (12 layers, 24 pasts), where the default 10 s left the norms and the rotary embedding (2026-11-29)
+DECODER_ORT_SEARCH_S_PER_PAST = 5.0
 DECODER_ORT_SEARCH_S = 30.0
 
 
 def decoder_settings(spec: ModelSpec | None, cfg: OptimizeConfig) -> OptimizeConfig:
-    """``cfg`` with :data:`DECODER_ORT_SEARCH_S` for an ONNX decoder with a key/value cache whose lengths are free
-    (:func:`graphsub.frontends.cache.cache_dims`), when ``ort_search_s`` is the default; else ``cfg``."""
+    """``cfg`` with :data:`DECODER_ORT_SEARCH_S_PER_PAST` per past input (at least :data:`DECODER_ORT_SEARCH_S`)
+    for an ONNX decoder with a key/value cache whose lengths are free (:func:`graphsub.frontends.cache.cache_dims`),
+    when ``ort_search_s`` is the default; else ``cfg``."""
     import dataclasses
 
     from graphsub.optimize.config import DEFAULT_ORT_SEARCH_S
 
     if spec is None or spec.kind != "onnx" or cfg.ort_search_s != DEFAULT_ORT_SEARCH_S:
         return cfg
+    from graphsub.frontends.cache import PAST_NAME
     from graphsub.frontends.dims import interface
 
     iface = interface(spec.name, cfg.input_shapes)
     if iface.cache is None or not {iface.cache.sequence, iface.cache.past} <= set(iface.free):
         return cfg
-    return dataclasses.replace(cfg, ort_search_s=DECODER_ORT_SEARCH_S)
+    pasts = sum(1 for name, _ in iface.inputs if PAST_NAME.match(name))
+    return dataclasses.replace(cfg, ort_search_s=max(DECODER_ORT_SEARCH_S, DECODER_ORT_SEARCH_S_PER_PAST * pasts))
 
 
 def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
@@ -70,4 +75,5 @@ def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
         raise ValueError(f"check_sizes names {unknown}: not a free symbolic dimension of the model's inputs")
 
 
-__all__ = ["DECODER_ORT_SEARCH_S", "check_sizes_named", "decode_step", "decoder_settings"]
+__all__ = ["DECODER_ORT_SEARCH_S", "DECODER_ORT_SEARCH_S_PER_PAST", "check_sizes_named", "decode_step",
+           "decoder_settings"]

@@ -84,11 +84,15 @@ POOL_MAX_BYTES = 256 << 20
 def pool_size(model: bytes | str, copies: int, max_bytes: int | None = None) -> int:
     """How many sessions of ``model`` to rotate: ``copies``, or 1 for a model over ``max_bytes`` (None:
     :data:`POOL_MAX_BYTES`)."""
-    try:
-        size = len(model) if isinstance(model, bytes) else os.path.getsize(model)
-    except OSError:
-        size = 0
-    return max(1, copies) if size <= (POOL_MAX_BYTES if max_bytes is None else max_bytes) else 1
+    limit = POOL_MAX_BYTES if max_bytes is None else max_bytes
+    if isinstance(model, bytes):
+        size = len(model)
+    else:
+        from graphsub.frontends.onnx_io import file_bytes
+
+        size = os.path.getsize(model) if os.path.isfile(model) else 0
+        size = size if size > limit else file_bytes(model)  # with its external data
+    return max(1, copies) if size <= limit else 1
 
 
 def _scratch_dir() -> str | None:

@@ -31,6 +31,7 @@ from graphsub.bench.decoders.model import (
 )
 from graphsub.bench.suite.export import ATOL, RTOL, _quiet, short_error
 from graphsub.errors import GraphsubError
+from graphsub.frontends.onnx_io import file_bytes
 from graphsub.frontends.ort import make_session, run_session
 
 EXPORTERS = ("torchscript", "dynamo")
@@ -65,6 +66,16 @@ def _dynamic_shapes(layout: Layout) -> tuple[Any, ...]:
     return seq, {0: b, 1: torch.export.Dim.DYNAMIC}, rest
 
 
+#: a model with more bytes of weights than this is exported with its weights beside the graph (the protobuf limit
+#: is 2 GB): ``<file>.data`` from the dynamo exporter, a file per weight from the TorchScript one
+EXTERNAL_BYTES = 1 << 30
+
+
+def weight_bytes(module: torch.nn.Module) -> int:
+    """The bytes of ``module``'s parameters and buffers."""
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+
+
 def _run_exporter(module: FlatCache, path: Path, exporter: str) -> None:
     lay = module.layout
     args = tuple(torch.from_numpy(v) for v in feeds(lay, *TRACE_SHAPE).values())
@@ -74,7 +85,8 @@ def _run_exporter(module: FlatCache, path: Path, exporter: str) -> None:
                           dynamic_axes=_dynamic_axes(lay))
     elif exporter == "dynamo":
         torch.onnx.export(module, args, os.fspath(path), dynamo=True, input_names=list(lay.inputs),
-                          output_names=list(lay.outputs), dynamic_shapes=_dynamic_shapes(lay), external_data=False,
+                          output_names=list(lay.outputs), dynamic_shapes=_dynamic_shapes(lay),
+                          external_data=weight_bytes(module) > EXTERNAL_BYTES,
                           verbose=False)
     else:
         raise ValueError(f"unknown exporter {exporter!r} (expected one of {EXPORTERS})")
@@ -201,12 +213,13 @@ def _export_and_check(module: FlatCache, path: Path, exporter: str) -> tuple[Cas
             _run_exporter(module, path, exporter)
     except Exception as e:  # the exporters raise many types
         raise _Failed("export", short_error(e)) from e
-    model = onnx.load(os.fspath(path))
+    model = onnx.load(os.fspath(path), load_external_data=False)  # the weights stay where the exporter put them
     try:
         name_dims(model, module.layout)
     except ValueError as e:
         raise _Failed("name", str(e)) from e
     onnx.save(model, os.fspath(path))
+    del model
     try:
         cases = tuple(verify(path, module, check_shapes(module.positions)))
     except GraphsubError as e:
@@ -235,10 +248,10 @@ def export_decoder(name: str, out_dir: Path, exporter: str, size: str = "tiny") 
         for p in (path, Path(f"{path}.data")):
             p.unlink(missing_ok=True)
         return DecoderExport(**base, path=None, stage=e.stage, error=e.reason)
-    model = onnx.load(os.fspath(path))
+    model = onnx.load(os.fspath(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return DecoderExport(**base, path=path, cases=cases, attention=module.attn_implementation, opset=opset,
-                         ops=len(model.graph.node), file_size=path.stat().st_size,
+                         ops=len(model.graph.node), file_size=file_bytes(path),
                          export_s=round(time.perf_counter() - t0, 2))
 
 
@@ -253,5 +266,6 @@ def build_decoders(out_dir: Path, names: Sequence[str] | None = None, size: str 
     return results
 
 
-__all__ = ["CHECK_SHAPES", "DECODE_PASTS", "EXPORTERS", "MANIFEST", "Case", "DecoderExport", "build_decoders",
-           "check_case", "check_shapes", "export_decoder", "file_name", "name_dims", "verify"]
+__all__ = ["CHECK_SHAPES", "DECODE_PASTS", "EXPORTERS", "EXTERNAL_BYTES", "MANIFEST", "Case", "DecoderExport",
+           "build_decoders", "check_case", "check_shapes", "export_decoder", "file_name", "name_dims", "verify",
+           "weight_bytes"]

@@ -20,7 +20,7 @@ from torch import nn
 from graphsub.bench.suite.export import build_module
 
 BATCH, SEQ, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
-SIZES = ("tiny", "small")
+SIZES = ("tiny", "small", "100m", "1b")
 _SELF = "graphsub.bench.decoders.model"
 
 
@@ -62,14 +62,20 @@ def _gpt2(hidden: int, layers: int, heads: int, ffn: int, vocab: int, positions:
 
 #: The decoder families.  ``tiny``: 2 layers, hidden 64, 4 heads (2 key/value heads), vocabulary 256, for the tests;
 #: ``small``: the suite's size (4 layers, hidden 256, 4 heads, 2 key/value heads, FFN 1024; Qwen2's vocabulary cut to
-#: 32000 as in the suite), 2048 positions (a decode step on a 1,024-token past fits).
+#: 32000 as in the suite), 2048 positions (a decode step on a 1,024-token past fits); ``100m``: the benchmark's
+#: model of at least 100 M parameters (GPT-2 small's shape, 124 M; Llama/Qwen2 12 layers, hidden 768, 12 heads, 4
+#: key/value heads, FFN 2048, vocabulary 32000: 124 M); ``1b``: the Llama-style model of about 1 B parameters (16
+#: layers, hidden 2048, 32 heads, 8 key/value heads, FFN 8192 as Llama 3.2 1B, vocabulary 32000: 1.10 B, 4.4 GB of
+#: float32 weights, exported with external data).
+_LLAMA_SIZES = {"tiny": _rotary(64, 2, 4, 2, 128, 256, 512), "small": _rotary(256, 4, 4, 2, 1024, 32000, 2048),
+                "100m": _rotary(768, 12, 12, 4, 2048, 32000, 2048)}
 DECODERS: dict[str, Decoder] = {d.name: d for d in (
     Decoder("llama", "LlamaConfig", "LlamaForCausalLM",
-            {"tiny": _rotary(64, 2, 4, 2, 128, 256, 512), "small": _rotary(256, 4, 4, 2, 1024, 32000, 2048)}),
-    Decoder("qwen2", "Qwen2Config", "Qwen2ForCausalLM",
-            {"tiny": _rotary(64, 2, 4, 2, 128, 256, 512), "small": _rotary(256, 4, 4, 2, 1024, 32000, 2048)}),
+            {**_LLAMA_SIZES, "1b": _rotary(2048, 16, 32, 8, 8192, 32000, 2048)}),
+    Decoder("qwen2", "Qwen2Config", "Qwen2ForCausalLM", _LLAMA_SIZES),
     Decoder("gpt2", "GPT2Config", "GPT2LMHeadModel",
-            {"tiny": _gpt2(64, 2, 4, 128, 256, 512), "small": _gpt2(256, 4, 4, 1024, 50257, 2048)}),
+            {"tiny": _gpt2(64, 2, 4, 128, 256, 512), "small": _gpt2(256, 4, 4, 1024, 50257, 2048),
+             "100m": _gpt2(768, 12, 12, 3072, 50257, 2048)}),
 )}
 
 

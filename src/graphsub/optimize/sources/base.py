@@ -71,6 +71,7 @@ class Source:
     label: str = ""
     each_s: Callable[[Context], float] | None = None
     graphs: bool = False
+    anytime: bool = False
 
     def live(self, ctx: Context) -> bool:
         """Whether it runs in ``ctx``: it applies, and the call's target (if any) accepts it."""
@@ -80,7 +81,8 @@ class Source:
     def part(self, ctx: Context) -> Part:
         """What the planner knows of it in ``ctx``."""
         return Part(self.name, self.estimate_s(ctx), self.drop, self.label,
-                    None if self.each_s is None else self.each_s(ctx))
+                    None if self.each_s is None else self.each_s(ctx),
+                    self.min_s if self.anytime else None)
 
 
 _REGISTRY: dict[str, Source] = {}

@@ -83,7 +83,7 @@ def make(ctx: Context, seconds: float) -> None:
 
 ORT_SEARCH = register(Source(NAME, make, turns=(25,), estimate_s=lambda ctx: ctx.sources.ort_search_s,
                              applies=lambda ctx: ctx.sources.ort_search_s > 0,
-                             min_s=ORT_SEARCH_MIN_S, drop=DROP_EQSAT, graphs=False,
+                             min_s=ORT_SEARCH_MIN_S, drop=DROP_EQSAT, graphs=False, anytime=True,
                              label="the search priced by ORT's kernels"))
 
 __all__ = ["ALGO", "NAME", "ORT_SEARCH", "ORT_SEARCH_MIN_S", "PASS_RULE_SETS", "compounds", "make", "search_rules"]
