@@ -332,14 +332,16 @@ def source_for_session(original: Source) -> bytes | str:
 
 def as_proto(original: Source) -> onnx.ModelProto:
     """``original`` (a path, serialized bytes or a ModelProto) as a ModelProto, weights included (a file's
-    external data held as memory maps: :func:`graphsub.frontends.onnx_io.read_model`)."""
+    external data held as memory maps: :func:`graphsub.frontends.shared.hold_external`)."""
     if isinstance(original, onnx.ModelProto):
         return original
     if isinstance(original, bytes):
         return onnx.load_from_string(original)
-    from graphsub.frontends.onnx_io import read_model
+    from graphsub.frontends.shared import hold_external
 
-    return read_model(original)
+    model = onnx.load(os.fspath(original), load_external_data=False)
+    hold_external(model, Path(os.fspath(original)).parent)
+    return model
 
 
 def display_name(original: Source) -> str:
