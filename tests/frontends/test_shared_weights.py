@@ -96,3 +96,12 @@ def test_an_array_no_longer_held_is_an_error_not_a_crash() -> None:
     with pytest.raises(ExportError, match="no longer held"):
         shared.held(t)
     assert not shared.can_hold(np.ones((256, 256), np.float32)[:, ::2])  # not contiguous: inline
+
+
+def test_a_view_of_a_memory_map_stays_held(tmp_path: Path) -> None:
+    path = tmp_path / "ext.onnx"
+    onnx.save_model(_model(), str(path), save_as_external_data=True, location="ext.bin", size_threshold=1024)
+    mapped = shared.tensor_array(read_model(path).graph.initializer[0])
+    t = shared.placeholder(np.asarray(mapped), "w1")  # a plain view: nothing else holds it
+    gc.collect()
+    np.testing.assert_array_equal(shared.held(t), W1)

@@ -292,7 +292,8 @@ class _Leaves:
         if sig.op == "input":
             self.inputs.append(value_info(name, t))
         elif name in self.data:
-            arr = np.asarray(self.data[name])
+            value = self.data[name]
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)  # a memory map stays one (shared)
             if arr.shape != t.shape:
                 raise ExportError(f"weight {name!r}: data shape {arr.shape} != declared {t.shape}")
             held = self.share and can_hold(arr)  # a large model's weights stay out of the bytes (frontends.shared)

@@ -36,7 +36,7 @@ from graphsub.frontends.onnx_export import (
 )
 from graphsub.frontends.onnx_import import from_onnx
 from graphsub.frontends.ort import make_session, run_session
-from graphsub.frontends.shared import hold_external, placeholders, write_data
+from graphsub.frontends.shared import hold_external, holds, placeholders, write_data
 from graphsub.ir.graph import Graph
 from graphsub.ops.types import ONNX_DTYPE_CODES, TensorType
 
@@ -108,6 +108,19 @@ def to_onnx(
 ) -> onnx.ModelProto:
     """Export a Graph to an in-memory ONNX model (see :mod:`graphsub.frontends.onnx_export`)."""
     return export_graph(graph, opset=opset, params=params, allow_missing_weights=allow_missing_weights)
+
+
+def write_held(data: bytes, path: str | os.PathLike[str]) -> bool:
+    """Write serialized model ``data`` whose weights are held by reference (:mod:`graphsub.frontends.shared`) with
+    its weights beside it (:func:`write_model`); False, writing nothing, when it holds none (its bytes are the
+    model: the caller writes them as they are)."""
+    if not holds(data):
+        return False
+    model = onnx.load_from_string(data)
+    if not placeholders(model):
+        return False
+    write_model(model, path, check=False)
+    return True
 
 
 def _check(model: onnx.ModelProto | str) -> None:
@@ -238,4 +251,4 @@ def _opaque_session(key: tuple[tuple[str, Any], ...], in_types: tuple[TensorType
 
 
 __all__ = ["file_bytes", "from_onnx", "has_external_data", "load", "model_files", "read_model", "run_opaque", "save",
-           "to_onnx", "write_model"]
+           "to_onnx", "write_held", "write_model"]

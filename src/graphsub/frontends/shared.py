@@ -66,11 +66,21 @@ def _token(array: np.ndarray) -> str:
         return token
     token = f"{os.getpid()}-{next(_COUNTER)}"
     _ARRAYS[token] = array
-    if isinstance(array, np.memmap):
+    if _maps_a_file(array):
         _PINNED[token] = array
     _TOKENS[key] = token
     weakref.finalize(array, _TOKENS.pop, key, None)
     return token
+
+
+def _maps_a_file(array: np.ndarray) -> bool:
+    """Whether ``array`` is a memory map of a file or a view of one (``np.asarray`` of a memory map is a view)."""
+    a: object = array
+    while isinstance(a, np.ndarray):
+        if isinstance(a, np.memmap):
+            return True
+        a = a.base
+    return False
 
 
 def can_hold(array: np.ndarray) -> bool:

@@ -17,6 +17,14 @@ from typing import Any
 from graphsub.errors import ExportError
 
 
+def write_serialized(data: bytes, path: str | os.PathLike[str]) -> Path:
+    """Write a serialized model atomically: its bytes, or -- a large model's, whose weights are held by reference
+    (:mod:`graphsub.frontends.shared`) -- the model with its weights in ``<name>.data`` beside it."""
+    from graphsub.frontends.onnx_io import write_held
+
+    return Path(path) if write_held(data, path) else write_bytes(data, path)
+
+
 def write_bytes(data: bytes, path: str | os.PathLike[str], *, suffix: str = ".onnx") -> Path:
     """Write ``data`` atomically (temporary file, named ``.graphsub-*SUFFIX``, in the same directory,
     then ``os.replace``)."""
@@ -47,7 +55,7 @@ def write_original(source: bytes | str, output: str | os.PathLike[str]) -> None:
     from graphsub.frontends.onnx_io import has_external_data, read_model, write_model
 
     if isinstance(source, bytes):
-        write_bytes(source, output)
+        write_serialized(source, output)
     elif has_external_data(source):  # weights beside the file: re-save them with it
         write_model(read_model(source), output, check=False)
     else:  # the input, byte for byte
@@ -61,4 +69,4 @@ def write_optimized(model: Any, output: str | os.PathLike[str]) -> None:
     write_model(model, output)
 
 
-__all__ = ["write_bytes", "write_optimized", "write_original"]
+__all__ = ["write_bytes", "write_optimized", "write_original", "write_serialized"]

@@ -29,7 +29,7 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
     and at a key/value cache's decoding sizes) gives way to the original, with a note.  ``checker``: the check the
     portfolio's candidates passed (:func:`dims_check`), whose original outputs it reuses."""
     from graphsub.frontends.dims import interface
-    from graphsub.optimize.output import write_bytes, write_optimized, write_original
+    from graphsub.optimize.output import write_optimized, write_original, write_serialized
     from graphsub.symbolic import keep_symbolic
 
     if chosen is not None and not res.kept_original:
@@ -41,7 +41,7 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
         except VerificationError as e:  # the original is the drop-in replacement then: nothing lost, the run goes on
             spliced = _written_over(res, source, input_shapes, check_sizes, checker)
             if spliced is not None:
-                write_bytes(spliced, output)
+                write_serialized(spliced, output)
                 res.written = os.fspath(output)
                 return
             res.portfolio_notes.append(f"{res.chosen or 'search'}: {e}")
@@ -52,7 +52,7 @@ def write_chosen(res: OptimizeResult, output: str | os.PathLike[str], source: by
             res.written = os.fspath(output)
             return
         if isinstance(chosen, bytes):
-            write_bytes(chosen, output)
+            write_serialized(chosen, output)
         else:
             write_optimized(chosen, output)
         if iface is not None and iface.overridable:

@@ -78,10 +78,16 @@ def _add(ctx: Context, peer: str, res: Any, tmp: Path, shapes: Mapping[str, tupl
     if res.status != "ok":
         ctx.portfolio.notes.append(f"{peer}: {res.status}: {res.error}")
         return
+    data = dst.read_bytes()
     if any(p.name != dst.name for p in tmp.iterdir() if p.name.startswith(dst.stem + ".")):
-        ctx.portfolio.notes.append(f"{peer}: wrote external data; not a candidate")
-        return
-    cand = ctx.add("peers", Candidate(peer, dst.read_bytes(), base=ORIGINAL, seconds=res.seconds))
+        from graphsub.frontends.onnx_io import read_model
+
+        try:  # weights beside it (a large model): memory maps, held by reference (graphsub.frontends.shared)
+            data = read_model(dst).SerializeToString()
+        except GraphsubError as e:
+            ctx.portfolio.notes.append(f"{peer}: its output's external data cannot be read ({e}); not a candidate")
+            return
+    cand = ctx.add("peers", Candidate(peer, data, base=ORIGINAL, seconds=res.seconds))
     if cand.same_as:
         return
     try:
