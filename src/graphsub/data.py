@@ -79,6 +79,11 @@ def tensor_limit() -> int:
         return _meminfo("MemTotal") or 1 << 40
 
 
+def available_memory() -> int:
+    """The bytes of memory available now (``MemAvailable``; the physical memory where that is unknown)."""
+    return _meminfo("MemAvailable") or tensor_limit()
+
+
 def allocation_limit() -> int:
     """The most bytes of random data one call of :func:`random_inputs` / :func:`random_weights` allocates:
     ``$GRAPHSUB_MAX_TENSOR_BYTES`` when set, else half the memory available now (``MemAvailable``, or the physical
@@ -86,7 +91,7 @@ def allocation_limit() -> int:
     env = _env_limit()
     if env is not None:
         return env
-    return (_meminfo("MemAvailable") or tensor_limit()) // 2
+    return available_memory() // 2
 
 
 def human_bytes(n: float) -> str:
@@ -330,5 +335,5 @@ def materialize(graph: Graph, seed: int = 0, known: Mapping[str, np.ndarray] | N
     return graph.with_params(missing) if missing else graph
 
 
-__all__ = ["MEMORY_LIMIT_ENV", "allocation_limit", "check_sizes", "fan_in", "human_bytes", "input_specs", "materialize",
-           "random_array", "random_inputs", "random_weights", "slot_role", "tensor_limit"]
+__all__ = ["MEMORY_LIMIT_ENV", "allocation_limit", "available_memory", "check_sizes", "fan_in", "human_bytes",
+           "input_specs", "materialize", "random_array", "random_inputs", "random_weights", "slot_role", "tensor_limit"]

@@ -60,3 +60,46 @@ def test_optimize_with_held_weights_writes_them_beside_the_output(tmp_path: Path
     x = RNG.standard_normal((4, 128)).astype(np.float32)
     np.testing.assert_allclose(run_model(str(out), {"x": x})[0], _expected(x), rtol=1e-4, atol=1e-5)
     assert {p.name: p.read_bytes() for p in src.parent.iterdir()} == before  # the input is never written
+
+
+def test_peers_run_one_at_a_time_when_copies_would_not_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import graphsub.data as data
+    from graphsub.optimize.sources import peers as source
+
+    src = tmp_path / "chain.onnx"
+    _chain(src)
+    each = source.PEER_MEMORY_FACTOR * sum(w.nbytes for w in W)
+    monkeypatch.setattr(data, "available_memory", lambda: int(3.5 * each))
+    assert source._workers(4, 8, src) == 3 and source._workers(4, 2, src) == 2
+    monkeypatch.setattr(data, "available_memory", lambda: int(0.5 * each))
+    assert source._workers(4, 2, src) == 1  # never none
+
+
+@pytest.mark.parametrize("peer", ["onnxsim", "onnxoptimizer"])
+def test_a_protobuf_bound_peer_is_not_applicable_above_2_gb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             peer: str) -> None:
+    from graphsub.optimize import peers
+
+    src = tmp_path / "chain.onnx"
+    _chain(src)
+    monkeypatch.setattr(peers, "PROTOBUF_LIMIT_BYTES", 1000)  # as if its files held more than 2 GB
+    with pytest.raises(peers.PeerNotApplicable, match="one protobuf"):
+        peers.PEERS[peer](src, tmp_path / "out.onnx", peers.PeerInput())
+
+
+def test_candidates_are_screened_one_at_a_time_when_their_sessions_do_not_fit(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from graphsub.optimize import race
+
+    monkeypatch.setattr(race, "sessions_that_fit", lambda models: 2)  # as a 4 GB model's on a 24 GB machine
+    src = tmp_path / "chain.onnx"
+    _chain(src)
+    res = optimize(str(src), output=str(tmp_path / "out.onnx"), time_s=40, seed=0, peers="onnxslim,onnxscript",
+                   spelling=True)
+    assert res.verified, res.decision
+    screened = [n for n in res.portfolio_notes if "fit in memory" in n]
+    timed = [c for c in res.candidates if c.screen_ratio is not None]
+    if len([c for c in res.candidates if c.verified and not c.same_as]) > 1:  # more than the original's twin to rank
+        assert screened, res.portfolio_notes
+        assert len([c for c in res.candidates if c.rounds_ms]) <= 1  # one candidate side by side with the original
+        assert timed

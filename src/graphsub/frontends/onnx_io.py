@@ -36,7 +36,7 @@ from graphsub.frontends.onnx_export import (
 )
 from graphsub.frontends.onnx_import import from_onnx
 from graphsub.frontends.ort import make_session, run_session
-from graphsub.frontends.shared import hold_external, holds, placeholders, write_data
+from graphsub.frontends.shared import file_bytes, hold_external, holds, model_files, placeholders, write_data
 from graphsub.ir.graph import Graph
 from graphsub.ops.types import ONNX_DTYPE_CODES, TensorType
 
@@ -186,24 +186,6 @@ def has_external_data(path: str | os.PathLike[str]) -> bool:
     """Whether the model at ``path`` keeps some weights in files beside it (read without loading them)."""
     m = onnx.load(os.fspath(path), load_external_data=False)
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer)
-
-
-def model_files(path: str | os.PathLike[str]) -> list[Path]:
-    """The files of the model at ``path``: itself, then each distinct external data file it names that exists
-    beside it (only itself when it cannot be parsed)."""
-    p = Path(path)
-    try:
-        m = onnx.load(os.fspath(p), load_external_data=False)
-    except (OSError, DecodeError, ValueError):
-        return [p]
-    locations = dict.fromkeys(e.value for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
-                              for e in t.external_data if e.key == "location")
-    return [p, *(p.parent / loc for loc in locations if (p.parent / loc).is_file())]
-
-
-def file_bytes(path: str | os.PathLike[str]) -> int:
-    """The bytes of the model at ``path`` on disk, its external data included (0 when it is not a file)."""
-    return sum(f.stat().st_size for f in model_files(path) if f.is_file())
 
 
 def save(graph: Graph, path: str | os.PathLike[str], *, opset: int | None = None) -> Path:

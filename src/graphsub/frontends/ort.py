@@ -34,6 +34,7 @@ import onnx
 import onnxruntime as ort
 
 from graphsub.errors import ExecutionError, GraphsubError
+from graphsub.frontends.shared import SHARE_BYTES, file_bytes, session_initializers
 
 OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -133,7 +134,6 @@ _KEEP: dict[int, list[Any]] = {}
 def hold(so: ort.SessionOptions, model: onnx.ModelProto | bytes | str) -> bool:
     """Give ``so`` the arrays of ``model``'s held weights (:mod:`graphsub.frontends.shared`: a large model's
     weights, outside its bytes; onnxruntime uses them without a copy); whether it has any."""
-    from graphsub.frontends.shared import session_initializers
 
     try:
         names, arrays = session_initializers(model)
@@ -161,7 +161,7 @@ def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") 
         so.inter_op_num_threads = 1
         so.log_severity_level = 4
         so.optimized_model_filepath = out
-        large = hold(so, model)
+        large = hold(so, model) or (isinstance(model, str) and file_bytes(model) > SHARE_BYTES)
         if large:  # the weights would not fit one protobuf: beside it, not read back (the graph is what is asked)
             so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
             so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")

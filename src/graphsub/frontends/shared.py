@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
 from graphsub.errors import ExportError
@@ -191,6 +192,33 @@ def hold_external(model: onnx.ModelProto, base_dir: str | os.PathLike[str]) -> i
     return total
 
 
+def model_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The files of the model at ``path``: itself, then each distinct external data file it names that exists
+    beside it (only itself when it cannot be parsed)."""
+    p = Path(path)
+    try:
+        m = onnx.load(os.fspath(p), load_external_data=False)
+    except (OSError, DecodeError, ValueError):
+        return [p]
+    locations = dict.fromkeys(e.value for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+                              for e in t.external_data if e.key == "location")
+    return [p, *(p.parent / loc for loc in locations if (p.parent / loc).is_file())]
+
+
+def file_bytes(path: str | os.PathLike[str]) -> int:
+    """The bytes of the model at ``path`` on disk, its external data included (0 when it is not a file)."""
+    return sum(f.stat().st_size for f in model_files(path) if f.is_file())
+
+
+def model_bytes(model: bytes | str) -> int:
+    """What a model holds: a file's bytes with its external data, or serialized bytes with their held weights."""
+    if isinstance(model, str):
+        return file_bytes(model)
+    if not holds(model):
+        return len(model)
+    return len(model) + sum(held(t).nbytes for t in placeholders(onnx.load_from_string(model)))
+
+
 def write_data(model: onnx.ModelProto, folder: str | os.PathLike[str], data_name: str) -> onnx.ModelProto:
     """A copy of ``model`` whose placeholders are external data in ``folder / data_name``, written now, each array
     at an offset aligned to 4 KiB; the model itself is not written."""
@@ -212,5 +240,6 @@ def write_data(model: onnx.ModelProto, folder: str | os.PathLike[str], data_name
     return out
 
 
-__all__ = ["MARK", "MIN_TENSOR_BYTES", "SHARE_BYTES", "can_hold", "held", "hold_external", "holds", "is_placeholder",
-           "placeholder", "placeholders", "session_initializers", "tensor_array", "write_data"]
+__all__ = ["MARK", "MIN_TENSOR_BYTES", "SHARE_BYTES", "can_hold", "file_bytes", "held", "hold_external", "holds",
+           "is_placeholder", "model_bytes", "model_files", "placeholder", "placeholders", "session_initializers",
+           "tensor_array", "write_data"]

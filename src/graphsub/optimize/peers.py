@@ -216,9 +216,25 @@ def peer_onnxslim(src: Path, dst: Path, meta: PeerInput) -> None:
     onnxslim.slim(str(src), str(dst))
 
 
+#: what one protobuf holds: a peer that hands the whole model to C++ as one serialized message cannot take more
+PROTOBUF_LIMIT_BYTES = 2**31 - 1
+
+
+def _fits_one_protobuf(peer: str, src: Path) -> None:
+    """Raise PeerNotApplicable when ``src``'s files hold more than :data:`PROTOBUF_LIMIT_BYTES` (for ``peer``, whose
+    rewrite takes the model as one protobuf)."""
+    from graphsub.frontends.shared import file_bytes
+
+    size = file_bytes(src)
+    if size > PROTOBUF_LIMIT_BYTES:
+        raise PeerNotApplicable(f"{peer} takes the model as one protobuf, which holds at most 2 GB ({size / 1e9:.1f} "
+                                "GB here)")
+
+
 def peer_onnxsim(src: Path, dst: Path, meta: PeerInput) -> None:
     """``model, check = onnxsim.simplify(model)`` with its defaults; ``check`` False is a failure (its README asserts
     it), so nothing is saved then."""
+    _fits_one_protobuf("onnxsim", src)
     onnxsim = require_library("onnxsim")
     model, check = onnxsim.simplify(str(src))
     if not check:
@@ -228,6 +244,7 @@ def peer_onnxsim(src: Path, dst: Path, meta: PeerInput) -> None:
 
 def peer_onnxoptimizer(src: Path, dst: Path, meta: PeerInput) -> None:
     """``onnxoptimizer.optimize(model)`` with its default (fuse and elimination) passes."""
+    _fits_one_protobuf("onnxoptimizer", src)
     onnxoptimizer = require_library("onnxoptimizer")
     _save(onnxoptimizer.optimize(onnx.load(str(src))), dst)
 
@@ -478,6 +495,7 @@ __all__ = [
     "ORT_DOMAINS",
     "PEERS",
     "PEER_NAMES",
+    "PROTOBUF_LIMIT_BYTES",
     "OrtView",
     "OutputCheck",
     "PeerFailed",

@@ -42,6 +42,19 @@ LEAN_SHARE = 0.9
 LEAN_PICKS = 2
 #: the per-round timing budget never shrinks below this to fit the deadline (ms)
 MIN_ROUND_MS = 5.0
+#: what one onnxruntime session of a model may hold, in multiples of the model's bytes (its packed copy of the
+#: MatMul weights, the arena): :func:`sessions_that_fit`
+SESSION_MEMORY_FACTOR = 1.5
+
+
+def sessions_that_fit(models: Mapping[str, bytes | str]) -> int:
+    """How many onnxruntime sessions of the largest of ``models`` fit the memory available now
+    (:data:`SESSION_MEMORY_FACTOR`; at least 1)."""
+    from graphsub.data import available_memory
+    from graphsub.frontends.shared import model_bytes
+
+    each = SESSION_MEMORY_FACTOR * max((model_bytes(m) for m in models.values()), default=0)
+    return max(1, int(available_memory() // each)) if each > 0 else len(models)
 
 
 def _round_ms(budget_ms: float, left_s: float, n_timed: int) -> float:
@@ -87,7 +100,13 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
 
         return check
 
-    if len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
+    fit = sessions_that_fit(models)
+    if fit < len(models):  # a large model: its sessions do not all fit in memory at once
+        alone = _screen_alone(port, timed, models, feeds, st, budget_ms, tm, stop, fit)
+        if alone is None:
+            return _cut(port, st)
+        timed = alone
+    elif len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
         screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
                                  provider=st.provider, sessions=sessions, stop=keeping(len(models)), twins=twins,
                                  timers=tm)
@@ -141,6 +160,32 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
         if v.faster:
             break
     return cut
+
+
+def _screen_alone(port: Any, timed: list[Any], models: Mapping[str, bytes | str], feeds: dict[str, Any],
+                  st: _Settings, budget_ms: float, tm: Timers, stop: Callable[[float], bool], fit: int
+                  ) -> list[Any] | None:
+    """The screening of a model whose sessions do not all fit in memory (``fit`` of them do): each model timed on its
+    own, one session alive at a time (three short rounds, the best kept: sessions differ by a few percent, so this
+    only ranks), and the fastest ``fit - 1`` candidates returned for the side-by-side rounds (None: the original
+    could not be timed)."""
+    from graphsub.optimize import portfolio as pf
+
+    best: dict[str, float] = {}
+    for name, data in models.items():
+        alone = time_candidates({name: data}, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
+                                provider=st.provider, stop=stop, timers=tm)
+        if alone.get(name):
+            best[name] = min(alone[name])
+        elif name == pf.ORIGINAL:
+            return None
+    for c in timed:
+        c.screen_ratio = best[pf.ORIGINAL] / best[c.name] if c.name in best else None
+    ranked = sorted((c for c in timed if c.name in best), key=lambda c: -(c.screen_ratio or 0.0))
+    keep = ranked[:max(1, fit - 1)]
+    port.notes.append(f"timing: {fit} session(s) of this model fit in memory: the {len(models)} models were screened "
+                      f"one at a time, and {', '.join(c.name for c in keep) or 'none'} timed against the original")
+    return keep
 
 
 def _slower_elsewhere(port: Any, c: Any, source: bytes | str, st: _Settings, budget_ms: float, tm: Timers,
@@ -232,5 +277,5 @@ def _cut(port: Any, st: _Settings) -> bool:
     return True
 
 
-__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_ROUND_MS", "SLOW_MS", "confirm_each",
-           "time_portfolio"]
+__all__ = ["CONFIRM", "FINALISTS", "LEAN_PICKS", "LEAN_SHARE", "MIN_ROUND_MS", "SESSION_MEMORY_FACTOR", "SLOW_MS",
+           "confirm_each", "sessions_that_fit", "time_portfolio"]

@@ -91,7 +91,8 @@ def pool_size(model: bytes | str, copies: int, max_bytes: int | None = None) -> 
         from graphsub.frontends.onnx_io import file_bytes
 
         size = os.path.getsize(model) if os.path.isfile(model) else 0
-        size = size if size > limit else file_bytes(model)  # with its external data
+        if size < 1 << 24:  # a small file may hold its weights beside it: count them (without parsing big files)
+            size = file_bytes(model)
     return max(1, copies) if size <= limit else 1
 
 

@@ -29,6 +29,7 @@ have data into new constant weights (before export), and cost models skip weight
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -222,12 +223,29 @@ def fold_weights(graph: Graph, *, only_with_data: bool = True) -> Graph:
     if not values:
         return graph
     edit = graph.edit()
-    for ref, arr in values.items():
-        name = f"folded_{array_digest(arr) & 0xFFFFFFFFFFFF:012x}"
+    for ref, value in values.items():
+        digest = array_digest(value)
+        arr = _one_copy(digest, value)
+        name = f"folded_{digest & 0xFFFFFFFFFFFF:012x}"
         existing = edit.find_leaf(name)
         new = Ref(existing, 0) if existing is not None else edit.weight(name, arr)
         edit.replace(ref, new)
     return edit.commit()
+
+
+#: the folded values still held by some graph, by digest: the candidates of one model fold the same values (a
+#: decoder's merged projections: gigabytes on a 1 B model), and they share one array each
+_FOLDED: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def _one_copy(digest: int, value: np.ndarray) -> np.ndarray:
+    """``value``, or the equal array folded before and still held (:data:`_FOLDED`)."""
+    known = _FOLDED.get(digest)
+    if known is not None and known.dtype == value.dtype and known.shape == value.shape and \
+            np.array_equal(known, value):
+        return known
+    _FOLDED[digest] = value
+    return value
 
 
 def _evaluate(graph: Graph, refs: list[Ref], only_with_data: bool, run: Any) -> dict[Ref, np.ndarray]:

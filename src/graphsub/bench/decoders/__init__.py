@@ -21,7 +21,8 @@ them and returns the presents flat:
 * ``torchscript``: ``torch.onnx.export(..., dynamo=False, opset_version=17, dynamic_axes=...)``, named axes;
 * ``dynamo``: ``torch.onnx.export(..., dynamo=True, dynamic_shapes=...)`` with named ``torch.export.Dim`` s for the
   batch, sequence and past lengths (the mask's length is a free ``Dim.DYNAMIC``: torch.export derives the presents'
-  as ``past_sequence_length + sequence_length``), weights inline.
+  as ``past_sequence_length + sequence_length``), weights inline -- or, above :data:`EXTERNAL_BYTES` (the ``1b``
+  size's 4.4 GB), in ``<file>.data`` beside it.
 
 Both trace at (batch, sequence, past) = :data:`TRACE_SHAPE`; the graph inputs' and outputs' dimensions are then named
 as above (:func:`name_dims`; an exporter that fixed one of them fails the export).
@@ -47,6 +48,7 @@ from graphsub.bench.decoders.export import (
     CHECK_SHAPES,
     DECODE_PASTS,
     EXPORTERS,
+    EXTERNAL_BYTES,
     MANIFEST,
     Case,
     DecoderExport,
@@ -77,7 +79,8 @@ from graphsub.bench.decoders.model import (
 )
 
 __all__ = [
-    "BATCH", "CHECK_SHAPES", "DECODERS", "DECODE_PASTS", "EXPORTERS", "MANIFEST", "PAST", "SEQ", "SIZES", "TOTAL",
+    "BATCH", "CHECK_SHAPES", "DECODERS", "DECODE_PASTS", "EXPORTERS", "EXTERNAL_BYTES", "MANIFEST", "PAST", "SEQ",
+    "SIZES", "TOTAL",
     "Case", "Decoder", "DecoderExport", "FlatCache", "Generation", "Layout", "build_decoder", "build_decoders",
     "causal_lm", "check_shapes", "export_decoder", "feeds", "file_name", "greedy_generate", "layout_of", "name_dims",
     "position_ids", "torch_greedy", "torch_run", "verify",

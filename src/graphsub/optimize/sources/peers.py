@@ -41,10 +41,27 @@ def make(ctx: Context, seconds: float) -> None:
             _add(ctx, peer, results[peer], Path(tmp), shapes)
 
 
+#: what a peer's process may hold at its peak, in multiples of the model's weights (onnxoptimizer on the 1 B decoder's
+#: 4.4 GB held 16 GB when the kernel killed it for want of memory, two peers running at once; 2026-11-29)
+PEER_MEMORY_FACTOR = 4.0
+
+
+def _workers(peers: int, cores: int, src: Path) -> int:
+    """How many peers run at once: one per core, fewer when that many copies of the model (each peer's process holds
+    :data:`PEER_MEMORY_FACTOR` times its weights) would not fit the memory available now."""
+    from graphsub.data import available_memory
+    from graphsub.frontends.shared import file_bytes
+
+    each = PEER_MEMORY_FACTOR * file_bytes(src)
+    fit = int(available_memory() // each) if each > 0 else peers
+    return max(1, min(peers, cores, fit))
+
+
 def run_peers(peers: Sequence[str], src: Path, tmp: Path, shapes: Mapping[str, tuple[int, ...]],
               end: float) -> dict[str, Any]:
-    """Every peer on ``src``, as many at once as the machine has cores (each in a process of its own: rewriting a
-    model is no timing, and on big models the peers are most of the portfolio's time); their PeerResults. A peer
+    """Every peer on ``src``, as many at once as the machine has cores and memory (:func:`_workers`; each in a process
+    of its own: rewriting a model is no timing, and on big models the peers are most of the portfolio's time); their
+    PeerResults. A peer
     is stopped at ``end`` (a ``time.perf_counter()`` reading) or on a stop request, and one whose turn comes later
     is not started."""
     from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +79,7 @@ def run_peers(peers: Sequence[str], src: Path, tmp: Path, shapes: Mapping[str, t
             return PeerResult(peer, "failed", f"not run: {why}", 0.0)
         return run_peer(peer, src, tmp / f"{peer}.onnx", meta, timeout_s=left, stop=stop_requested)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(peers), all_cores()))) as pool:
+    with ThreadPoolExecutor(max_workers=_workers(len(peers), all_cores(), src)) as pool:
         futures = {peer: pool.submit(one, peer) for peer in peers}
         try:
             return {peer: f.result() for peer, f in futures.items()}
@@ -102,4 +119,4 @@ PEERS = register(Source("peers", make, turns=(50,), estimate_s=lambda ctx: PEERS
                         applies=lambda ctx: bool(ctx.sources.peers), limit_s=lambda ctx: ctx.sources.peer_timeout_s,
                         min_s=PEERS_MIN_S, drop=DROP_PEERS))
 
-__all__ = ["PEERS", "make", "run_peers"]
+__all__ = ["PEERS", "PEER_MEMORY_FACTOR", "make", "run_peers"]
