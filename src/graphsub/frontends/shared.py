@@ -126,20 +126,21 @@ def tensor_array(t: TensorProto) -> np.ndarray:
     return held(t) if is_placeholder(t) else numpy_helper.to_array(t)
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def graphs_in(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph in it (``If`` branches, ``Loop`` bodies), depth first."""
     yield graph
     for node in graph.node:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
+                yield from graphs_in(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
-                    yield from _graphs(g)
+                    yield from graphs_in(g)
 
 
 def placeholders(model: onnx.ModelProto) -> list[TensorProto]:
     """The placeholders among ``model``'s initializers (subgraphs' included)."""
-    return [t for g in _graphs(model.graph) for t in g.initializer if is_placeholder(t)]
+    return [t for g in graphs_in(model.graph) for t in g.initializer if is_placeholder(t)]
 
 
 def holds(data: bytes | str) -> bool:
@@ -173,7 +174,7 @@ def hold_external(model: onnx.ModelProto, base_dir: str | os.PathLike[str]) -> i
     placeholder over a read-only memory map of that file, in place; returns the bytes now held.  ExportError when a
     data file is missing or too short."""
     total = 0
-    for g in _graphs(model.graph):
+    for g in graphs_in(model.graph):
         for t in g.initializer:
             if t.data_location != TensorProto.EXTERNAL or is_placeholder(t):
                 continue
@@ -240,6 +241,6 @@ def write_data(model: onnx.ModelProto, folder: str | os.PathLike[str], data_name
     return out
 
 
-__all__ = ["MARK", "MIN_TENSOR_BYTES", "SHARE_BYTES", "can_hold", "file_bytes", "held", "hold_external", "holds",
-           "is_placeholder", "model_bytes", "model_files", "placeholder", "placeholders", "session_initializers",
-           "tensor_array", "write_data"]
+__all__ = ["MARK", "MIN_TENSOR_BYTES", "SHARE_BYTES", "can_hold", "file_bytes", "graphs_in", "held", "hold_external",
+           "holds", "is_placeholder", "model_bytes", "model_files", "placeholder", "placeholders",
+           "session_initializers", "tensor_array", "write_data"]

@@ -453,14 +453,10 @@ def check_feeds(
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _nodes(g)
+    from graphsub.frontends.shared import graphs_in
+
+    for g in graphs_in(graph):
+        yield from g.node
 
 
 def summarize_ops(model: onnx.ModelProto) -> OrtView:
