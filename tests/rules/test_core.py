@@ -184,6 +184,9 @@ def test_fold_weights_computes_constants() -> None:
     y = nodata.input("x", (2, 3))
     h = nodata.build(nodata.matmul(y, nodata.add(nodata.weight("a", (3, 4)), nodata.weight("b", (3, 4)))))
     assert fold_weights(h) is h  # no data: nothing to fold
+    again = fold_weights(b.build(b.relu(b.matmul(x, b.add(w1, w2)))))  # another candidate folding the same value
+    (same,) = [n for n in again.params if n.startswith("folded_")]
+    assert again.params[same] is f.params[folded]  # one array, shared (a 1 B decoder's merged projections)
 
 
 @pytest.mark.parametrize("model", ["inception_v3", "nasnet_a", "resnext50"])

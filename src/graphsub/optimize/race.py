@@ -172,13 +172,24 @@ def _screen_alone(port: Any, timed: list[Any], models: Mapping[str, bytes | str]
     from graphsub.optimize import portfolio as pf
 
     best: dict[str, float] = {}
+    seen: dict[str, str] = {}  # onnxruntime's graph (its signature) -> the first model it was seen for
+    twins: dict[str, str] = {}
     for name, data in models.items():
+        session: dict[str, Any] = {}  # this model's only: gone before the next one's is made
         alone = time_candidates({name: data}, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
-                                provider=st.provider, stop=stop, timers=tm)
+                                provider=st.provider, sessions=session, stop=stop, twins={}, timers=tm)
+        sig = getattr(session.get(name), "signature", "")
+        session.clear()
+        if sig and sig in seen:
+            twins[name] = seen[sig]  # a tie by construction: not ranked, not timed
+            continue
+        if sig:
+            seen[sig] = name
         if alone.get(name):
             best[name] = min(alone[name])
         elif name == pf.ORIGINAL:
             return None
+    timed = _untwin(port, timed, twins)
     for c in timed:
         c.screen_ratio = best[pf.ORIGINAL] / best[c.name] if c.name in best else None
     ranked = sorted((c for c in timed if c.name in best), key=lambda c: -(c.screen_ratio or 0.0))
