@@ -105,3 +105,11 @@ def test_a_view_of_a_memory_map_stays_held(tmp_path: Path) -> None:
     t = shared.placeholder(np.asarray(mapped), "w1")  # a plain view: nothing else holds it
     gc.collect()
     np.testing.assert_array_equal(shared.held(t), W1)
+
+
+def test_a_held_model_counts_its_weights_for_the_session_pool(share_small: None) -> None:
+    from graphsub.optimize.timing import pool_size
+
+    data = to_onnx(from_onnx(_model(), input_shapes={"x": (3, 64)})).SerializeToString()
+    assert len(data) < 4096 and shared.model_bytes(data) > W1.nbytes + W2.nbytes
+    assert pool_size(data, 3, max_bytes=4096) == 1  # its weights, not its few bytes, decide

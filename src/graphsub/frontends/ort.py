@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -119,34 +118,29 @@ def make_session(
 
         saving_options(so, save_optimized)
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    hold(so, model)
+    held = hold(so, model)
     try:
         sess = Session(src, so, providers=PROVIDERS[provider])
-        sess.held_options = so  # a large model's held weights (hold) live as long as the session
+        sess.held_values = held  # a large model's held weights live as long as the session
         return sess
     except Exception as e:  # onnxruntime raises its own exception types (MemoryError for a huge model, too)
         raise ExecutionError(f"onnxruntime rejected the model: {ort_message(e)}") from e
 
 
-_KEEP: dict[int, list[Any]] = {}
-
-
-def hold(so: ort.SessionOptions, model: onnx.ModelProto | bytes | str) -> bool:
+def hold(so: ort.SessionOptions, model: onnx.ModelProto | bytes | str) -> list[Any]:
     """Give ``so`` the arrays of ``model``'s held weights (:mod:`graphsub.frontends.shared`: a large model's
-    weights, outside its bytes; onnxruntime uses them without a copy); whether it has any."""
-
+    weights, outside its bytes; onnxruntime uses them without a copy); returns their OrtValues, which the caller keeps
+    as long as the session (empty: none)."""
     try:
         names, arrays = session_initializers(model)
     except GraphsubError:
         raise
     except Exception:  # bytes onnx cannot parse: onnxruntime says why when it reads them
-        return False
+        return []
+    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
     if names:
-        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
         so.add_external_initializers(names, values)
-        _KEEP[id(so)] = values  # the session reads these buffers: they live as long as the options
-        weakref.finalize(so, _KEEP.pop, id(so), None)
-    return bool(names)
+    return values
 
 
 def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") -> onnx.ModelProto:
@@ -161,7 +155,8 @@ def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") 
         so.inter_op_num_threads = 1
         so.log_severity_level = 4
         so.optimized_model_filepath = out
-        large = hold(so, model) or (isinstance(model, str) and file_bytes(model) > SHARE_BYTES)
+        held = hold(so, model)
+        large = bool(held) or (isinstance(model, str) and file_bytes(model) > SHARE_BYTES)
         if large:  # the weights would not fit one protobuf: beside it, not read back (the graph is what is asked)
             so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
             so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")

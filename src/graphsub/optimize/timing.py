@@ -86,7 +86,9 @@ def pool_size(model: bytes | str, copies: int, max_bytes: int | None = None) -> 
     :data:`POOL_MAX_BYTES`)."""
     limit = POOL_MAX_BYTES if max_bytes is None else max_bytes
     if isinstance(model, bytes):
-        size = len(model)
+        from graphsub.frontends.shared import model_bytes
+
+        size = model_bytes(model)  # with a large model's held weights (frontends.shared)
     else:
         from graphsub.frontends.onnx_io import file_bytes
 
