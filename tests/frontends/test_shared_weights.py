@@ -110,6 +110,7 @@ def test_a_view_of_a_memory_map_stays_held(tmp_path: Path) -> None:
 def test_a_held_model_counts_its_weights_for_the_session_pool(share_small: None) -> None:
     from graphsub.optimize.timing import pool_size
 
-    data = to_onnx(from_onnx(_model(), input_shapes={"x": (3, 64)})).SerializeToString()
+    g = from_onnx(_model(), input_shapes={"x": (3, 64)})  # holds the arrays the bytes name
+    data = to_onnx(g).SerializeToString()
     assert len(data) < 4096 and shared.model_bytes(data) > W1.nbytes + W2.nbytes
     assert pool_size(data, 3, max_bytes=4096) == 1  # its weights, not its few bytes, decide
