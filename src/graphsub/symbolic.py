@@ -214,7 +214,7 @@ class SizeCheck:
 
         if kind not in self._sessions:
             self._sessions[kind] = make_session(self._ref_src, optimization="disable" if kind == "plain" else "all",
-                                                threads=1)
+                                                threads=1, prepack=False)
         return self._sessions[kind]
 
     def feeds(self, k: int) -> dict[str, np.ndarray]:
@@ -248,7 +248,7 @@ class SizeCheck:
         why = "graphsub computes at the static sizes it imported"
         try:
             ref = self._session("plain")
-            cand = make_session(model, optimization="all", threads=1)
+            cand = make_session(model, optimization="all", threads=1, prepack=False)
         except ExecutionError as e:
             raise VerificationError(f"{self.lead}: with them symbolic, {_one_line(e)}; "
                                     f"{_advice(self.iface, self.graph)}") from e

@@ -332,7 +332,7 @@ def _runs_in_onnxruntime(path: str) -> bool:
     from graphsub.frontends.ort import make_session
 
     try:
-        make_session(path, optimization="disable", threads=1)
+        make_session(path, optimization="disable", threads=1, prepack=False)
     except GraphsubError:
         return False
     return True

@@ -159,7 +159,7 @@ class Reference:
                     src: bytes | str = export_graph(orig, params=self.weights).SerializeToString()
                 else:
                     src = orig if isinstance(orig, bytes) else os.fspath(orig)
-                self._session = make_session(src, optimization="disable", threads=self.threads)
+                self._session = make_session(src, optimization="disable", threads=self.threads, prepack=False)
             except GraphsubError as e:
                 self._failed = (f"the original model cannot be loaded in onnxruntime, so nothing can be verified "
                                 f"against it: {_one_line(e)}")
@@ -280,7 +280,7 @@ def _candidate(reference: Reference, candidate: Model, threads: int | None,
     else:
         src = source = candidate if isinstance(candidate, bytes) else os.fspath(candidate)
     try:
-        return make_session(src, optimization=optimization, threads=threads), "", "", source
+        return make_session(src, optimization=optimization, threads=threads, prepack=False), "", "", source
     except GraphsubError as e:
         return None, "load", _one_line(e), None
 

@@ -215,7 +215,7 @@ def export_graph(
     ctx = ExportCtx(opset, taken)
     names: dict[Ref, str] = {}
     out_first = _op_output_names(graph)
-    leaves = _Leaves(data, allow_missing_weights, share=_weight_bytes(data) > SHARE_BYTES)
+    leaves = _Leaves(data, allow_missing_weights, share=shares(data))
     for nid in graph.topo_order():
         sig = graph.nodes[nid].sig
         if sig.op in ("input", "weight"):
@@ -243,6 +243,18 @@ def export_graph(
 
 def _weight_bytes(data: Mapping[str, Any]) -> int:
     return sum(int(getattr(a, "nbytes", 0)) for a in data.values())
+
+
+def shares(data: Mapping[str, Any]) -> bool:
+    """Whether a graph whose weights are ``data`` exports its large ones as placeholders (above
+    :data:`~graphsub.frontends.shared.SHARE_BYTES`: :mod:`graphsub.frontends.shared`)."""
+    return _weight_bytes(data) > SHARE_BYTES
+
+
+def weight_tensor(array: np.ndarray, name: str, share: bool) -> onnx.TensorProto:
+    """The initializer ``name`` of ``array``: a placeholder when ``share`` (:func:`shares`) and it can be one, else
+    its data inline."""
+    return placeholder(array, name) if share and can_hold(array) else numpy_helper.from_array(array, name)
 
 
 def _utf8(text: str | bytes) -> str:
@@ -296,8 +308,7 @@ class _Leaves:
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)  # a memory map stays one (shared)
             if arr.shape != t.shape:
                 raise ExportError(f"weight {name!r}: data shape {arr.shape} != declared {t.shape}")
-            held = self.share and can_hold(arr)  # a large model's weights stay out of the bytes (frontends.shared)
-            ctx.initializers.append(placeholder(arr, name) if held else numpy_helper.from_array(arr, name))
+            ctx.initializers.append(weight_tensor(arr, name, self.share))  # a large model's: out of the bytes
         elif self.allow_missing:
             self.extra.append(value_info(name, t))
         else:
@@ -342,4 +353,4 @@ def _export_op(ctx: ExportCtx, graph: Graph, nid: int, names: dict[Ref, str], ou
 
 
 __all__ = ["DEFAULT_OPSET", "MAX_IR_VERSION", "ExportCtx", "embedded_tensors", "export_graph", "make_model",
-           "opaque_node", "outer_reads", "rename_reads", "value_info"]
+           "opaque_node", "outer_reads", "rename_reads", "shares", "value_info", "weight_tensor"]

@@ -33,7 +33,8 @@ import onnx
 import onnxruntime as ort
 
 from graphsub.errors import ExecutionError, GraphsubError
-from graphsub.frontends.shared import SHARE_BYTES, file_bytes, session_initializers
+from graphsub.frontends.shared import SHARE_BYTES, file_bytes, with_placeholders
+from graphsub.frontends.weight_pool import release, session_file
 
 OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -104,9 +105,11 @@ def make_session(
     threads: int | None = None,
     provider: str = "cpu",
     save_optimized: str | None = None,
+    prepack: bool = True,
 ) -> Session:
     """An onnxruntime session for ``model`` (proto, serialized bytes or file path) on ``provider`` (CPU unless
-    told; see :func:`require_provider`)."""
+    told; see :func:`require_provider`). ``prepack=False``: onnxruntime does not prepack the weights of its matrix
+    products (a copy of them, for speed): a session that checks rather than times saves that memory."""
     so = ort.SessionOptions()
     so.graph_optimization_level = OPT_LEVELS[optimization]
     so.log_severity_level = 4  # failures raise (with ORT's message); nothing is printed
@@ -117,30 +120,31 @@ def make_session(
         from graphsub.frontends.ort_signature import saving_options
 
         saving_options(so, save_optimized)
+    if not prepack:
+        so.add_session_config_entry("session.disable_prepacking", "1")
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    held = hold(so, model)
+    pooled = pooled_file(model)
     try:
-        sess = Session(src, so, providers=PROVIDERS[provider])
-        sess.held_values = held  # a large model's held weights live as long as the session
-        return sess
+        return Session(pooled or src, so, providers=PROVIDERS[provider])
     except Exception as e:  # onnxruntime raises its own exception types (MemoryError for a huge model, too)
         raise ExecutionError(f"onnxruntime rejected the model: {ort_message(e)}") from e
+    finally:
+        if pooled:
+            release(pooled)
 
 
-def hold(so: ort.SessionOptions, model: onnx.ModelProto | bytes | str) -> list[Any]:
-    """Give ``so`` the arrays of ``model``'s held weights (:mod:`graphsub.frontends.shared`: a large model's
-    weights, outside its bytes; onnxruntime uses them without a copy); returns their OrtValues, which the caller keeps
-    as long as the session (empty: none)."""
+def pooled_file(model: onnx.ModelProto | bytes | str) -> str | None:
+    """A file of ``model`` whose held weights (:mod:`graphsub.frontends.shared`: a large model's weights, outside its
+    bytes) are external data in the weight pool (:mod:`graphsub.frontends.weight_pool`), for onnxruntime to map
+    without a copy; None for a model without held weights. Remove it with ``weight_pool.release`` once the session
+    is made."""
     try:
-        names, arrays = session_initializers(model)
+        proto = with_placeholders(model)
     except GraphsubError:
         raise
     except Exception:  # bytes onnx cannot parse: onnxruntime says why when it reads them
-        return []
-    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
-    if names:
-        so.add_external_initializers(names, values)
-    return values
+        return None
+    return None if proto is None else session_file(proto)
 
 
 def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") -> onnx.ModelProto:
@@ -155,15 +159,18 @@ def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") 
         so.inter_op_num_threads = 1
         so.log_severity_level = 4
         so.optimized_model_filepath = out
-        held = hold(so, model)
-        large = bool(held) or (isinstance(model, str) and file_bytes(model) > SHARE_BYTES)
+        pooled = pooled_file(model)
+        large = bool(pooled) or (isinstance(model, str) and file_bytes(model) > SHARE_BYTES)
         if large:  # the weights would not fit one protobuf: beside it, not read back (the graph is what is asked)
             so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "weights.bin")
             so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         try:
-            ort.InferenceSession(model, so, providers=PROVIDERS[provider])
+            ort.InferenceSession(pooled or model, so, providers=PROVIDERS[provider])
         except Exception as e:  # onnxruntime raises its own exception types
             raise ExecutionError(f"onnxruntime rejected the model: {ort_message(e)[:500]}") from e
+        finally:
+            if pooled:
+                release(pooled)
         try:
             return onnx.load(out, load_external_data=not large)
         except Exception as e:  # a file onnxruntime did not write, or one onnx cannot read back
@@ -194,4 +201,4 @@ def run_model(
 
 
 __all__ = ["MAX_MESSAGE", "OPT_LEVELS", "PROVIDERS", "Session", "make_session", "optimized_model", "ort_message",
-           "require_provider", "run_model", "run_session", "runtime_version"]
+           "pooled_file", "require_provider", "run_model", "run_session", "runtime_version"]

@@ -4,10 +4,9 @@ A serialized ONNX model cannot exceed 2 GB, and graphsub passes models around as
 verification).  For a large model the weights therefore stay out of the bytes: each large initializer is a
 *placeholder* -- a tensor with external data whose location is :data:`MARK` and whose ``checksum`` field is a token
 -- and the array itself is held here, once, by token (:func:`placeholder`, :func:`held`).  It is the pattern of
-onnxruntime's own transformer tools (``extract_external_data_from_model``): a session gets the arrays through
-``SessionOptions.add_external_initializers`` (:func:`session_initializers`), which uses the caller's buffers without
-a copy, so the bytes stay small and the weights exist once in memory however many candidates and sessions there
-are.
+onnxruntime's own transformer tools (``extract_external_data_from_model``): the bytes stay small, and the weights
+exist once in memory however many candidates there are.  A session opens such a model from a file whose external
+data are in the weight pool (:mod:`graphsub.frontends.weight_pool`), memory-mapped: no copy either.
 
 * **Reading** (:func:`hold_external`): the external data of a file read without it becomes placeholders over
   read-only memory maps of its data files: nothing is read until used, and the input file is never written.
@@ -158,15 +157,14 @@ def holds(data: bytes | str) -> bool:
     return MARK.encode() in data
 
 
-def session_initializers(model: onnx.ModelProto | bytes | str) -> tuple[list[str], list[np.ndarray]]:
-    """The names and held arrays of ``model``'s placeholders, for ``SessionOptions.add_external_initializers``
-    (empty for a model without any)."""
+def with_placeholders(model: onnx.ModelProto | bytes | str) -> onnx.ModelProto | None:
+    """``model`` as a proto when it has placeholders (to open a session of it, see
+    :mod:`graphsub.frontends.weight_pool`), else None."""
     if not isinstance(model, onnx.ModelProto):
         if not holds(model):
-            return [], []
+            return None
         model = onnx.load_from_string(Path(model).read_bytes() if isinstance(model, str) else model)
-    found = placeholders(model)
-    return [t.name for t in found], [held(t) for t in found]
+    return model if placeholders(model) else None
 
 
 def hold_external(model: onnx.ModelProto, base_dir: str | os.PathLike[str]) -> int:
@@ -243,4 +241,4 @@ def write_data(model: onnx.ModelProto, folder: str | os.PathLike[str], data_name
 
 __all__ = ["MARK", "MIN_TENSOR_BYTES", "SHARE_BYTES", "can_hold", "file_bytes", "graphs_in", "held", "hold_external",
            "holds", "is_placeholder", "model_bytes", "model_files", "placeholder", "placeholders",
-           "session_initializers", "tensor_array", "write_data"]
+           "tensor_array", "with_placeholders", "write_data"]

@@ -43,7 +43,9 @@ from graphsub.frontends.onnx_export import (
     _utf8,
     make_model,
     outer_reads,
+    shares,
     value_info,
+    weight_tensor,
 )
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
@@ -202,7 +204,8 @@ def splice(final: Graph, base: Graph, sized: Sized | None = None) -> onnx.ModelP
     ctx = ExportCtx(max(_default_opset(final), o.opset), taken)
     names: dict[Ref, str] = {}
     out_first = _op_output_names(final)
-    leaves = _Leaves(dict(final.params), False)
+    share = shares(final.params)  # a large model's weights stay out of the bytes (graphsub.frontends.shared)
+    leaves = _Leaves(dict(final.params), False, share=share)
     needed: list[str] = []
     for nid in final.topo_order():
         node = final.nodes[nid]
@@ -233,7 +236,7 @@ def splice(final: Graph, base: Graph, sized: Sized | None = None) -> onnx.ModelP
         else:
             _export_op(ctx, final, nid, names, out_first)
     leaves.check()
-    _emit_chains(ctx, plan, needed, {t.name for t in ctx.initializers})
+    _emit_chains(ctx, plan, needed, {t.name for t in ctx.initializers}, share)
     outputs: list[onnx.ValueInfoProto] = []
     for ref, oname in zip(final.outputs, final.output_names, strict=True):
         if names[ref] != oname:
@@ -276,8 +279,9 @@ def _shape_tensor(ctx: ExportCtx, exprs: Sequence[Expr], witnesses: Mapping[str,
     return pieces[0] if len(pieces) == 1 else ctx.emit("Concat", pieces, {"axis": 0})[0]
 
 
-def _emit_chains(ctx: ExportCtx, plan: _Plan, needed: Sequence[str], have: set[str]) -> None:
-    """Write the file's folded nodes (and small initializers) that compute the ``needed`` values."""
+def _emit_chains(ctx: ExportCtx, plan: _Plan, needed: Sequence[str], have: set[str], share: bool) -> None:
+    """Write the file's folded nodes (and small initializers) that compute the ``needed`` values (``share``: large
+    weights as placeholders, :func:`graphsub.frontends.onnx_export.weight_tensor`)."""
     o = plan.origin
     done: set[int] = set()
     stack = list(needed)
@@ -290,7 +294,7 @@ def _emit_chains(ctx: ExportCtx, plan: _Plan, needed: Sequence[str], have: set[s
             if name in o.small:
                 t.CopyFrom(o.small[name])
             else:
-                t.CopyFrom(numpy_helper.from_array(plan.final.params[name], name))
+                t.CopyFrom(weight_tensor(plan.final.params[name], name, share))
             ctx.initializers.append(t)
             have.add(name)
             continue

@@ -85,6 +85,11 @@ def pool_size(model: bytes | str, copies: int, max_bytes: int | None = None) -> 
     """How many sessions of ``model`` to rotate: ``copies``, or 1 for a model over ``max_bytes`` (None:
     :data:`POOL_MAX_BYTES`)."""
     limit = POOL_MAX_BYTES if max_bytes is None else max_bytes
+    return max(1, copies) if _size(model) <= limit else 1
+
+
+def _size(model: bytes | str) -> int:
+    """The bytes of ``model`` with its weights (a large model's held ones, a small file's external data)."""
     if isinstance(model, bytes):
         from graphsub.frontends.shared import model_bytes
 
@@ -95,13 +100,16 @@ def pool_size(model: bytes | str, copies: int, max_bytes: int | None = None) -> 
         size = os.path.getsize(model) if os.path.isfile(model) else 0
         if size < 1 << 24:  # a small file may hold its weights beside it: count them (without parsing big files)
             size = file_bytes(model)
-    return max(1, copies) if size <= limit else 1
+    return size
 
 
-def _scratch_dir() -> str | None:
-    """Where onnxruntime saves the optimized graph of a fingerprinted session: memory-backed when the machine has it."""
+def _scratch_dir(model: bytes | str) -> str | None:
+    """Where onnxruntime saves the optimized graph of a fingerprinted session of ``model`` (its weights too):
+    memory-backed when the machine has it and the model is at most :data:`POOL_MAX_BYTES`, else the temporary
+    folder (a large model's copy would take its size in memory)."""
     shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    small = _size(model) <= POOL_MAX_BYTES
+    return shm if small and os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
 def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: int,
@@ -114,7 +122,7 @@ def session_timer(model: bytes | str, feeds: dict[str, np.ndarray], *, threads: 
 
     if not fingerprint:
         return SessionTimer(make_session(model, optimization="all", threads=threads, provider=provider), feeds)
-    with tempfile.TemporaryDirectory(prefix="graphsub-fp-", dir=_scratch_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="graphsub-fp-", dir=_scratch_dir(model)) as tmp:
         try:
             sess = make_session(model, optimization="all", threads=threads, provider=provider, save_optimized=tmp)
         except ExecutionError:  # loads, maybe, but cannot be saved: timed without a fingerprint (or fails as usual)
