@@ -159,6 +159,7 @@ def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") 
         so.inter_op_num_threads = 1
         so.log_severity_level = 4
         so.optimized_model_filepath = out
+        so.add_session_config_entry("session.disable_prepacking", "1")  # the graph is asked, not the kernels' copies
         pooled = pooled_file(model)
         large = bool(pooled) or (isinstance(model, str) and file_bytes(model) > SHARE_BYTES)
         if large:  # the weights would not fit one protobuf: beside it, not read back (the graph is what is asked)

@@ -9,15 +9,13 @@ are the file's, shared by every session and by the page cache, and cost no anony
 shares a buffer too, but onnxruntime's constant folding then reads the file's data, not the buffer's.)
 
 So a model with placeholders (:mod:`graphsub.frontends.shared`) is opened from a file written here
-(:func:`session_file`) whose external data point into the pool, a temporary folder of data files:
-
-* an array that is a memory map of a file (a model read from disk) is used where it is: that file is hard-linked
-  into the pool (no copy; onnxruntime reads external data only inside the model's folder);
-* any other array (a weight graphsub made: a folded or packed one) is written to a file of its own once, and every
-  later session reuses it; the file is removed when the array is freed (a session that maps it keeps its pages).
-
-Arrays are immutable once held, so what the pool wrote stays valid; the pool is removed when the process exits.
-When a hard link cannot be made (another file system), the array is written like the others.
+(:func:`session_file`) whose external data point into the pool, a temporary folder of data files: each held array is
+written there once, and every later session reuses it (onnxruntime reads external data only inside the model's
+folder, and refuses a symbolic link out of it; a hard link would change the input file itself -- onnx refuses a data
+file with several links). The file of an array graphsub made (a folded or packed weight) is removed when the array
+is freed (a session that maps it keeps its pages); a file's weights stay for the process's life, as their memory
+maps do. Arrays are immutable once held, so what the pool wrote stays valid; the pool is removed when the process
+exits, and a killed process's pool by the next one.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ class _Pool:
 
     def __init__(self) -> None:
         self.dir: Path | None = None
-        self.where: dict[int, tuple[str, int]] = {}  # id(array) -> (file in the pool, offset), while it lives
-        self.links: dict[tuple[int, int], str] = {}  # (st_dev, st_ino) of a source file -> its link's name
+        self.where: dict[object, tuple[str, int]] = {}  # id(array), or a file region -> (file, offset)
         self.names = itertools.count()
         self.lock = threading.Lock()
 
@@ -59,37 +56,16 @@ class _Pool:
         return self.dir
 
     def place(self, array: np.ndarray) -> tuple[str, int]:
-        """Where ``array``'s bytes are in the pool (placed now if they are not yet)."""
-        key = id(array)
+        """Where ``array``'s bytes are in the pool (written now if they are not yet)."""
+        region = _mapped_file(array)  # a file's weights: every view of that region is one array here
+        key: object = id(array) if region is None else region
         got = self.where.get(key)
         if got is None:
-            got = self._linked(array)
-            if got is None:
-                got = self._written(array)
+            got = self.where[key] = self._written(array)
+            if region is None:
+                weakref.finalize(array, self.where.pop, key, None)  # its id may be another's once it is freed
                 weakref.finalize(array, (self.folder() / got[0]).unlink, True)  # its sessions keep their maps
-            self.where[key] = got
-            weakref.finalize(array, self.where.pop, key, None)  # its id may be another array's once it is freed
         return got
-
-    def _linked(self, array: np.ndarray) -> tuple[str, int] | None:
-        """``array``'s place in a hard link of the file it maps, or None (not a map of a file, or no link)."""
-        found = _mapped_file(array)
-        if found is None:
-            return None
-        path, offset = found
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        name = self.links.get((st.st_dev, st.st_ino))
-        if name is None:
-            name = f"linked-{next(self.names)}.data"
-            try:
-                os.link(path, self.folder() / name)
-            except OSError:
-                return None
-            self.links[(st.st_dev, st.st_ino)] = name
-        return name, offset
 
     def _written(self, array: np.ndarray) -> tuple[str, int]:
         name = f"array-{next(self.names)}.data"
@@ -111,9 +87,9 @@ def _remove_stale() -> None:
             continue
 
 
-def _mapped_file(array: np.ndarray) -> tuple[str, int] | None:
-    """``(path, byte offset)`` of the file region ``array`` maps, when it is a C-contiguous memory map of a file or
-    a view of one; else None."""
+def _mapped_file(array: np.ndarray) -> tuple[str, int, int] | None:
+    """``(path, byte offset, bytes)`` of the file region ``array`` maps, when it is a C-contiguous memory map of a
+    file or a view of one; else None."""
     if not array.flags.c_contiguous:
         return None
     a: object = array
@@ -121,7 +97,7 @@ def _mapped_file(array: np.ndarray) -> tuple[str, int] | None:
         if isinstance(a, np.memmap):
             delta = array.ctypes.data - a.ctypes.data
             if a.filename is not None and a.flags.c_contiguous and delta >= 0 and delta + array.nbytes <= a.nbytes:
-                return os.fspath(a.filename), a.offset + delta
+                return os.fspath(a.filename), a.offset + delta, array.nbytes
             return None
         a = a.base
     return None
@@ -155,8 +131,7 @@ def release(path: str) -> None:
 
 
 def pool_bytes() -> int:
-    """The bytes of the arrays the pool wrote and still holds (hard-linked files are not counted: they cost
-    nothing)."""
+    """The bytes of the arrays the pool holds."""
     if _POOL.dir is None:
         return 0
     return sum(f.stat().st_size for f in _POOL.dir.glob("array-*.data"))
