@@ -75,7 +75,7 @@ def test_peers_run_one_at_a_time_when_copies_would_not_fit(tmp_path: Path, monke
     assert source._workers(4, 2, src) == 1  # never none
 
 
-@pytest.mark.parametrize("peer", ["onnxsim", "onnxoptimizer"])
+@pytest.mark.parametrize("peer", ["onnxsim", "onnxoptimizer", "onnxslim"])
 def test_a_protobuf_bound_peer_is_not_applicable_above_2_gb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              peer: str) -> None:
     from graphsub.optimize import peers
