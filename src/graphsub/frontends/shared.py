@@ -66,21 +66,22 @@ def _token(array: np.ndarray) -> str:
         return token
     token = f"{os.getpid()}-{next(_COUNTER)}"
     _ARRAYS[token] = array
-    if _maps_a_file(array):
+    if memmap_of(array) is not None:
         _PINNED[token] = array
     _TOKENS[key] = token
     weakref.finalize(array, _TOKENS.pop, key, None)
     return token
 
 
-def _maps_a_file(array: np.ndarray) -> bool:
-    """Whether ``array`` is a memory map of a file or a view of one (``np.asarray`` of a memory map is a view)."""
+def memmap_of(array: np.ndarray) -> np.memmap | None:
+    """The memory map of a file that ``array`` is or views (``np.asarray`` of a memory map is a view), or None."""
     a: object = array
     while isinstance(a, np.ndarray):
         if isinstance(a, np.memmap):
-            return True
+            return a
         a = a.base
-    return False
+    return None
+
 
 
 def can_hold(array: np.ndarray) -> bool:
@@ -240,5 +241,5 @@ def write_data(model: onnx.ModelProto, folder: str | os.PathLike[str], data_name
 
 
 __all__ = ["MARK", "MIN_TENSOR_BYTES", "SHARE_BYTES", "can_hold", "file_bytes", "graphs_in", "held", "hold_external",
-           "holds", "is_placeholder", "model_bytes", "model_files", "placeholder", "placeholders",
+           "holds", "is_placeholder", "memmap_of", "model_bytes", "model_files", "placeholder", "placeholders",
            "tensor_array", "with_placeholders", "write_data"]

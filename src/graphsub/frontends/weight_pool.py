@@ -33,14 +33,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from graphsub.frontends.shared import held, placeholders
+from graphsub.frontends.shared import held, memmap_of, placeholders
 
 _CHUNK = 1 << 26
 _PREFIX = "graphsub-weights-"
 
 
 class _Pool:
-    """The pool's folder and what it holds: per placeholder token, the data file and offset of its array."""
+    """The pool's folder and what it holds: per array (or, for a file's weights, per file region), the data file
+    and offset of its bytes."""
 
     def __init__(self) -> None:
         self.dir: Path | None = None
@@ -90,17 +91,11 @@ def _remove_stale() -> None:
 def _mapped_file(array: np.ndarray) -> tuple[str, int, int] | None:
     """``(path, byte offset, bytes)`` of the file region ``array`` maps, when it is a C-contiguous memory map of a
     file or a view of one; else None."""
-    if not array.flags.c_contiguous:
+    m = memmap_of(array)
+    if m is None or m.filename is None or not (array.flags.c_contiguous and m.flags.c_contiguous):
         return None
-    a: object = array
-    while isinstance(a, np.ndarray):
-        if isinstance(a, np.memmap):
-            delta = array.ctypes.data - a.ctypes.data
-            if a.filename is not None and a.flags.c_contiguous and delta >= 0 and delta + array.nbytes <= a.nbytes:
-                return os.fspath(a.filename), a.offset + delta, array.nbytes
-            return None
-        a = a.base
-    return None
+    delta = array.ctypes.data - m.ctypes.data
+    return (os.fspath(m.filename), m.offset + delta, array.nbytes) if 0 <= delta <= m.nbytes - array.nbytes else None
 
 
 _POOL = _Pool()
