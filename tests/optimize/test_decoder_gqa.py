@@ -67,9 +67,12 @@ def _check(src: Path, expected: list[str], tmp_path: Path, family: str = "llama"
 
 def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
-    ops = _check(src, [rule, "ort_gqa_rotary"] * layers + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"],
-                 tmp_path)
+    ops = _check(src, [rule, "ort_gqa_rotary", "ort_gqa_packed_mm_rotary"] * layers
+                 + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"], tmp_path)
     assert ops.count("GroupQueryAttention") == layers
+    # one projection for q, k and v read whole by the kernel (no Split); the output, gate, up and down projections
+    # and the head: 5 per layer + 1
+    assert "Split" not in ops and ops.count("MatMul") == 5 * layers + 1
     assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers and "ReduceMean" not in ops
     assert "Neg" not in ops and "Transpose" not in ops  # rotary inside (do_rotary); v read as the projection's rows
 
@@ -93,7 +96,8 @@ def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, 
     assert exported.path is not None, exported.error
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(exported.path)).graph.output) // 2
     rule = "ort_gqa_batched_norep_qk_keep_ab" if exporter == "torchscript" else "ort_gqa_dynamo_norep_qk_ab"
-    assert _check(exported.path, [rule] * layers, tmp_path, "gpt2").count("GroupQueryAttention") == layers
+    ops = _check(exported.path, [rule, "ort_gqa_packed_split"] * layers, tmp_path, "gpt2")
+    assert ops.count("GroupQueryAttention") == layers and "Split" not in ops  # c_attn's output read whole
 
 
 def test_a_bias_that_sees_later_keys_is_left_alone(llama_ts: Path, tmp_path: Path) -> None:

@@ -47,6 +47,10 @@ def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, ONNX_DTYPE_CODES[t.dtype], list(t.shape))
 
 
+#: constants up to this many elements are written once per value by :meth:`ExportCtx.const`
+SHARED_CONST_ELEMENTS = 64
+
+
 class ExportCtx:
     """Collects nodes and initializers; implements :class:`graphsub.ops.registry.OnnxExportCtx`."""
 
@@ -57,6 +61,7 @@ class ExportCtx:
         self._taken = taken
         self._counter = 0
         self.domains: dict[str, int] = {}
+        self._consts: dict[tuple[str, tuple[int, ...], bytes], str] = {}
 
     def fresh(self, hint: str = "v") -> str:
         while True:
@@ -87,8 +92,18 @@ class ExportCtx:
         return outs
 
     def const(self, array: np.ndarray, hint: str = "const") -> str:
+        """An initializer holding ``array``. A small one (shapes, axes, scalars) is written once per value: every
+        node that asks for the same value reads the same initializer, so that onnxruntime's common subexpression
+        elimination merges what those nodes compute from it (each layer's GroupQueryAttention computes the same
+        lengths from the same shapes)."""
+        a = np.asarray(array)
+        key = (a.dtype.str, a.shape, a.tobytes()) if a.size <= SHARED_CONST_ELEMENTS else None
+        if key is not None and key in self._consts:
+            return self._consts[key]
         name = self.fresh(hint)
-        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        self.initializers.append(numpy_helper.from_array(a, name))
+        if key is not None:
+            self._consts[key] = name
         return name
 
     def emit_opaque(self, node: ExportNode) -> None:

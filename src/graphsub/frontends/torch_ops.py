@@ -132,6 +132,13 @@ def _gqa(xs: Sequence[T], a: A) -> tuple[T, T, T]:
     return out.transpose(1, 2).reshape(b, s, d), present_k, present_v
 
 
+def _gqa_packed(xs: Sequence[T], a: A) -> tuple[T, T, T]:
+    """``ms_gqa_packed``: :func:`_gqa` on the packed projection's q, k and v."""
+    n, nkv = a["num_heads"], a["kv_num_heads"]
+    hd = xs[0].shape[-1] // (n + 2 * nkv)
+    return _gqa((*xs[0].split([n * hd, nkv * hd, nkv * hd], -1), *xs[1:]), a)
+
+
 def _rms(x: T, g: T, eps: float) -> T:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
 
@@ -361,6 +368,7 @@ TORCH_OPS: dict[str, TorchFn] = {
     "ms_mha": lambda xs, a: (_mha(xs, a),),
     "ms_attention": lambda xs, a: (_attention(xs, a),),
     "ms_gqa": _gqa,
+    "ms_gqa_packed": _gqa_packed,
     "ms_rms_norm": lambda xs, a: (_rms(xs[0], xs[1], a["epsilon"]),),
     "ms_skip_rms_norm": lambda xs, a: (_rms(xs[0] + xs[1], xs[2], a["epsilon"]),),
     "ms_skip_rms_norm_sum": lambda xs, a: (_rms(xs[0] + xs[1], xs[2], a["epsilon"]), xs[0] + xs[1]),

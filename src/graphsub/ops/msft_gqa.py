@@ -22,6 +22,9 @@ subexpression elimination), else from ``q``'s and ``past_key``'s. With ``cos`` a
 itself (``do_rotary``): its ``cos_cache`` is ``cos`` as (B*S, hd/2) rows and its ``position_ids`` ``arange(B*S)`` as
 (B, S), so that token (b, s) reads its own row -- exact for any position ids, where a cache indexed by position
 (onnxruntime-genai's) is bounded by its length; the kernel rotates heads whose size is a multiple of 16 only.
+``ms_gqa_packed(qkv[B,S,(N+2*Nkv)*hd], past_key, past_value [, attention_bias [, cos, sin]])`` is the same attention on
+one packed projection (q, k and v side by side on the last axis, as onnxruntime-genai's builder feeds the kernel): the
+node reads it whole (its ``key`` and ``value`` left empty), so no Split runs before it.
 Interleaved rotary embeddings, local windows, softcap,
 quantized caches and a shared past/present buffer are not modelled (such nodes stay opaque). FLOPs: the two
 products of every head, ``2*B*N*S*T*2*hd``, and 6 per logit for scale and softmax.
@@ -29,6 +32,7 @@ products of every head, ``2*B*N*S*T*2*hd``, and 6 per logit for scale and softma
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,6 +44,7 @@ from graphsub.ops.registry import AttrSpec, ExportNode, OnnxExportCtx, OpDef, Sa
 from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
 OP = "ms_gqa"
+PACKED = "ms_gqa_packed"
 
 #: onnxruntime's kernel rotates heads whose size is a multiple of this only
 ROTARY_HEAD_MULTIPLE = 16
@@ -208,4 +213,58 @@ register(OpDef(
     ),
 ))
 
-__all__ = ["ROTARY_HEAD_MULTIPLE", "gqa_ref", "rotate_half"]
+# ----------------------------------------------------------------------------- ms_gqa_packed
+
+
+def _unpacked(ins: Sequence[TensorType], a: Mapping[str, Any]) -> tuple[TensorType, ...]:
+    """``ms_gqa``'s input types for ``ms_gqa_packed``'s: the packed projection as q, k and v."""
+    if len(ins) < 3 or ins[0].rank != 3 or ins[1].rank != 4:
+        raise ShapeError(f"{PACKED}: expects qkv [B,S,(N+2*Nkv)*hd] and pasts [B,Nkv,P,hd], got "
+                         f"{', '.join(map(str, ins))}")
+    b, s, d = ins[0].shape
+    n, nkv, hd = a["num_heads"], a["kv_num_heads"], ins[1].shape[3]
+    if d != (n + 2 * nkv) * hd:
+        raise ShapeError(f"{PACKED}: qkv's last axis {d} is not (num_heads + 2 * kv_num_heads) * head size = "
+                         f"{(n + 2 * nkv) * hd}")
+    q, kv = TensorType((b, s, n * hd), ins[0].dtype), TensorType((b, s, nkv * hd), ins[0].dtype)
+    return (q, kv, kv, *ins[1:])
+
+
+def unpack(qkv: np.ndarray, num_heads: int, kv_num_heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """q, k and v of a packed projection (B, S, (N+2*Nkv)*hd)."""
+    hd = qkv.shape[-1] // (num_heads + 2 * kv_num_heads)
+    q, k, v = np.split(qkv, [num_heads * hd, (num_heads + kv_num_heads) * hd], axis=-1)
+    return q, k, v
+
+
+def _export_packed(ctx: OnnxExportCtx, node: ExportNode) -> None:
+    unpacked = _unpacked(node.in_types, node.attrs)
+    _export(ctx, dataclasses.replace(node, inputs=(node.inputs[0], "", "", *node.inputs[1:]), in_types=unpacked))
+
+
+register(OpDef(
+    name=PACKED, family="msft", canonicalize=scale_canon,
+    doc="ms_gqa on one packed projection: q, k and v side by side on qkv's last axis ((N + 2*Nkv) * hd), read by "
+        "onnxruntime's GroupQueryAttention whole (no Split before it); outputs as ms_gqa's.",
+    inputs=("qkv", "past_key", "past_value", "attention_bias", "cos", "sin"), min_inputs=3,
+    attrs=(AttrSpec("num_heads", "int"), AttrSpec("kv_num_heads", "int"), AttrSpec("scale", "float", 0.0)),
+    infer=lambda ins, a: _infer(_unpacked(ins, a), a),
+    reference=lambda xs, a: gqa_ref((*unpack(xs[0], a["num_heads"], a["kv_num_heads"]), *xs[1:]), a["num_heads"],
+                                    a["kv_num_heads"], a["scale"]),
+    flops=lambda ins, outs, a: _flops(_unpacked(ins, a), outs, a),
+    onnx_export=_export_packed,
+    onnx_import_note="a GroupQueryAttention node in a file stays opaque (see ms_gqa)",
+    samples=(
+        Sample((f32(1, 1, 64), f32(1, 2, 7, 8), f32(1, 2, 7, 8)), {"num_heads": 4, "kv_num_heads": 2},
+               note="a decode step, default scale"),
+        Sample((f32(2, 3, 64), f32(2, 2, 5, 8), f32(2, 2, 5, 8), f32(2, 1, 3, 8)),
+               {"num_heads": 4, "kv_num_heads": 2, "scale": 0.3}, note="a batch of chunks on a past, a bias"),
+        Sample((f32(2, 3, 128), f32(2, 2, 5, 16), f32(2, 2, 5, 16), f32(2, 1, 3, 8), f32(2, 1, 3, 8),
+                f32(2, 1, 3, 8)),
+               {"num_heads": 4, "kv_num_heads": 2, "scale": 0.3}, note="the rotary embedding inside"),
+        Sample((f32(1, 4, 72), f32(1, 3, 0, 8), f32(1, 3, 0, 8)), {"num_heads": 3, "kv_num_heads": 3, "scale": 0.5},
+               note="a prompt on an empty past, as many key/value heads as query heads"),
+    ),
+))
+
+__all__ = ["PACKED", "ROTARY_HEAD_MULTIPLE", "gqa_ref", "rotate_half", "unpack"]
