@@ -131,3 +131,40 @@ def test_whole_graph_cost_is_what_onnxruntime_runs(tmp_path: Path) -> None:
 def test_the_spec_builds_it() -> None:
     model = get_model("ort-kernels", threads=1, progress=False)
     assert isinstance(model, OrtKernelCostModel) and model.name == "ort-kernels"
+
+
+
+def test_a_region_with_large_weights_is_priced_through_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With its large weights as placeholders (a region above ``FILE_BYTES``) onnxruntime maps them, its optimized
+    graph keeps them in a file beside it, the run that records each kernel's inputs maps that file, and each kernel
+    timed afresh reads its own weights: the same kernels as the inline path."""
+    import contextlib
+    from collections.abc import Iterator
+    from typing import Any
+
+    import onnx
+
+    from graphsub.cost.ort_kernels import OrtKernelPricer
+    from graphsub.frontends import ort as fort
+
+    b = Builder("big")
+    x = b.input("x", (4, 256))
+    g = materialize(b.build(b.relu(b.add(b.matmul(x, b.weight("w", (256, 256))), b.weight("b", (256,))))), 0)
+    model = _model(tmp_path)
+    feeds = model._feeds(g)
+    inline = model.pricer.price(export_graph(g, share=False).SerializeToString(), feeds)
+    seen: list[tuple[str | None, list[bool]]] = []
+    real = fort.optimized_files
+
+    @contextlib.contextmanager
+    def spy(*args: Any, **kw: Any) -> Iterator[tuple[Any, str | None]]:
+        with real(*args, **kw) as (opt, base):
+            seen.append((base, [t.data_location == onnx.TensorProto.EXTERNAL for t in opt.graph.initializer]))
+            yield opt, base
+
+    monkeypatch.setattr(fort, "optimized_files", spy)
+    fresh = OrtKernelPricer(threads=1, cache=tmp_path / "fresh.sqlite", budget_ms=2.0)
+    files = fresh.price(export_graph(g, share=True).SerializeToString(), feeds)
+    assert seen and seen[0][0] is not None and any(seen[0][1]), "the optimized graph's weights stay in its folder"
+    assert [op for op, _ in files.kernels] == [op for op, _ in inline.kernels] and not files.unpriced
+    assert files.measured == len(files.kernels) > 0  # each kernel timed alone with its weights read from the file

@@ -252,3 +252,22 @@ def test_a_candidate_slower_on_a_long_cache_is_not_kept(tmp_path: Path) -> None:
         kept = optimize(str(src), extra_candidates=[("mine", mine, ())], **{**FAST, "cleanup": False,
                                                                              "spelling": False})
     assert not kept.kept_original and not any("long cache" in n and "not kept" in n for n in kept.portfolio_notes)
+
+
+def test_a_decoder_gets_a_longer_search_priced_by_onnxruntime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """5 s per past input (at least 30 s) at the default, plus a term per GB above a large model's threshold (pricing
+    a region grows with its weights); a call that sets the search's seconds keeps them."""
+    from graphsub.frontends import shared
+    from graphsub.optimize import sizes
+    from graphsub.optimize.config import OptimizeConfig
+    from graphsub.spec import ModelSpec
+
+    src = tmp_path / "toy.onnx"
+    onnx.save(_cache_model(), src)
+    spec = ModelSpec.parse(str(src))
+    assert sizes.decoder_settings(spec, OptimizeConfig()).ort_search_s == sizes.DECODER_ORT_SEARCH_S
+    assert sizes.decoder_settings(spec, OptimizeConfig(ort_search_s=7.0)).ort_search_s == 7.0
+    monkeypatch.setattr(shared, "SHARE_BYTES", src.stat().st_size - 10**9)  # as if the file were 1 GB larger
+    got = sizes.decoder_settings(spec, OptimizeConfig()).ort_search_s
+    assert got == pytest.approx(sizes.DECODER_ORT_SEARCH_S + sizes.DECODER_ORT_SEARCH_S_PER_GB)

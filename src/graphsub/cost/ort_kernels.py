@@ -42,6 +42,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -150,22 +151,31 @@ class OrtKernelPricer:
 
     def price(self, model: bytes | str, feeds: Mapping[str, np.ndarray]) -> KernelPrice:
         """The kernels onnxruntime runs for ``model`` (fed ``feeds``) and each one's time."""
-        from graphsub.cost.analytic import cpu_device
-        from graphsub.frontends.ort import optimized_model
-        from graphsub.frontends.ort_kernels import kernels, weight_bytes
+        from graphsub.frontends.ort import optimized_files
 
         t0 = time.perf_counter()
-        opt = optimized_model(model, threads=self.threads)
+        with optimized_files(model, threads=self.threads) as (opt, base_dir):
+            out = self._price(opt, feeds, base_dir)
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def _price(self, opt: Any, feeds: Mapping[str, np.ndarray], base_dir: str | None) -> KernelPrice:
+        """:meth:`price` of onnxruntime's optimized graph ``opt`` (an ``onnx.ModelProto``; its external weights in
+        ``base_dir``)."""
+        from graphsub.cost.analytic import cpu_device
+        from graphsub.frontends.ort_kernels import kernels, weight_bytes
+
         cold = self.cold_weights and weight_bytes(opt) > self.llc
         bandwidth = cpu_device().bandwidth_gbs
         out = KernelPrice(overhead_ms=self.overhead_ms())
+
         def known(digest: str) -> bool:
             hit = self._memo.get(digest) or self.cache.get(self.ctx, digest)
             if hit is not None:
                 self._memo[digest] = hit
             return hit is not None
 
-        for k in kernels(opt, feeds, self.threads, known):
+        for k in kernels(opt, feeds, self.threads, known, base_dir):
             hit = None if k.error else self._memo.get(k.digest) or self.cache.get(self.ctx, k.digest)
             if hit is None and not k.error:
                 try:
@@ -183,7 +193,6 @@ class OrtKernelPricer:
             if cold and k.weight_bytes >= COLD_MIN_BYTES and k.op_type not in _READS_PART:
                 ms = max(ms, k.weight_bytes / (bandwidth * 1e9) * 1e3)
             out.kernels.append((k.op, ms))
-        out.seconds = time.perf_counter() - t0
         return out
 
 

@@ -15,7 +15,11 @@ so :class:`OrtKernelCostModel` prices the *region* an edit changes:
    output, is an output.
 3. **Its price**: the region's model goes through the pricer -- ORT optimizes it at the search's thread count and
    every kernel of the result is timed alone, or read from the op-time cache -- and costs its calibrated estimate
-   without the call overhead (:meth:`~graphsub.cost.ort_kernels.KernelPrice.estimate_ms`).
+   without the call overhead (:meth:`~graphsub.cost.ort_kernels.KernelPrice.estimate_ms`). A region whose weights
+   exceed :data:`FILE_BYTES` (a layer of a 1 B decoder: 138 MB of MLP) goes through files instead of copies: its
+   weights are placeholders in the weight pool (:mod:`graphsub.frontends.weight_pool`), which onnxruntime maps;
+   its optimized graph keeps them in a file beside it (:func:`graphsub.frontends.ort.optimized_files`), which the
+   run that records each kernel's inputs maps too; only a kernel timed for the first time reads its own weights.
 4. **Cached by structure** (:func:`region_key`): a digest of the region's signatures, its wiring, the types of its
    boundary values and the values of its small integer weights (shapes, axes) -- not names, not float weights --
    so the same rule at the same place of twelve identical layers prices the region once.
@@ -59,6 +63,8 @@ MAX_REGION = 96
 MAX_CONE = 64
 #: integer weights up to this many elements keep their values in a region's key (shapes, axes, indices)
 SMALL_INT = 64
+#: a region whose weights exceed this many bytes is priced through files (module docstring, point 3)
+FILE_BYTES = 32 << 20
 
 
 class RegionError(Exception):
@@ -202,6 +208,10 @@ def region_graph(graph: Graph, region: Sequence[int], wo: Mapping[int, bool]) ->
     return b.build(outputs)
 
 
+def _weight_bytes(graph: Graph) -> int:
+    return sum(int(getattr(a, "nbytes", 0)) for a in graph.params.values())
+
+
 def _rebuild(b: Builder, sig: OpSig, ins: list[Value]) -> tuple[Value, ...]:
     if sig.opdef.leaf:
         raise RegionError(f"a leaf {sig.op} inside a region")
@@ -276,7 +286,7 @@ class OrtKernelCostModel(SumCostModel):
         from graphsub.frontends.onnx_export import export_graph
 
         sub = materialize(sub, self.seed)
-        data = export_graph(sub).SerializeToString()
+        data = export_graph(sub, share=_weight_bytes(sub) > FILE_BYTES).SerializeToString()
         price = self.pricer.price(data, self._feeds(sub))
         if price.unpriced:
             self.stats.last_error = f"kernels not priced alone: {', '.join(sorted(set(price.unpriced)))}"

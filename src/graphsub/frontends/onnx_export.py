@@ -214,12 +214,14 @@ def export_graph(
     params: Mapping[str, np.ndarray] | None = None,
     allow_missing_weights: bool = False,
     doc: str = "",
+    share: bool | None = None,
 ) -> onnx.ModelProto:
     """ONNX model of ``graph``.
 
     Weight data come from ``params`` then ``graph.params``; a weight without data raises
     :class:`ExportError` unless ``allow_missing_weights`` (then it becomes a graph input, useful
-    to inspect structure).  Use :func:`graphsub.data.materialize` for random weights.
+    to inspect structure).  Use :func:`graphsub.data.materialize` for random weights. ``share``: whether the large
+    weights are placeholders (:func:`shares`; by default, when the weights are large enough).
     """
     data = dict(graph.params)
     if params:
@@ -230,7 +232,7 @@ def export_graph(
     ctx = ExportCtx(opset, taken)
     names: dict[Ref, str] = {}
     out_first = _op_output_names(graph)
-    leaves = _Leaves(data, allow_missing_weights, share=shares(data))
+    leaves = _Leaves(data, allow_missing_weights, share=shares(data) if share is None else share)
     for nid in graph.topo_order():
         sig = graph.nodes[nid].sig
         if sig.op in ("input", "weight"):

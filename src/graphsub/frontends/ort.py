@@ -23,9 +23,10 @@ ExecutionError onnxruntime failed to run the model
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,8 @@ PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", 
 
 #: longest onnxruntime message quoted in an error (its messages can carry whole graph dumps)
 MAX_MESSAGE = 2000
+#: the file name of onnxruntime's optimized graph in :func:`optimized_files`' folder
+OPTIMIZED_NAME = "ort_optimized.onnx"
 
 
 def ort_message(e: BaseException) -> str:
@@ -150,9 +153,22 @@ def pooled_file(model: onnx.ModelProto | bytes | str) -> str | None:
 def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") -> onnx.ModelProto:
     """The graph onnxruntime runs for ``model`` (serialized bytes or a path): its own rewrite under ``ORT_ENABLE_ALL``
     at ``threads`` intra-op threads, as written by ``SessionOptions.optimized_model_filepath`` into a temporary
-    folder (weights included). Raises ExecutionError when onnxruntime rejects the model."""
+    folder (weights included, except for a model with held weights: see :func:`optimized_files`). Raises
+    ExecutionError when onnxruntime rejects the model."""
+    with optimized_files(model, threads=threads, provider=provider) as (opt, _):
+        return opt
+
+
+@contextlib.contextmanager
+def optimized_files(model: bytes | str, *, threads: int, provider: str = "cpu"
+                    ) -> Iterator[tuple[onnx.ModelProto, str | None]]:
+    """:func:`optimized_model`'s graph and, for a model with held weights (a large model's, or one exported with
+    placeholders, :mod:`graphsub.frontends.shared`) or a file above :data:`~graphsub.frontends.shared.SHARE_BYTES`,
+    the folder holding its weights while the context lasts: then the graph's initializers are external data
+    (``weights.bin`` in that folder, which onnxruntime maps when a session is opened from a file there) and are not
+    read into the proto; otherwise the folder is None and the weights are in the proto."""
     with tempfile.TemporaryDirectory(prefix="graphsub-ortopt-") as tmp:
-        out = os.path.join(tmp, "ort_optimized.onnx")
+        out = os.path.join(tmp, OPTIMIZED_NAME)
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = threads
@@ -173,9 +189,10 @@ def optimized_model(model: bytes | str, *, threads: int, provider: str = "cpu") 
             if pooled:
                 release(pooled)
         try:
-            return onnx.load(out, load_external_data=not large)
+            opt = onnx.load(out, load_external_data=not large)
         except Exception as e:  # a file onnxruntime did not write, or one onnx cannot read back
             raise ExecutionError(f"onnxruntime's optimized model cannot be read back: {e}") from e
+        yield opt, tmp if large else None
 
 
 def run_session(
@@ -201,5 +218,6 @@ def run_model(
     return run_session(make_session(model, optimization=optimization, threads=threads), feeds)
 
 
-__all__ = ["MAX_MESSAGE", "OPT_LEVELS", "PROVIDERS", "Session", "make_session", "optimized_model", "ort_message",
-           "pooled_file", "require_provider", "run_model", "run_session", "runtime_version"]
+__all__ = ["MAX_MESSAGE", "OPTIMIZED_NAME", "OPT_LEVELS", "PROVIDERS", "Session", "make_session", "optimized_files",
+           "optimized_model", "ort_message", "pooled_file", "require_provider", "run_model", "run_session",
+           "runtime_version"]

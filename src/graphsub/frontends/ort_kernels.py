@@ -10,6 +10,7 @@ weights, the values of small integer inputs such as shapes, axes and indices).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -23,6 +24,8 @@ from graphsub.frontends.ort import make_session
 
 #: integer inputs up to this many elements keep their values in the kernel's digest (shapes, axes, indices)
 SMALL_INT = 64
+#: the file :func:`tensor_values` writes its graph to beside external weights
+PROBE_NAME = "values_probe.onnx"
 ORT_VERSION = ort.__version__
 
 
@@ -51,15 +54,23 @@ def weight_bytes(model: onnx.ModelProto) -> int:
                for t in model.graph.initializer)
 
 
-def tensor_values(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int) -> dict[str, np.ndarray]:
+def tensor_values(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int,
+                  base_dir: str | None = None) -> dict[str, np.ndarray]:
     """Every tensor of the optimized graph ``opt`` on ``feeds`` (one run with all of them as outputs, under
-    ``ORT_DISABLE_ALL``: the graph is already onnxruntime's own)."""
+    ``ORT_DISABLE_ALL``: the graph is already onnxruntime's own). ``base_dir``: the folder of ``opt``'s external
+    weights (:func:`graphsub.frontends.ort.optimized_files`); the run's session is opened from a file there, so
+    onnxruntime maps them rather than copying them."""
     probe = onnx.ModelProto()
     probe.CopyFrom(opt)
     have = {o.name for o in probe.graph.output}
     names = [o for n in probe.graph.node for o in n.output if o and o not in have]
     probe.graph.output.extend(onnx.ValueInfoProto(name=o) for o in dict.fromkeys(names))
-    sess = make_session(probe.SerializeToString(), optimization="disable", threads=threads)
+    src: bytes | str = probe.SerializeToString()
+    if base_dir is not None:
+        src = os.path.join(base_dir, PROBE_NAME)
+        with open(src, "wb") as f:
+            f.write(probe.SerializeToString())
+    sess = make_session(src, optimization="disable", threads=threads, prepack=False)
     wanted = [o.name for o in sess.get_outputs()]
     try:
         outs = sess.run(wanted, dict(feeds))
@@ -71,8 +82,10 @@ def tensor_values(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads
 
 
 def _kernel(opt: onnx.ModelProto, node: onnx.NodeProto, values: Mapping[str, np.ndarray],
-            inits: Mapping[str, onnx.TensorProto], known: Callable[[str], bool] | None = None) -> Kernel:
-    """One kernel; its one-node model is built only when ``known`` (a cache lookup by digest) does not know it."""
+            inits: Mapping[str, onnx.TensorProto], known: Callable[[str], bool] | None = None,
+            base_dir: str | None = None) -> Kernel:
+    """One kernel; its one-node model is built only when ``known`` (a cache lookup by digest) does not know it (its
+    weights read from ``base_dir`` where they are external data there)."""
     op = op_name(node)
     if any(a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute):
         return Kernel(op, node.op_type, error="it runs subgraphs")
@@ -94,7 +107,7 @@ def _kernel(opt: onnx.ModelProto, node: onnx.NodeProto, values: Mapping[str, np.
                 seen_w.add(name)
                 wbytes += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             small = dtype.kind in "iub" and int(np.prod(shape, dtype=np.int64)) <= SMALL_INT
-            arr = numpy_helper.to_array(t) if small else None
+            arr = numpy_helper.to_array(t, base_dir or "") if small else None
         elif isinstance(values.get(name), np.ndarray):
             arr = values[name]
             dtype, shape, role = arr.dtype, arr.shape, "x"
@@ -115,7 +128,7 @@ def _kernel(opt: onnx.ModelProto, node: onnx.NodeProto, values: Mapping[str, np.
             continue
         if name in inits:
             if all(t.name != name for t in g_inits):
-                g_inits.append(inits[name])
+                g_inits.append(_inline(inits[name], base_dir))
         elif name not in feeds:
             x = values[name]
             g_inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(x.dtype),
@@ -130,14 +143,22 @@ def _kernel(opt: onnx.ModelProto, node: onnx.NodeProto, values: Mapping[str, np.
     return Kernel(op, node.op_type, m.SerializeToString(), feeds, digest, wbytes)
 
 
+def _inline(t: onnx.TensorProto, base_dir: str | None) -> onnx.TensorProto:
+    """``t`` with its data in the proto (read from ``base_dir`` when it is external data there)."""
+    if base_dir is None or t.data_location != TensorProto.EXTERNAL:
+        return t
+    return numpy_helper.from_array(numpy_helper.to_array(t, base_dir), t.name)
+
+
 def kernels(opt: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int,
-            known: Callable[[str], bool] | None = None) -> Iterator[Kernel]:
+            known: Callable[[str], bool] | None = None, base_dir: str | None = None) -> Iterator[Kernel]:
     """The kernels of onnxruntime's optimized graph ``opt`` in graph order, each a one-node model (module docstring);
-    a kernel whose digest ``known`` knows (already timed) comes without its model (``model`` empty)."""
-    values = tensor_values(opt, feeds, threads)
+    a kernel whose digest ``known`` knows (already timed) comes without its model (``model`` empty). ``base_dir``:
+    the folder of ``opt``'s external weights (:func:`graphsub.frontends.ort.optimized_files`)."""
+    values = tensor_values(opt, feeds, threads, base_dir)
     inits = {t.name: t for t in opt.graph.initializer}
     for node in opt.graph.node:
-        yield _kernel(opt, node, values, inits, known)
+        yield _kernel(opt, node, values, inits, known, base_dir)
 
 
 def call_overhead_model() -> tuple[bytes, dict[str, np.ndarray]]:

@@ -38,12 +38,19 @@ def decode_step(spec: ModelSpec | None, cfg: OptimizeConfig, res: OptimizeResult
 #: one (12 layers, 24 pasts), where the default 10 s left the norms and the rotary embedding (2026-11-29)
 DECODER_ORT_SEARCH_S_PER_PAST = 5.0
 DECODER_ORT_SEARCH_S = 30.0
+#: ...plus this much per GB of weights above :data:`~graphsub.frontends.shared.SHARE_BYTES` (a large model's):
+#: pricing a region costs time that grows with its weights (onnxruntime optimizes and runs it), so that a 1 B
+#: decoder's search prices as many regions as a small one's. At 1 B with 5 s per past alone (220 s at 44 pasts), it
+#: took one rule (a two-way matmul merge) in 162 s and no decoder rule (2026-11-29, ``experiments/results/
+#: big_decoder_llama_1b_memory.md``); that run used 1,191 s of its 2,094 s budget
+DECODER_ORT_SEARCH_S_PER_GB = 150.0
 
 
 def decoder_settings(spec: ModelSpec | None, cfg: OptimizeConfig) -> OptimizeConfig:
-    """``cfg`` with :data:`DECODER_ORT_SEARCH_S_PER_PAST` per past input (at least :data:`DECODER_ORT_SEARCH_S`)
-    for an ONNX decoder with a key/value cache whose lengths are free (:func:`graphsub.frontends.cache.cache_dims`),
-    when ``ort_search_s`` is the default; else ``cfg``."""
+    """``cfg`` with :data:`DECODER_ORT_SEARCH_S_PER_PAST` per past input (at least :data:`DECODER_ORT_SEARCH_S`),
+    plus :data:`DECODER_ORT_SEARCH_S_PER_GB` per GB of weights above a large model's threshold, for an ONNX decoder
+    with a key/value cache whose lengths are free (:func:`graphsub.frontends.cache.cache_dims`), when
+    ``ort_search_s`` is the default; else ``cfg``."""
     import dataclasses
 
     from graphsub.optimize.config import DEFAULT_ORT_SEARCH_S
@@ -56,8 +63,12 @@ def decoder_settings(spec: ModelSpec | None, cfg: OptimizeConfig) -> OptimizeCon
     iface = interface(spec.name, cfg.input_shapes)
     if iface.cache is None or not {iface.cache.sequence, iface.cache.past} <= set(iface.free):
         return cfg
+    from graphsub.frontends.shared import SHARE_BYTES, file_bytes
+
     pasts = sum(1 for name, _ in iface.inputs if PAST_NAME.match(name))
-    return dataclasses.replace(cfg, ort_search_s=max(DECODER_ORT_SEARCH_S, DECODER_ORT_SEARCH_S_PER_PAST * pasts))
+    large_gb = max(0.0, file_bytes(spec.name) - SHARE_BYTES) / 1e9
+    seconds = max(DECODER_ORT_SEARCH_S, DECODER_ORT_SEARCH_S_PER_PAST * pasts) + DECODER_ORT_SEARCH_S_PER_GB * large_gb
+    return dataclasses.replace(cfg, ort_search_s=seconds)
 
 
 def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
@@ -75,5 +86,5 @@ def check_sizes_named(spec: ModelSpec | None, cfg: OptimizeConfig) -> None:
         raise ValueError(f"check_sizes names {unknown}: not a free symbolic dimension of the model's inputs")
 
 
-__all__ = ["DECODER_ORT_SEARCH_S", "DECODER_ORT_SEARCH_S_PER_PAST", "check_sizes_named", "decode_step",
-           "decoder_settings"]
+__all__ = ["DECODER_ORT_SEARCH_S", "DECODER_ORT_SEARCH_S_PER_GB", "DECODER_ORT_SEARCH_S_PER_PAST", "check_sizes_named",
+           "decode_step", "decoder_settings"]
