@@ -289,8 +289,11 @@ def optimize_cmd(
                          min_speedup=min_speedup, peers=peers, eqsat_s=eqsat_budget, on_top_s=on_top_budget,
                          ort_search_s=ort_search_budget, spelling=spelling, cleanup=cleanup, provider=provider,
                          input_shapes=shapes, check_sizes=sizes, sizes=at[0] if at else None)
-    # the bar's total: the file's size stands for the weights' (the library scales by the weights once loaded)
-    size = os.path.getsize(spec.name) if spec.kind == "onnx" and os.path.isfile(spec.name) else 0
+    # the bar's total: the file's size, its external data included, stands for the weights' (the library scales by
+    # the weights once loaded)
+    from graphsub.frontends.shared import file_bytes
+
+    size = file_bytes(spec.name) if spec.kind == "onnx" and os.path.isfile(spec.name) else 0
     shown = scaled_time_s(budget, per_gb_s, size) or budget
     progress = _progress_bar(shown, as_json)
     with progress, exits(as_json, (ReferenceFailed, Exit.BAD_INPUT), (VerificationError, Exit.NOT_EQUIVALENT),
