@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.cost.base import Cost, Limits, Objective, SumCostModel
-from graphsub.ir.analysis import is_free, weight_only_map, weight_only_update
+from graphsub.ir.analysis import is_free, weight_bytes, weight_only_map, weight_only_update
 from graphsub.ir.builder import Builder, Value
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import OpSig, Ref
@@ -208,10 +208,6 @@ def region_graph(graph: Graph, region: Sequence[int], wo: Mapping[int, bool]) ->
     return b.build(outputs)
 
 
-def _weight_bytes(graph: Graph) -> int:
-    return sum(int(getattr(a, "nbytes", 0)) for a in graph.params.values())
-
-
 def _rebuild(b: Builder, sig: OpSig, ins: list[Value]) -> tuple[Value, ...]:
     if sig.opdef.leaf:
         raise RegionError(f"a leaf {sig.op} inside a region")
@@ -286,7 +282,7 @@ class OrtKernelCostModel(SumCostModel):
         from graphsub.frontends.onnx_export import export_graph
 
         sub = materialize(sub, self.seed)
-        data = export_graph(sub, share=_weight_bytes(sub) > FILE_BYTES).SerializeToString()
+        data = export_graph(sub, share=weight_bytes(sub) > FILE_BYTES).SerializeToString()
         price = self.pricer.price(data, self._feeds(sub))
         if price.unpriced:
             self.stats.last_error = f"kernels not priced alone: {', '.join(sorted(set(price.unpriced)))}"
