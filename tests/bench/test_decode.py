@@ -120,3 +120,28 @@ def test_transformer_optimizer_only_where_it_knows_the_family(tmp_path: Path, or
     assert out["ort-transformers-99"]["status"] == "not-applicable"
     assert decode.transformer_meta("gpt2", build_decoder("gpt2", "tiny")) == {"model_type": "gpt2", "num_heads": 4,
                                                                               "hidden_size": 64}
+
+
+def test_graphsub_is_retimed_head_to_head_against_the_builder(record: dict[str, Any], original: Path) -> None:
+    """Where graphsub's output and the builder's both ran (and differ), graphsub's is re-timed against the builder's
+    directly, with the builder in the original's place and its own A/A control, and the Markdown shows it."""
+    from graphsub.bench.decoders import feeds
+    from graphsub.optimize.timing import Timers
+
+    v = record["variants"]
+    paths = {"ort": Path(v["ort"]["path"]), "genai-builder": Path(v["genai-builder"]["path"]), "graphsub": original}
+    outcomes: dict[str, Any] = {name: {"timing": {"decode@128": {"1": {"ms": 1.0, "tokens_per_s": 1e3}}}}
+                                for name in paths}
+    f = feeds(build_decoder("llama", "tiny").layout, 1, 1, 128, seed=0)
+    decode.confirm(outcomes, paths, f, "decode@128", 1, budget_ms=2.0, timers=Timers(session=decode.fitted_session))
+    head = outcomes["graphsub"]["timing"]["decode@128"]["1"][decode.VS_GENAI]
+    assert head["sessions"] == 5 and head["speedup"] > 0 and head["aa_ratio"] > 0
+    assert head["speedup_ci"][0] <= head["speedup"] <= head["speedup_ci"][1]
+    assert decode.VS_GENAI not in outcomes["genai-builder"]["timing"]["decode@128"]["1"]
+    rec = {"id": "llama.tiny.torchscript", "variants": outcomes, "graphs": ["decode@128"]}
+    table = decode.vs_genai_table([rec], [1])
+    cells = table.splitlines()[2].strip("| ").split(" | ")  # decoder, then prefill, decode@128, decode@1024 @1t
+    assert cells[0] == "llama.tiny.torchscript" and cells[1] == cells[3] == "-"
+    assert "x [" in cells[2] and "(A/A " in cells[2]
+    assert "head to head" in decode.markdown([rec], [1])
+    assert decode.vs_genai_table([record], [1]) == ""  # graphsub's output was the original's copy: nothing to add

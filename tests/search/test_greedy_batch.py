@@ -88,3 +88,33 @@ def test_a_compound_move_is_taken_where_no_single_step_pays() -> None:
     assert all(len(t.shape) == 2 for n in both.best.ops_of("matmul") for t in both.best.nodes[n].sig.in_types[:1])
     assert replayed(g, both.sequence).structural_hash() == both.best.structural_hash()
     assert equivalent(g, both.best).equivalent
+
+
+class SwapNoise(Launches):
+    """One per op, but a mul whose first operand has the lower rank 'costs' a rounding less: what a measured model
+    reads for two operand orders of one kernel (priced before the base class puts operands in canonical order)."""
+
+    def node_cost(self, sig: OpSig, consts: tuple[bool, ...] | None = None) -> Cost:
+        if sig.op == "mul" and len(sig.in_types[0].shape) < len(sig.in_types[1].shape):
+            return Cost(time_ms=1.0 - 1e-5)
+        return Cost(time_ms=1.0)
+
+
+def test_a_gain_below_the_models_resolution_is_not_a_step() -> None:
+    b = Builder("swap")
+    g = b.build(b.relu(b.identity(b.mul(b.input("x", (2, 3)), b.input("y", (3,))))))
+    rules = [*REMOVE, find_rule("alg_mul_comm")]
+    noisy = search(g, rules, SwapNoise(), Budget(time_s=10), algo="greedy", batch=True)
+    assert [s.rule for s in noisy.sequence] == ["cpu_identity_remove", "alg_mul_comm"]
+    resolved = SwapNoise()
+    resolved.resolution = 1e-3
+    r = search(g, rules, resolved, Budget(time_s=10), algo="greedy", batch=True)
+    assert [s.rule for s in r.sequence] == ["cpu_identity_remove"]  # the real gain is still taken
+
+
+def test_the_onnxruntime_priced_model_resolves_a_microsecond() -> None:
+    from graphsub.cost.ort_regions import RESOLUTION_MS, OrtKernelCostModel
+
+    assert OrtKernelCostModel(threads=1).resolution == RESOLUTION_MS == 1e-3
+    assert OrtKernelCostModel(threads=1, objective="bytes").resolution == 0.0
+    assert Launches().resolution == 0.0

@@ -56,6 +56,8 @@ from graphsub.bench.records import machine_info, timestamp, versions
 BASELINE = "ort"
 GENAI = "genai-builder"
 GRAPHSUB = "graphsub"
+#: graphsub's head-to-head re-timing against the genai builder (:func:`confirm`), in its timing entries
+VS_GENAI = "vs_genai"
 #: the prefill's length (tokens), and the prompt's length of the generation check
 PREFILL = 128
 PROMPT = 16
@@ -317,7 +319,10 @@ def confirm(outcomes: dict[str, Outcome], paths: Mapping[str, Path], feeds: dict
     """Re-time each variant against the original on its own (:func:`graphsub.optimize.decide.compare`: fresh
     session groups of the original, the variant and the original again, the A/A control), at the suite's threshold
     and ``ALPHA / k`` for ``k`` variants; stored as ``timing[graph][threads]["confirm"]`` (the verdict without its
-    rounds' lists but ``original_ms`` / ``candidate_ms``, in place)."""
+    rounds' lists but ``original_ms`` / ``candidate_ms``, in place).  Then, where both ran, graphsub's output is
+    re-timed head to head against the genai builder's (the builder's in the original's place, its own A/A control):
+    ``graphsub``'s ``timing[graph][threads]["vs_genai"]``, the direct measure of the target that graphsub's output
+    be at least as fast as the hand-built graph (two ratios over ``ort`` each carry a session's noise)."""
     from graphsub.bench.suite.measure import min_speedup
     from graphsub.optimize import decide
 
@@ -327,8 +332,17 @@ def confirm(outcomes: dict[str, Outcome], paths: Mapping[str, Path], feeds: dict
                                        timers=timers)
         v = decide.compare(*makers, budget_ms=budget_ms, min_speedup=min_speedup(),
                            alpha=decide.ALPHA / len(others))
-        outcomes[name]["timing"][graph][str(threads)]["confirm"] = {k: x for k, x in v.to_dict().items()
-                                                                    if k not in ("aa_ms", "group")}
+        outcomes[name]["timing"][graph][str(threads)]["confirm"] = _stored(v)
+    if {GENAI, GRAPHSUB} <= set(paths):  # the target: graphsub's output at least the builder's, head to head
+        makers = decide.session_makers(str(paths[GENAI]), str(paths[GRAPHSUB]), feeds, threads=threads,
+                                       timers=timers)
+        v = decide.compare(*makers, budget_ms=budget_ms, min_speedup=min_speedup(), alpha=decide.ALPHA)
+        outcomes[GRAPHSUB]["timing"][graph][str(threads)][VS_GENAI] = _stored(v)
+
+
+def _stored(v: Any) -> dict[str, Any]:
+    """A verdict as a record stores it: without its rounds' lists but ``original_ms`` / ``candidate_ms``."""
+    return {k: x for k, x in v.to_dict().items() if k not in ("aa_ms", "group")}
 
 
 # ------------------------------------------------------------------------------------------------ one decoder
@@ -421,6 +435,31 @@ def decode_table(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -
     return "\n".join(lines) + "\n"
 
 
+def vs_genai_table(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> str:
+    """Per decoder, graphsub's head-to-head re-timing against the genai builder (:func:`confirm`) at each graph and
+    thread count; "" when no record has one."""
+    cols = [(g, n) for g in GRAPHS for n in threads]
+    rows = []
+    for rec in records:
+        timing = (rec.get("variants") or {}).get(GRAPHSUB, {}).get("timing", {})
+        cells = [_verdict_cell(timing.get(g, {}).get(str(n), {}).get(VS_GENAI)) for g, n in cols]
+        if any(c != "-" for c in cells):
+            rows.append("| " + " | ".join([rec["id"], *cells]) + " |")
+    if not rows:
+        return ""
+    head = ["decoder", *(f"{g} @{n}t" for g, n in cols)]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows]) + "\n"
+
+
+def _verdict_cell(v: Mapping[str, Any] | None) -> str:
+    if not v or v.get("speedup") is None:
+        return "-"
+    ci = v.get("speedup_ci")
+    interval = f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else ""
+    mark = " faster" if v.get("faster") else " slower" if v.get("slower") else " not slower"
+    return f"{v['speedup']:.3f}x{interval}{mark} (A/A {v.get('aa_ratio') or 1.0:.3f})"
+
+
 def run_decode(families: Sequence[str], size: str, exporter: str, out_dir: Path, *, name: str = "decode",
                on_record: Callable[[dict[str, Any]], None] | None = None, **opts: Any) -> list[dict[str, Any]]:
     """:func:`run_decoder` for each family; writes ``<out_dir>/<name>.jsonl`` (one record per decoder, started
@@ -451,6 +490,11 @@ def markdown(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> st
              "over `ort`, the 90% interval and the verdict of its own re-timing against `ort` (fresh session groups "
              "with an A/A control in each).", "",
              decode_table(records, threads)]
+    head_to_head = vs_genai_table(records, threads)
+    if head_to_head:
+        lines += ["", "graphsub's output re-timed head to head against the genai builder's (the builder in the "
+                  "original's place, fresh session groups with its own A/A control): graphsub's speedup over it, "
+                  "the 90% interval, the verdict.", "", head_to_head]
     for rec in records:
         if rec.get("skipped_graphs"):
             lines.append(f"- {rec['id']}: {', '.join(rec['skipped_graphs'])} not timed (the model holds "
@@ -461,6 +505,6 @@ def markdown(records: Sequence[Mapping[str, Any]], threads: Sequence[int]) -> st
 
 
 __all__ = ["BASELINE", "DEFAULT_PEERS", "GENAI", "GRAPHS", "GRAPHSUB", "PREFILL", "PROMPT", "TRANSFORMER_TYPES",
-           "decode_table", "distinct", "fit_feeds", "fitted_session", "genai_outcome", "graphs_for", "inspect",
-           "markdown", "prefill_error", "produce", "run_decode", "run_decoder", "time_graphs", "tokens_per_s",
-           "transformer_meta"]
+           "VS_GENAI", "decode_table", "distinct", "fit_feeds", "fitted_session", "genai_outcome", "graphs_for",
+           "inspect", "markdown", "prefill_error", "produce", "run_decode", "run_decoder", "time_graphs",
+           "tokens_per_s", "transformer_meta", "vs_genai_table"]

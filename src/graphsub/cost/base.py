@@ -286,6 +286,10 @@ class SumCostModel:
     #: polled by models that measure, before each measurement (a search sets it to its budget check for its
     #: duration): when it returns True they raise BudgetExceeded instead of measuring (:meth:`check_stop`)
     stop: Callable[[], bool] | None = None
+    #: the smallest gain of the scalar cost this model resolves: a model that measures sets it to its timer's
+    #: resolution, and a steepest descent (:mod:`graphsub.search.greedy`) takes only steps that gain more, so that
+    #: a rewrite which changes nothing onnxruntime runs (an operand swap) is not taken on a timing's rounding
+    resolution: float = 0.0
 
     def __init__(self, objective: Objective = "time_ms", limits: Limits | None = None) -> None:
         self.objective: Objective = objective

@@ -57,14 +57,20 @@ from graphsub.ir.node import OpSig, Ref
 
 #: producer/consumer edges around an edit that its region takes in
 HOPS = 1
-#: a region with more run-time nodes than this is priced by the fallback model
-MAX_REGION = 96
+#: a region with more run-time nodes than this is priced by the fallback model. The rotary embedding's rule on the
+#: 1 B decoder changes a region of 108 nodes (both rotations, the attention, their neighbours): at 96 the fallback,
+#: which does not see the kernel's rotation, priced it and the search left all sixteen (2026-11-30)
+MAX_REGION = 160
 #: weight-only nodes brought along into a region (a longer weight computation: the fallback prices the edit)
 MAX_CONE = 64
 #: integer weights up to this many elements keep their values in a region's key (shapes, axes, indices)
 SMALL_INT = 64
 #: a region whose weights exceed this many bytes is priced through files (module docstring, point 3)
 FILE_BYTES = 32 << 20
+#: the gain (ms) below which a delta is a timing's rounding, not a gain (:attr:`SumCostModel.resolution`, for the
+#: time objective): a kernel timed alone is resolved to about a microsecond. On the 1 B decoder the search took
+#: sixteen operand swaps of a Mul at -0.03 us each after its real steps (-31 us and more; 2026-11-30)
+RESOLUTION_MS = 1e-3
 
 
 class RegionError(Exception):
@@ -235,6 +241,7 @@ class OrtKernelCostModel(SumCostModel):
             cache=shared, threads=self.threads, statistic="min", progress=progress, gate=gate)
         self.pricer = OrtKernelPricer(threads=self.threads, cache=shared, budget_ms=budget_ms, clock=clock, gate=gate)
         self.hops = hops
+        self.resolution = RESOLUTION_MS if objective == "time_ms" else 0.0
         self.seed = seed
         self.name = "ort-kernels"
         self.stats = RegionStats()
@@ -370,5 +377,5 @@ class OrtKernelCostModel(SumCostModel):
         return hit
 
 
-__all__ = ["HOPS", "MAX_CONE", "MAX_REGION", "OrtKernelCostModel", "RegionError", "RegionStats", "region_graph",
-           "region_key", "region_nodes"]
+__all__ = ["HOPS", "MAX_CONE", "MAX_REGION", "RESOLUTION_MS", "OrtKernelCostModel", "RegionError", "RegionStats",
+           "region_graph", "region_key", "region_nodes"]

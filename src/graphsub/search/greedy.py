@@ -1,5 +1,7 @@
 """Greedy: apply the best strictly-improving substitution until none improves (what rule-based
-optimizers such as TVM/TensorRT passes do, with a cost model deciding between rules).
+optimizers such as TVM/TensorRT passes do, with a cost model deciding between rules).  Improving means cheaper by
+more than the cost model's ``resolution`` (0 for a model that does not measure; a timer's resolution for one that
+does: :attr:`graphsub.cost.base.SumCostModel.resolution`).
 
 With ``batch=True`` each step's winning rule is then also taken at every other place where it improves the graph
 (matched anew after each application, each priced by the cost model), before the next step looks at every rule
@@ -36,7 +38,7 @@ def greedy(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budg
     while s.can_extend(state) and not s.out_of_budget():
         best = None
         for ch in s.children(state, parent):
-            if ch.value < state.value and (best is None or ch.value < best.value):
+            if _gains(s, ch.value, state.value) and (best is None or ch.value < best.value):
                 best = ch
             if s.out_of_budget():
                 break
@@ -58,6 +60,11 @@ def greedy(graph: Graph, rules: Sequence[Rule], cost: SumCostModel, budget: Budg
     return s.result()
 
 
+def _gains(s: Search, value: float, than: float) -> bool:
+    """Whether ``value`` is cheaper than ``than`` by more than the cost model's resolution."""
+    return value < than - getattr(s.cost, "resolution", 0.0)
+
+
 def _compound(s: Search, state: State, compounds: Sequence[Sequence[Rule]]) -> State | None:
     """The best of the ``compounds`` applied everywhere to ``state`` that improves it, or None."""
     best = None
@@ -73,7 +80,7 @@ def _compound(s: Search, state: State, compounds: Sequence[Sequence[Rule]]) -> S
             s.out_of_budget()
             break
         value = s.cost.scalar(cost)
-        if value < state.value and (best is None or value < best.value):
+        if _gains(s, value, state.value) and (best is None or value < best.value):
             seq = (*state.seq, *(Step(r.rule, r.nodes, math.nan) for r in steps[:-1]),
                    Step(steps[-1].rule, steps[-1].nodes, value))
             best = State(graph, cost, value, seq)
@@ -88,7 +95,7 @@ def _everywhere(s: Search, state: State, rule_name: str) -> State:
         improved = False
         for m in find_matches(state.graph, rule):
             ch = s.child(state, m)
-            if ch is not None and ch.value < state.value:
+            if ch is not None and _gains(s, ch.value, state.value):
                 state, improved = ch, True
                 s.offer(state)
                 break
