@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -390,6 +391,44 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
     else:
         assert v.groups < decide.MIN_GROUPS and not v.faster
         assert pf.choose(port) is None
+
+
+def test_a_slow_models_second_leader_is_confirmed_when_the_first_is_not() -> None:
+    """A slow model (a run of 100 ms) whose side-by-side rounds put a candidate first that its confirmation finds no
+    faster (noisy rounds of a large model): the second leader is confirmed too, found 1.25x faster and kept, as on
+    a fast model. Fake timers and a fake clock: the rounds read 70 and 80 ms side by side, 100 and 80 in the fresh
+    session groups."""
+    from graphsub.deadline import Deadline
+    from graphsub.optimize import portfolio as pf
+    from graphsub.optimize.pipeline import _Settings
+    from graphsub.optimize.race import SLOW_MS, time_portfolio
+
+    clock = _Clock()
+
+    def timer(side_by_side: dict[bytes, float]) -> Callable[..., Callable[[float], float]]:
+        def make(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+            def run(budget_ms: float) -> float:
+                clock.t += 0.1
+                return side_by_side.get(bytes(model), 100.0)  # type: ignore[arg-type]
+
+            return run
+
+        return make
+
+    cands = [pf.Candidate(f"c{i}", bytes([i]) * 8, verified=True) for i in range(2)]
+    timers = Timers(session=timer({cands[0].data: 70.0, cands[1].data: 80.0}),
+                    confirm=timer({cands[0].data: 100.0, cands[1].data: 80.0}), clock=clock)
+    port = pf.Portfolio()
+    for c in cands:
+        port.add(c)
+    st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
+                   budget_ms=100.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
+    time_portfolio(port, cands, b"original", {}, st, Deadline.after(1e4, start=0.0, clock=clock), timers)
+    assert statistics.median(port.original_rounds) > SLOW_MS
+    first, second = cands
+    assert first.confirmation is not None and not first.confirmation.faster
+    assert second.confirmation is not None and second.confirmation.faster
+    assert pf.choose(port) is second
 
 
 def test_a_large_model_keeps_its_tail_and_the_main_search_gives_way_first() -> None:
