@@ -473,3 +473,37 @@ def test_a_measured_run_longer_than_the_roofline_widens_the_tail(tmp_path: Path)
     base = tail_estimate_s(graph, budget_ms=200.0)
     assert tail_estimate_s(graph, budget_ms=200.0, run_s=0.0) == base  # the roofline's estimate stands
     assert tail_estimate_s(graph, budget_ms=200.0, run_s=1.0) > base + 20 * 1.0  # rounds and runs of 1 s each
+
+
+@pytest.mark.parametrize("reserve_s", [0.0, 8.0])
+def test_verifying_the_candidates_keeps_the_time_to_time_one(reserve_s: float) -> None:
+    """Once a candidate is verified, a further one is checked only while its check and the timing reserve fit before
+    the deadline: checking the last candidates cannot leave none timed. A fake clock moves 3 s per check (10 s left,
+    1 s estimated per check): with an 8 s reserve only the first is checked, without one all three."""
+    from graphsub.deadline import Deadline
+    from graphsub.optimize import portfolio as pf
+
+    clock = _Clock()
+
+    def model(op: str, doc: str = "") -> bytes:
+        node = helper.make_node(op, ["x"], ["y"], doc_string=doc)
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+        return helper.make_model(helper.make_graph([node], "g", [x], [y]),
+                                 opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+    def tick(c: pf.Candidate) -> str | None:
+        clock.t += 3.0
+        return None
+
+    source = model("Relu")
+    port = pf.Portfolio()
+    cands = [port.add(pf.Candidate(f"c{i}", model("Relu", f"c{i}"))) for i in range(3)]
+    feeds = [(0, {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)})]
+    pf.verify(port, source, feeds, rtol=1e-5, atol=1e-6, deadline=Deadline.after(10.0, start=0.0, clock=clock),
+              estimate_s=1.0, reserve_s=reserve_s, also=tick)
+    if reserve_s:
+        assert [c.verified for c in cands] == [True, None, None]
+        assert cands[1].error == "not verified: no time left in the budget"
+    else:
+        assert [c.verified for c in cands] == [True, True, True]

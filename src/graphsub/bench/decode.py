@@ -98,8 +98,8 @@ def _peer_outcome(name: str, src: Path, dst: Path, meta: Any, registry: Mapping[
 
     res = run_peer(name, src, dst, meta, registry=registry, timeout_s=timeout_s)
     out: Outcome = {"status": res.status, "error": res.error, "seconds": res.seconds}
-    if name == GRAPHSUB:
-        out["decision"] = res.info.get("decision")
+    if name == GRAPHSUB:  # what it decided and why (its portfolio's notes say what the budget left out)
+        out.update({k: res.info.get(k) for k in ("decision", "chosen", "graphsub_timings_s", "portfolio_notes")})
     if res.status == "ok":
         out["path"] = str(dst)
     return out

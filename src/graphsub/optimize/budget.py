@@ -241,6 +241,27 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
     return _confirm_s(_model_mb(source), _model_mb(leader), side_s, groups)
 
 
+#: side-by-side rounds a timing needs before its leader's confirmation (:func:`timing_reserve_s`)
+SIDE_ROUNDS = 5
+
+
+def timing_reserve_s(source: bytes | str, side_s: float) -> float:
+    """What timing one verified candidate takes at least: the original's and its sessions, :data:`SIDE_ROUNDS`
+    side-by-side rounds of the two, and its confirmation in :data:`~graphsub.optimize.decide.MIN_GROUPS` session
+    groups (:func:`confirm_reserve_s`), the candidate taken as large as the original. The candidates' verification
+    keeps it once one is verified: on the 100 M decoder (0.5 GB) checking six candidates at the decoder's sizes, about
+    30 s each, took the rest of the budget and none was timed (``graphsub bench decode``, 2026-11-30).
+
+    >>> round(timing_reserve_s(b"x" * 110_000_000, 0.12), 1)
+    24.5
+    """
+    from graphsub.optimize.decide import MIN_GROUPS
+
+    mb = _model_mb(source)
+    sessions = 2 * SESSION_BASE_S + SESSION_S_PER_MB * 2 * mb
+    return sessions + SIDE_ROUNDS * 2 * side_s + _confirm_s(mb, mb, side_s, MIN_GROUPS)
+
+
 def _confirm_s(source_mb: float, leader_mb: float, side_s: float, groups: int) -> float:
     from graphsub.optimize.decide import ROUNDS_PER_GROUP
 
@@ -399,7 +420,8 @@ def plan(total_s: float | None, left_s: float, *, search_cap: float | None, eqsa
 
 __all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_MIN_S", "MEASURE_RUN_MIN_S",
            "ON_TOP_MIN_S", "PEERS_EST_S", "PEERS_MIN_S", "PER_GB_S", "SEARCH_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S",
-           "SESSION_S_PER_MB", "SIZE_RUNS", "SIZE_SPLICE_S", "TAIL_CANDIDATES", "TAIL_MAX_SHARE", "TAIL_MIN_S",
-           "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part", "Plan",
-           "confirm_reserve_s", "inference_parts", "measured_run_s", "model_bytes", "plan", "plan_parts",
-           "run_estimate_s", "run_scaled_time_s", "scaled_time_s", "tail_estimate_s", "verify_estimate_s"]
+           "SESSION_S_PER_MB", "SIDE_ROUNDS", "SIZE_RUNS", "SIZE_SPLICE_S", "TAIL_CANDIDATES", "TAIL_MAX_SHARE",
+           "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part",
+           "Plan", "confirm_reserve_s", "inference_parts", "measured_run_s", "model_bytes", "plan", "plan_parts",
+           "run_estimate_s", "run_scaled_time_s", "scaled_time_s", "tail_estimate_s", "timing_reserve_s",
+           "verify_estimate_s"]

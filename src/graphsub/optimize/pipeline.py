@@ -60,6 +60,7 @@ from graphsub.optimize.budget import (
     run_scaled_time_s,
     scaled_time_s,
     tail_estimate_s,
+    timing_reserve_s,
     verify_estimate_s,
 )
 from graphsub.optimize.candidates import CLEANUP_STEP, cleaned_start
@@ -446,6 +447,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
                                           direct=lambda name: direct_import(name, port, ref, source))
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
+                  reserve_s=timing_reserve_s(source, st.budget_ms / 1e3) if not st.keep_slower else 0.0,
                   also=both(None if st.target is None else st.target.check, keeps_dims))
     if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()

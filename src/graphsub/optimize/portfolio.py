@@ -116,12 +116,14 @@ def collect(portfolio: Portfolio, ref: Graph, source: bytes | str, sources: Sour
 
 def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int, Mapping[str, np.ndarray]]], *,
            rtol: float, atol: float, skip: Sequence[str] = (), deadline: Deadline = NO_DEADLINE,
-           estimate_s: float = 0.0, original: Graph | None = None,
+           estimate_s: float = 0.0, reserve_s: float = 0.0, original: Graph | None = None,
            also: Callable[[Candidate], str | None] | None = None) -> None:
     """Compare every distinct candidate not in ``skip`` (already verified) with the original on ``feeds``
     (``(seed, inputs)`` draws) in ONNX Runtime (:func:`graphsub.equivalence.check`); candidates with the same file
     inherit the verdict. Candidates reached after ``deadline`` (or a stop request), or when less than ``estimate_s``
-    (what one check takes) is left, stay unverified (``verified`` None, ``error`` says why). ``original``: the
+    (what one check takes) is left, stay unverified (``verified`` None, ``error`` says why); once a candidate is
+    verified, ``reserve_s`` more is kept for timing it (:func:`graphsub.optimize.budget.timing_reserve_s`), so that
+    checking the last candidates cannot leave none timed. ``original``: the
     original as a Graph when ``source`` is its export (a Graph given to ``optimize``: a training graph), so that a
     training graph that float32 rounding alone moves is re-checked in float64 on the graphs themselves, the
     candidates' own graphs too where their file is their graph's export. ``also``: a further check of each verified
@@ -140,7 +142,8 @@ def verify(portfolio: Portfolio, source: bytes | str, feeds: Sequence[tuple[int,
         if c.name in skip:
             further(c)
             continue
-        if deadline.expired() or deadline.remaining() < estimate_s:
+        keep = reserve_s if any(d.verified for d in portfolio.distinct) else 0.0
+        if deadline.expired() or deadline.remaining() < estimate_s + keep:
             why = "interrupted" if deadline.reason() == "interrupt" else "no time left in the budget"
             c.verified, c.error = None, f"not verified: {why}"
             portfolio.skipped.append(f"verifying {c.name}")
