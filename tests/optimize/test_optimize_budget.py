@@ -431,6 +431,70 @@ def test_a_slow_models_second_leader_is_confirmed_when_the_first_is_not() -> Non
     assert pf.choose(port) is second
 
 
+def _slow_sessions(clock: _Clock, session_s: float) -> Timers:
+    """Fake timers: each session takes ``session_s`` to make (a large model's), each run 20 ms (the original) or
+    16 ms; a block of the rounds moves the clock by its timing budget."""
+    def make(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
+        clock.t += session_s
+
+        def run(budget_ms: float) -> float:
+            clock.t += budget_ms / 1000.0
+            return 20.0 if model == b"original" else 16.0
+
+        return run
+
+    return Timers(session=make, confirm=make, clock=clock)
+
+
+@pytest.mark.parametrize("left_s", [60.0, 8.0])
+def test_a_long_session_is_not_taken_for_a_round(monkeypatch: pytest.MonkeyPatch, left_s: float) -> None:
+    """Before a candidate's session, the side-by-side timing keeps the leader's confirmation at the rate its sessions
+    were measured and at blocks of the timing budget: twice the last session (3 s here) is what one more session
+    needs, not a round's length. Taken as one (the 100 M decoder, 2026-11-30), the reserve came to 135 s of the 93 s
+    left and no candidate was loaded. With 60 s left the 1.25x faster candidate is timed and confirmed; with 8 s,
+    too few to load it and confirm it, the note says so (not that no time was left at all)."""
+    from graphsub.deadline import Deadline
+    from graphsub.optimize import decide
+    from graphsub.optimize import portfolio as pf
+    from graphsub.optimize.pipeline import _Settings
+    from graphsub.optimize.race import time_portfolio
+
+    clock = _Clock()
+    monkeypatch.setattr("graphsub.optimize.race.session_s_per_mb", lambda: 0.003)
+    port = pf.Portfolio()
+    cand = port.add(pf.Candidate("c", b"candidate", verified=True))
+    st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
+                   budget_ms=100.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
+    time_portfolio(port, [cand], b"original", {}, st, Deadline.after(left_s, start=0.0, clock=clock),
+                   _slow_sessions(clock, 3.0))
+    if left_s > 10:
+        assert len(port.original_rounds) >= 5 and cand.confirmation is not None
+        assert cand.confirmation.groups >= decide.MIN_GROUPS and cand.confirmation.faster
+        assert pf.choose(port) is cand
+    else:
+        assert cand.confirmation is None and pf.choose(port) is None
+        assert any("too few to load a candidate and confirm it" in n for n in port.notes), port.notes
+
+
+def test_the_sessions_this_process_made_set_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every onnxruntime session of a model of at least SESSION_RATE_MIN_MB is measured; the rate is their median, in
+    seconds per MB, and the confirmation's reserve uses it where given (the constant otherwise)."""
+    from graphsub.frontends import ort as ort_frontend
+    from graphsub.optimize import budget
+
+    monkeypatch.setattr(ort_frontend, "_session_rates", ort_frontend.deque(maxlen=ort_frontend.SESSION_RATE_KEPT))
+    assert ort_frontend.session_s_per_mb() is None
+    ort_frontend.make_session(_identity_then_relu(1))  # far below the size that is measured
+    assert ort_frontend.session_s_per_mb() is None
+    monkeypatch.setattr(ort_frontend, "SESSION_RATE_MIN_MB", 0.0)
+    ort_frontend.make_session(_identity_then_relu(1))
+    rate = ort_frontend.session_s_per_mb()
+    assert rate is not None and rate > 0
+    mb = b"x" * 50_000_000
+    assert budget.confirm_reserve_s(mb, mb, 0.1, 3, per_mb=0.002) < budget.confirm_reserve_s(mb, mb, 0.1, 3)
+    assert budget.timing_reserve_s(mb, 0.1, 0.002) < budget.timing_reserve_s(mb, 0.1)
+
+
 def test_a_large_model_keeps_its_tail_and_the_main_search_gives_way_first() -> None:
     """The tail keeps what verifying and timing the candidates takes on the model (at most TAIL_MAX_SHARE of the
     budget); when the parts do not fit in the rest, the searches on top of the peers go first, then the main search

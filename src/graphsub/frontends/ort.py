@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import tempfile
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -51,6 +54,27 @@ PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", 
 MAX_MESSAGE = 2000
 #: the file name of onnxruntime's optimized graph in :func:`optimized_files`' folder
 OPTIMIZED_NAME = "ort_optimized.onnx"
+#: sessions of models at least this large (MB) are measured for :func:`session_s_per_mb` (below it, the constant
+#: part of creating a session dominates)
+SESSION_RATE_MIN_MB = 20.0
+#: how many of the latest such sessions :func:`session_s_per_mb` reads
+SESSION_RATE_KEPT = 8
+_session_rates: deque[float] = deque(maxlen=SESSION_RATE_KEPT)
+
+
+def session_s_per_mb() -> float | None:
+    """What creating an onnxruntime session took in this process, in seconds per MB of the model: the median over
+    the latest :data:`SESSION_RATE_KEPT` sessions of models of at least :data:`SESSION_RATE_MIN_MB` (None: none yet).
+    The timing's budget estimates its sessions with it (:mod:`graphsub.optimize.budget`), since the rate differs
+    from machine to machine and model to model by several times: on the 100 M decoder (0.5 GB, 2026-11-30) a session
+    took 2-3 ms per MB (7 ms with its optimized graph written for the fingerprint), where the constant estimate
+    said 15, and the timing, which reserves the time of nine sessions for its leader's confirmation, never began."""
+    return statistics.median(_session_rates) if _session_rates else None
+
+
+def _observe_session(mb: float, seconds: float) -> None:
+    if mb >= SESSION_RATE_MIN_MB:
+        _session_rates.append(seconds / mb)
 
 
 def ort_message(e: BaseException) -> str:
@@ -128,7 +152,12 @@ def make_session(
     src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     pooled = pooled_file(model)
     try:
-        return Session(pooled or src, so, providers=PROVIDERS[provider])
+        where = pooled or src
+        start = time.perf_counter()
+        sess = Session(where, so, providers=PROVIDERS[provider])
+        _observe_session((file_bytes(where) if isinstance(where, str) else len(where)) / 1e6,
+                         time.perf_counter() - start)
+        return sess
     except Exception as e:  # onnxruntime raises its own exception types (MemoryError for a huge model, too)
         raise ExecutionError(f"onnxruntime rejected the model: {ort_message(e)}") from e
     finally:
@@ -220,4 +249,4 @@ def run_model(
 
 __all__ = ["MAX_MESSAGE", "OPTIMIZED_NAME", "OPT_LEVELS", "PROVIDERS", "Session", "make_session", "optimized_files",
            "optimized_model", "ort_message", "pooled_file", "require_provider", "run_model", "run_session",
-           "runtime_version"]
+           "runtime_version", "session_s_per_mb"]

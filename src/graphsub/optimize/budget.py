@@ -216,7 +216,8 @@ def measured_run_s(model: bytes | str, feeds: dict[str, Any], *, threads: int) -
         return None
 
 
-#: creating an onnxruntime session: a constant and per MB of the model (its weights; ~15 s per GB here, as above)
+#: creating an onnxruntime session: a constant and per MB of the model (its weights; ~15 s per GB here, as above),
+#: where no session of this process was measured (:func:`graphsub.frontends.ort.session_s_per_mb`)
 SESSION_BASE_S, SESSION_S_PER_MB = 0.1, 0.015
 
 
@@ -225,7 +226,8 @@ def _model_mb(model: bytes | str) -> float:
     return (len(model) if isinstance(model, bytes) else os.path.getsize(model)) / 1e6
 
 
-def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, groups: int) -> float:
+def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, groups: int,
+                      per_mb: float | None = None) -> float:
     """What confirming one leader in ``groups`` session groups will take (:func:`graphsub.optimize.decide.measure`):
     per group three fresh sessions (the original twice, the leader once) and
     :data:`~graphsub.optimize.decide.ROUNDS_PER_GROUP` rounds of three blocks, each about ``side_s`` (one model's
@@ -233,24 +235,28 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
     for warm-ups. The side-by-side rounds stop that much before the deadline, so that the budget cannot leave the
     best candidate unconfirmed: on ConvNeXt-T at 1 thread (about 100 ms a run, 12 candidates of 110 MB) they used
     the whole timing share, and candidates 1.13-1.24x faster were kept out for want of their paired rounds
-    (``experiments/results/suite.jsonl``).
+    (``experiments/results/suite.jsonl``). ``per_mb``: what a session takes per MB of its model as measured in this
+    process (:func:`graphsub.frontends.ort.session_s_per_mb`; None: :data:`SESSION_S_PER_MB`).
 
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3), 2)
     19.8
+    >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3, per_mb=0.003), 2)
+    8.91
     """
-    return _confirm_s(_model_mb(source), _model_mb(leader), side_s, groups)
+    return _confirm_s(_model_mb(source), _model_mb(leader), side_s, groups, per_mb)
 
 
 #: side-by-side rounds a timing needs before its leader's confirmation (:func:`timing_reserve_s`)
 SIDE_ROUNDS = 5
 
 
-def timing_reserve_s(source: bytes | str, side_s: float) -> float:
+def timing_reserve_s(source: bytes | str, side_s: float, per_mb: float | None = None) -> float:
     """What timing one verified candidate takes at least: the original's and its sessions, :data:`SIDE_ROUNDS`
     side-by-side rounds of the two, and its confirmation in :data:`~graphsub.optimize.decide.MIN_GROUPS` session
-    groups (:func:`confirm_reserve_s`), the candidate taken as large as the original. The candidates' verification
-    keeps it once one is verified: on the 100 M decoder (0.5 GB) checking six candidates at the decoder's sizes, about
-    30 s each, took the rest of the budget and none was timed (``graphsub bench decode``, 2026-11-30).
+    groups (:func:`confirm_reserve_s`, ``per_mb`` as there), the candidate taken as large as the original. The
+    candidates' verification keeps it once one is verified: on the 100 M decoder (0.5 GB) checking six candidates at
+    the decoder's sizes, about 30 s each, took the rest of the budget and none was timed (``graphsub bench decode``,
+    2026-11-30).
 
     >>> round(timing_reserve_s(b"x" * 110_000_000, 0.12), 1)
     24.5
@@ -258,14 +264,18 @@ def timing_reserve_s(source: bytes | str, side_s: float) -> float:
     from graphsub.optimize.decide import MIN_GROUPS
 
     mb = _model_mb(source)
-    sessions = 2 * SESSION_BASE_S + SESSION_S_PER_MB * 2 * mb
-    return sessions + SIDE_ROUNDS * 2 * side_s + _confirm_s(mb, mb, side_s, MIN_GROUPS)
+    sessions = 2 * (SESSION_BASE_S + _per_mb(per_mb) * mb)
+    return sessions + SIDE_ROUNDS * 2 * side_s + _confirm_s(mb, mb, side_s, MIN_GROUPS, per_mb)
 
 
-def _confirm_s(source_mb: float, leader_mb: float, side_s: float, groups: int) -> float:
+def _per_mb(per_mb: float | None) -> float:
+    return SESSION_S_PER_MB if per_mb is None else per_mb
+
+
+def _confirm_s(source_mb: float, leader_mb: float, side_s: float, groups: int, per_mb: float | None = None) -> float:
     from graphsub.optimize.decide import ROUNDS_PER_GROUP
 
-    sessions = groups * (3 * SESSION_BASE_S + SESSION_S_PER_MB * (2 * source_mb + leader_mb))
+    sessions = groups * (3 * SESSION_BASE_S + _per_mb(per_mb) * (2 * source_mb + leader_mb))
     return sessions + 1.25 * groups * ROUNDS_PER_GROUP * 3 * side_s
 
 

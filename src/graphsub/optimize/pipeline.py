@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
+from graphsub.frontends.ort import session_s_per_mb
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import (
@@ -447,7 +448,8 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
                                           direct=lambda name: direct_import(name, port, ref, source))
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
-                  reserve_s=timing_reserve_s(source, st.budget_ms / 1e3) if not st.keep_slower else 0.0,
+                  reserve_s=0.0 if st.keep_slower else timing_reserve_s(source, st.budget_ms / 1e3,
+                                                                        session_s_per_mb()),
                   also=both(None if st.target is None else st.target.check, keeps_dims))
     if port.skipped:  # a source or a check the budget (or a stop request) left out
         run.cut_short()

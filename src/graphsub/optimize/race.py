@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
+from graphsub.frontends.ort import session_s_per_mb
 from graphsub.interrupt import stop_requested
 from graphsub.optimize import decide
 from graphsub.optimize.budget import confirm_reserve_s
@@ -107,13 +108,19 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
     models = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
     slow = False
     biggest = max((c.data for c in timed), key=len, default=b"")
+    run_s = 0.0  # one run of the original, once the screening measured it
 
-    def keeping(n_models: int) -> Callable[[float], bool]:  # rounds of n models: keep the leader's confirmation
+    def keeping(n_models: int, sessions: bool = False) -> Callable[[float], bool]:
+        """Rounds of ``n_models`` (their sessions first, ``sessions``) keep the time of the leader's confirmation, its
+        blocks as long as the last round's share of a model (before a session: the timing budget, or one run when
+        that is longer), its sessions at the rate this process measured (:func:`session_s_per_mb`). Before a
+        session, ``need_s`` is twice the last session's time, not a round's: as a block's length it had made the
+        100 M decoder's reserve 135 s of the 93 s left, and no candidate's session was made (2026-11-30)."""
         def check(need_s: float) -> bool:
             if need_s <= 0:
                 return stop(0.0)
-            side_s = max(need_s / n_models, budget_ms / 1000.0)
-            return stop(need_s + confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS))
+            side_s = max(run_s if sessions else need_s / n_models, budget_ms / 1000.0)
+            return stop(need_s + confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS, session_s_per_mb()))
 
         return check
 
@@ -126,7 +133,7 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
     elif len(timed) > FINALISTS:  # race: three short rounds for all, then the fastest few side by side
         screen = time_candidates(models, feeds, threads=st.threads, budget_ms=budget_ms / 2, rounds=3,
                                  provider=st.provider, sessions=sessions, stop=keeping(len(models)), twins=twins,
-                                 timers=tm)
+                                 timers=tm, session_stop=keeping(len(models), sessions=True))
         if not screen.get(pf.ORIGINAL):
             return _cut(port, st)
         timed = _untwin(port, timed, twins)
@@ -138,17 +145,25 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
         for c in timed:  # the best of three short rounds: robust to a transient disturbance
             c.screen_ratio = min(screen[pf.ORIGINAL]) / min(screen[c.name])
         slow = statistics.median(screen[pf.ORIGINAL]) > SLOW_MS
+        run_s = statistics.median(screen[pf.ORIGINAL]) / 1000.0
         ranked = sorted(timed, key=lambda c: -(c.screen_ratio or 0.0))
         timed = ranked[:3 if slow else FINALISTS] + _lean(ranked[3 if slow else FINALISTS:], sessions)
         for name in set(sessions) - {pf.ORIGINAL, *(c.name for c in timed)}:
             del sessions[name]  # the memory of the sessions that are out of the race
     finalists = {pf.ORIGINAL: source, **{c.name: c.data for c in timed}}
     rounds = time_candidates(finalists, feeds, threads=st.threads, budget_ms=budget_ms, provider=st.provider,
-                             sessions=sessions, stop=keeping(len(finalists)), twins=twins, timers=tm)
+                             sessions=sessions, stop=keeping(len(finalists)), twins=twins, timers=tm,
+                             session_stop=keeping(len(finalists), sessions=True))
+    loaded = set(sessions)
     sessions.clear()
     timed = _untwin(port, timed, twins)
     if rounds.get(pf.ORIGINAL) and not timed:
         return False  # every candidate runs as the original: nothing to time against it
+    if loaded == {pf.ORIGINAL} and timed and not deadline.expired() and not stop_requested():
+        need = confirm_reserve_s(source, biggest, budget_ms / 1000.0, decide.MIN_GROUPS, session_s_per_mb())
+        port.notes.append(f"timing: skipped: {deadline.remaining():.0f} s were left, too few to load a candidate "
+                          f"and confirm it (about {need:.0f} s)")
+        return True
     if not rounds.get(pf.ORIGINAL) or len(rounds) < 2:
         return _cut(port, st)
     if len(rounds) < len(timed) + 1:

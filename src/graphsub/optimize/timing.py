@@ -261,7 +261,8 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
                     sessions: dict[str, Callable[[float], float]] | None = None,
                     stop: Callable[[float], bool] | None = None,
                     twins: dict[str, str] | None = None, copies: int = 1,
-                    timers: Timers | None = None) -> dict[str, list[float]]:
+                    timers: Timers | None = None,
+                    session_stop: Callable[[float], bool] | None = None) -> dict[str, list[float]]:
     """Per model, its latency in each of ``rounds`` rounds; in every round each model is timed once, the order
     rotating from round to round, so that drifting machine load and cache effects hit all alike. Sessions are
     created once, before the first round (and kept in ``sessions`` by name when given, to be reused by a later
@@ -270,7 +271,8 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     the last round took (0 before the first): once it says so (no time left, or not ``need_s``), no more rounds are
     run (every model has the same number of rounds, maybe none); when the time left would not cover creating one more
     session (twice what the last one took), the models still without one are left out (missing from the result: the
-    first model, the original, always has a session or nothing is timed).
+    first model, the original, always has a session or nothing is timed). ``session_stop`` (None: ``stop``) is asked
+    before each session instead, where what the caller keeps back depends on whether a session or a round is next.
 
     With ``twins`` (a dict, filled in place), every session is fingerprinted (:func:`session_timer`), and a model
     whose graph onnxruntime runs exactly as an earlier model's is not timed: ``twins[name]`` names that earlier
@@ -287,9 +289,10 @@ def time_candidates(models: Mapping[str, bytes | str], feeds: dict[str, np.ndarr
     out: dict[str, list[float]] = {n: [] for n in names}
     seen = {sig: n for n, t in cache.items() if (sig := getattr(t, "signature", ""))}
     made = 0.0  # what creating the last session took: one more must fit, and a round after it
+    before_session = stop if session_stop is None else session_stop
     for name in names:
         if name not in cache:
-            if stop is not None and stop(2.0 * made):
+            if before_session is not None and before_session(2.0 * made):
                 if made == 0.0 or len(cache) < 2:
                     return out
                 break  # the models without a session are left out of the rounds (and of ``out``)
