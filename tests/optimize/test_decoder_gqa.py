@@ -1,10 +1,10 @@
 """A decoder's attention with its key/value cache as onnxruntime's GroupQueryAttention and its RMSNorms as
 (Skip)SimplifiedLayerNormalization (issue 55, :mod:`graphsub.rules.library.gqa`, :mod:`graphsub.rules.library.rms`):
 on the tiny Llama exports the ``ort_gqa_*`` rules take every layer's attention, the cache concatenation and repeat-kv
-included, ``ort_gqa_rotary`` moves the rotary embedding into it, the ``ort_rms_*`` rules take every norm (the
-residual sums into the skip form), and the result written over the file keeps its symbolic lengths and matches the
-export at the decoding sizes, presents included; a bias that does not mask the later keys is left alone (the
-kernel's causal mask would change what the layer computes)."""
+included, the rotary embedding (onnxruntime's RotaryEmbedding first, ``ort_rotary_half``) moves into it, the
+``ort_rms_*`` rules take every norm (the residual sums into the skip form), and the result written over the file
+keeps its symbolic lengths and matches the export at the decoding sizes, presents included; a bias that does not mask
+the later keys is left alone (the kernel's causal mask would change what the layer computes)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def _check(src: Path, expected: list[str], tmp_path: Path, family: str = "llama"
 
 def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
-    ops = _check(src, [rule, "ort_gqa_rotary", "ort_gqa_packed_mm_rotary"] * layers
+    # the decoder set's RotaryEmbedding first (q and k), then moved into GroupQueryAttention with it
+    ops = _check(src, [rule, "ort_rotary_half", "ort_rotary_half", "ort_gqa_rotary_kernel",
+                       "ort_gqa_packed_mm_rotary"] * layers
                  + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"], tmp_path)
     assert ops.count("GroupQueryAttention") == layers
     # one projection for q, k and v read whole by the kernel (no Split); the output, gate, up and down projections
@@ -112,3 +114,24 @@ def test_a_bias_that_sees_later_keys_is_left_alone(llama_ts: Path, tmp_path: Pat
     onnx.save(model, src)
     rules = _rewritten(src)[3]
     assert not [r for r in rules if r.startswith("ort_gqa_")]
+
+
+def test_group_query_attention_takes_the_rotary_kernels_rotation_inside(llama_ts: Path) -> None:
+    """The rotary embedding rewritten first into onnxruntime's RotaryEmbedding (``ort_rotary_half``, as a search may
+    order it): GroupQueryAttention still ends with the rotation inside (``ort_gqa_rotary_kernel``), no RotaryEmbedding
+    left, the same graph as the other order's but for the names."""
+    from collections import Counter
+
+    from graphsub.rules.library.rotary import rules as rotary_rules
+
+    base, _ = cleaned_start(load(llama_ts, generic=True))
+    rotated, first = rewrite_everywhere(base, rotary_rules())
+    layers = sum(o.name.startswith("present.") for o in onnx.load(str(llama_ts)).graph.output) // 2
+    assert [s.rule for s in first] == ["ort_rotary_half"] * 2 * layers
+    final, steps = rewrite_everywhere(rotated, resolve_rules("attention"))
+    assert Counter(s.rule for s in steps)["ort_gqa_rotary_kernel"] == layers
+    ops = Counter(n.op for n in final.nodes.values())
+    assert ops["ms_rotary"] == 0 and ops["ms_gqa_packed"] == layers
+    direct, steps = rewrite_everywhere(base, resolve_rules("attention"))  # the rotation moved in directly
+    assert Counter(s.rule for s in steps)["ort_gqa_rotary"] == layers
+    assert Counter(n.op for n in direct.nodes.values()) == ops

@@ -111,6 +111,14 @@ def _rotate_half(x: T, cos: T, sin: T, heads: int) -> T:
     return torch.stack([x1 * c - x2 * sn, x2 * c + x1 * sn], 3).reshape(b, s, d)
 
 
+def _rotary(x: T, cos: T, sin: T, interleaved: int) -> T:
+    """:func:`graphsub.ops.msft_rotary.rotary_ref` in torch: heads (B, N, S, hd) rotated by halves or by pairs."""
+    h = x.shape[3] // 2
+    a, b = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :h], x[..., h:])
+    first, second = a * cos - b * sin, b * cos + a * sin
+    return torch.stack([first, second], -1).reshape(x.shape) if interleaved else torch.cat([first, second], -1)
+
+
 def _gqa(xs: Sequence[T], a: A) -> tuple[T, T, T]:
     """:func:`graphsub.ops.msft_gqa.gqa_ref` in torch: grouped-query attention appending to the cache."""
     q, k, v, pk, pv = xs[:5]
@@ -369,6 +377,7 @@ TORCH_OPS: dict[str, TorchFn] = {
     "ms_attention": lambda xs, a: (_attention(xs, a),),
     "ms_gqa": _gqa,
     "ms_gqa_packed": _gqa_packed,
+    "ms_rotary": lambda xs, a: (_rotary(xs[0], xs[1], xs[2], a["interleaved"]),),
     "ms_rms_norm": lambda xs, a: (_rms(xs[0], xs[1], a["epsilon"]),),
     "ms_skip_rms_norm": lambda xs, a: (_rms(xs[0] + xs[1], xs[2], a["epsilon"]),),
     "ms_skip_rms_norm_sum": lambda xs, a: (_rms(xs[0] + xs[1], xs[2], a["epsilon"]), xs[0] + xs[1]),

@@ -24,6 +24,7 @@ from graphsub.ops import (  # noqa: F401  (imported for their registrations)
     msft_attention,
     msft_gqa,
     msft_rms,
+    msft_rotary,
     norm,
     pool,
     recurrent,

@@ -40,6 +40,7 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ops.msft import MS, check_attention_bias, scale_canon
+from graphsub.ops.msft_rotary import dim_of, token_rows
 from graphsub.ops.registry import AttrSpec, ExportNode, OnnxExportCtx, OpDef, Sample, f32, register
 from graphsub.ops.types import FLOAT_DTYPES, TensorType
 
@@ -137,24 +138,16 @@ def _sizes(ctx: OnnxExportCtx, node: ExportNode) -> tuple[str, str, str, str]:
     q, pk = node.inputs[0], node.inputs[3]
     bias = node.inputs[5] if len(node.inputs) > 5 else ""
     if bias and node.in_types[5].shape[0] == node.in_types[0].shape[0]:
-        batch, seq, total = (_dim(ctx, bias, i) for i in (0, 2, 3))
+        batch, seq, total = (dim_of(ctx, bias, i) for i in (0, 2, 3))
     else:
-        batch, seq = _dim(ctx, q, 0), _dim(ctx, q, 1)
-        total = ctx.emit("Add", [_dim(ctx, pk, 2), seq])[0]
+        batch, seq = dim_of(ctx, q, 0), dim_of(ctx, q, 1)
+        total = ctx.emit("Add", [dim_of(ctx, pk, 2), seq])[0]
     total32 = ctx.emit("Cast", [total], {"to": 6})[0]  # INT32
     one = ctx.const(np.ones(1, np.int32), "one_i32")
     seqlens = ctx.emit("Expand", [ctx.emit("Sub", [total32, one])[0], batch])[0]
     scalar = ctx.emit("Reshape", [total32, ctx.const(np.zeros(0, np.int64), "scalar_shape")])[0]
     query = ctx.emit("Expand", [ctx.emit("Cast", [seq], {"to": 6})[0], batch])[0]
     return seqlens, scalar, query, total
-
-
-def _dim(ctx: OnnxExportCtx, value: str, axis: int) -> str:
-    """A 1-element int64 tensor holding ``value``'s size on ``axis`` at run time."""
-    if ctx.opset >= 15:
-        return ctx.emit("Shape", [value], {"start": axis, "end": axis + 1})[0]
-    shape = ctx.emit("Shape", [value])[0]
-    return ctx.emit("Gather", [shape, ctx.const(np.array([axis], np.int64), "axis")], {"axis": 0})[0]
 
 
 def _rotary(ctx: OnnxExportCtx, node: ExportNode, total: str) -> list[str]:
@@ -165,11 +158,7 @@ def _rotary(ctx: OnnxExportCtx, node: ExportNode, total: str) -> list[str]:
     zero1 = ctx.const(np.zeros(1, np.int64), "zero_1")
     pads = ctx.emit("Concat", [zero1, zero1, total, zero1], {"axis": 0})[0]
     cos, sin = (ctx.emit("Pad", [ctx.emit("Reshape", [node.inputs[i], rows])[0], pads])[0] for i in (6, 7))
-    batch, seq = _dim(ctx, node.inputs[6], 0), _dim(ctx, node.inputs[6], 2)  # cos: every layer's, merged by CSE
-    count = ctx.emit("Reshape", [ctx.emit("Mul", [batch, seq])[0], ctx.const(np.zeros(0, np.int64), "scalar_shape")])
-    zero, one = ctx.const(np.array(0, np.int64), "zero_i64"), ctx.const(np.array(1, np.int64), "one_i64")
-    ids = ctx.emit("Range", [zero, count[0], one])[0]
-    return [cos, sin, ctx.emit("Reshape", [ids, ctx.emit("Concat", [batch, seq], {"axis": 0})[0]])[0]]
+    return [cos, sin, token_rows(ctx, node.inputs[6])]
 
 
 def _export(ctx: OnnxExportCtx, node: ExportNode) -> None:

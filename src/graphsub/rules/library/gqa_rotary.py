@@ -15,10 +15,15 @@ where ``cos`` and ``sin`` (B, 1, S, hd) repeat their first half in their second,
 do (``emb = cat(freqs, freqs)``), and where the head size is a multiple of 16 (the only ones onnxruntime's kernel
 rotates): ``where`` proves it from the graph (elementwise maps and unsqueezes of a
 ``concat(f, f)`` on the last axis; a weight is checked on its data). Examples are verified in float mode.
+
+``ort_gqa_rotary_kernel`` matches the same where q and k were rotated by onnxruntime's RotaryEmbedding already
+(``ms_rotary`` by halves, :mod:`graphsub.rules.library.rotary`, with one ``cos`` and ``sin``), so that the kernel's
+rotation moves into GroupQueryAttention whichever rule a search applies first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,13 +51,29 @@ def _rope(p: PatternBuilder, var: str, tag: str) -> PValue:
     return p.reshape(p.transpose(x, perm=(0, 2, 1, 3), name=f"b{tag}"), name=f"o{tag}")
 
 
-def _src(p: PatternBuilder) -> dict[str, PValue]:
-    outs = p.op_multi("ms_gqa", _rope(p, "Q", "q"), _rope(p, "K", "k"), p.var("V"), p.var("pk"), p.var("pv"),
+def _kernel_rope(p: PatternBuilder, var: str, tag: str) -> PValue:
+    """The head split, onnxruntime's RotaryEmbedding (``ms_rotary`` by halves, :mod:`graphsub.rules.library.rotary`)
+    and the merge back to rows: what ``_rope`` is once ``ort_rotary_half`` has rewritten it."""
+    t = p.transpose(p.reshape(p.var(var), name=f"r{tag}"), perm=(0, 2, 1, 3), name=f"t{tag}")
+    x = p.ms_rotary(t, p.var(f"cos{tag}"), p.var(f"sin{tag}"), interleaved=0, name=f"k{tag}")
+    return p.reshape(p.transpose(x, perm=(0, 2, 1, 3), name=f"b{tag}"), name=f"o{tag}")
+
+
+def _gqa_on(p: PatternBuilder, rope: Callable[[PatternBuilder, str, str], PValue]) -> dict[str, PValue]:
+    outs = p.op_multi("ms_gqa", rope(p, "Q", "q"), rope(p, "K", "k"), p.var("V"), p.var("pk"), p.var("pv"),
                       p.var("ab"), name="gqa", outputs=3)
     return {"y": outs[0], "present_k": outs[1], "present_v": outs[2]}
 
 
-def _halves(g: Graph, ref: Ref, depth: int = 0) -> bool:
+def _src(p: PatternBuilder) -> dict[str, PValue]:
+    return _gqa_on(p, _rope)
+
+
+def _kernel_src(p: PatternBuilder) -> dict[str, PValue]:
+    return _gqa_on(p, _kernel_rope)
+
+
+def halves(g: Graph, ref: Ref, depth: int = 0) -> bool:
     """Whether the value ``ref`` repeats its last axis's first half in its second, for any run-time value."""
     node = g.nodes[ref.node]
     op = node.sig.op
@@ -68,19 +89,27 @@ def _halves(g: Graph, ref: Ref, depth: int = 0) -> bool:
     onnx_unary = op == "opaque" and node.sig.attr.get("op_type") in _KEEPS_HALVES_ONNX and len(node.inputs) >= 1
     if (op in _KEEPS_HALVES or onnx_unary) and depth < 8 and node.inputs and \
             g.type_of(node.inputs[0]).shape[-1:] == g.type_of(ref).shape[-1:]:
-        return _halves(g, node.inputs[0], depth + 1)
+        return halves(g, node.inputs[0], depth + 1)
     return False
 
 
-def _heads(m: MatchView, tag: str) -> tuple[int, int, int, int] | None:
-    """(B, S, H, hd) of one rotated projection, or None when its split, halves or merge are not the pattern's."""
+def _split(m: MatchView, tag: str) -> tuple[int, int, int, int] | None:
+    """(B, S, H, hd) of one projection split into heads and merged back, or None when its shapes are not the
+    pattern's."""
     r = m.shape(f"r{tag}")
     if len(r) != 4 or r[3] % 2 or m.shape(f"o{tag}") != (r[0], r[1], r[2] * r[3]):
         return None
     b, s, h, hd = r
     x = m.shape("Q" if tag == "q" else "K")
-    if len(x) != 3 or x[:2] != (b, s):
+    return (b, s, h, hd) if len(x) == 3 and x[:2] == (b, s) else None
+
+
+def _heads(m: MatchView, tag: str) -> tuple[int, int, int, int] | None:
+    """(B, S, H, hd) of one rotated projection, or None when its split, halves or merge are not the pattern's."""
+    heads = _split(m, tag)
+    if heads is None:
         return None
+    hd = heads[3]
     half = hd // 2
     for name, start, ends in ((f"hi{tag}", half, lambda e: e >= hd), (f"lo{tag}", 0, lambda e: e == half)):
         a = m.attrs(name)
@@ -88,72 +117,123 @@ def _heads(m: MatchView, tag: str) -> tuple[int, int, int, int] | None:
         if tuple(a["axes"]) not in ((3,), (-1,)) or tuple(a["starts"]) != (start,) or steps != (1,) or \
                 len(a["ends"]) != 1 or not ends(int(a["ends"][0])):
             return None
-    return b, s, h, hd
+    return heads
+
+
+def _sizes_ok(q: tuple[int, int, int, int] | None, k: tuple[int, int, int, int] | None) -> Check:
+    if q is None or k is None or q[:2] != k[:2] or q[3] != k[3]:
+        return "q and k are not split into heads of one even size, rotated by halves and merged back"
+    hd = q[3]
+    return hd % ROTARY_HEAD_MULTIPLE == 0 or \
+        f"the head size {hd} is not a multiple of {ROTARY_HEAD_MULTIPLE} (onnxruntime's kernel rotates no other)"
 
 
 def _ok(m: MatchView) -> Check:
     q, k = _heads(m, "q"), _heads(m, "k")
-    if q is None or k is None or q[:2] != k[:2] or q[3] != k[3]:
-        return "q and k are not split into heads of one even size, rotated by halves and merged back"
+    sizes = _sizes_ok(q, k)
+    if sizes is not True or q is None:
+        return sizes
     b, s, _, hd = q
-    if hd % ROTARY_HEAD_MULTIPLE:
-        return f"the head size {hd} is not a multiple of {ROTARY_HEAD_MULTIPLE} (onnxruntime's kernel rotates no other)"
     if m.shape("cos") != (b, 1, s, hd) or m.shape("sin") != (b, 1, s, hd):
         return f"cos and sin are not each token's (B, 1, S, hd) = {(b, 1, s, hd)}"
     if any(m.shape(f"m{c}{t}") != m.shape(f"t{t}") for c in "cs" for t in "qk"):
         return "cos or sin broadcasts q or k up"
-    if not (_halves(m.graph, m["cos"]) and _halves(m.graph, m["sin"])):
+    if not (halves(m.graph, m["cos"]) and halves(m.graph, m["sin"])):
         return "cos and sin are not shown to repeat their first half (rotate_half's cat(freqs, freqs))"
     return m.graph.type_of(m["cos"]).dtype == m.graph.type_of(m["Q"]).dtype or "cos is not q's type"
+
+
+def _same(g: Graph, a: Ref, b: Ref) -> bool:
+    """Whether ``a`` and ``b`` are one value: the same, one op with the same attributes on the same inputs (each
+    rotation's own slice of one cos), or weights of equal data."""
+    if a == b:
+        return True
+    na, nb = g.nodes[a.node], g.nodes[b.node]
+    if na.sig.op == "weight" == nb.sig.op:
+        da, db = g.params.get(na.sig.attr["name"]), g.params.get(nb.sig.attr["name"])
+        return da is not None and db is not None and bool(np.array_equal(da, db))
+    return a.index == b.index and na.sig == nb.sig and na.inputs == nb.inputs
+
+
+def _kernel_ok(m: MatchView) -> Check:
+    q, k = _split(m, "q"), _split(m, "k")
+    sizes = _sizes_ok(q, k)
+    if sizes is not True or q is None:
+        return sizes
+    b, s, _, hd = q
+    if not (_same(m.graph, m["cosq"], m["cosk"]) and _same(m.graph, m["sinq"], m["sink"])):
+        return "q and k are not rotated by one cos and sin"
+    return m.shape("cosq") == (b, 1, s, hd // 2) or f"cos and sin are not each token's (B, 1, S, hd/2) = " \
+                                                    f"{(b, 1, s, hd // 2)}"
+
+
+def _gqa_tgt(t: TargetBuilder, m: MatchView, q: tuple[int, int, int, int], nkv: int, cos: Ref,
+             sin: Ref) -> dict[str, Ref]:
+    b, s, n, hd = q
+
+    def rows(ref: Ref, heads: int) -> Ref:
+        return ref if t.shape(ref) == (b, s, heads * hd) else t.reshape(ref, shape=(b, s, heads * hd))
+
+    y, present_k, present_v = t.ms_gqa(rows(m.Q, n), rows(m.K, nkv), m.V, m.pk, m.pv, m.ab, cos, sin,
+                                       **m.attrs("gqa"))
+    return {"y": y, "present_k": present_k, "present_v": present_v}
 
 
 def _tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
     q, k = _heads(m, "q"), _heads(m, "k")
     assert q is not None and k is not None
-    b, s, n, hd = q
-    half = dict(axes=(3,), starts=(0,), ends=(hd // 2,), steps=(1,))
+    half = dict(axes=(3,), starts=(0,), ends=(q[3] // 2,), steps=(1,))
+    return _gqa_tgt(t, m, q, k[2], t.slice(m.cos, **half), t.slice(m.sin, **half))
 
-    def rows(ref: Ref, heads: int) -> Ref:
-        return ref if t.shape(ref) == (b, s, heads * hd) else t.reshape(ref, shape=(b, s, heads * hd))
 
-    a = m.attrs("gqa")
-    y, present_k, present_v = t.ms_gqa(rows(m.Q, n), rows(m.K, k[2]), m.V, m.pk, m.pv, m.ab,
-                                       t.slice(m.cos, **half), t.slice(m.sin, **half), **a)
-    return {"y": y, "present_k": present_k, "present_v": present_v}
+def _kernel_tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
+    q, k = _split(m, "q"), _split(m, "k")
+    assert q is not None and k is not None
+    return _gqa_tgt(t, m, q, k[2], m.cosq, m.sinq)
 
 
 #: (B, S, P, N, Nkv, hd): a decode step, a batch of chunks on a past, a prompt on an empty past
 _CASES = ((1, 1, 6, 4, 2, 16), (2, 3, 5, 4, 2, 16), (1, 4, 0, 2, 2, 32))
 
 
-def _examples() -> list[Example]:
+def _examples(kernel: bool = False) -> list[Example]:
+    """The rule's examples; ``kernel``: the rotation already onnxruntime's (cos and sin their halves, any values)."""
     out = []
     for k, (b, s, p, n, nkv, hd) in enumerate(_CASES):
         t = p + s
         rng = np.random.default_rng(k)
         freqs = np.arange(p, p + s, dtype=np.float32)[None, :, None] * rng.uniform(0.1, 1.0, hd // 2)
         emb = np.broadcast_to(np.concatenate([freqs, freqs], -1), (b, s, hd)).reshape(b, 1, s, hd)
+        width = hd // 2 if kernel else hd
         types: dict[str, Any] = {"Q": (b, s, n * hd), "K": (b, s, nkv * hd), "V": (b, s, nkv * hd),
                                  "pk": (b, nkv, p, hd), "pv": (b, nkv, p, hd), "ab": (b, 1, s, t),
-                                 "cos": (b, 1, s, hd), "sin": (b, 1, s, hd)}
-        data = {"ab": causal_bias(b, s, t, -np.inf, k), "cos": np.cos(emb).astype(np.float32),
-                "sin": np.sin(emb).astype(np.float32)}
+                                 **({f"{c}{tag}": (b, 1, s, width) for c in ("cos", "sin") for tag in "qk"} if kernel
+                                    else {"cos": (b, 1, s, width), "sin": (b, 1, s, width)})}
+        angles = rng.uniform(0, 6, (b, 1, s, hd // 2))  # the kernel's halves: any angles
+        data = {"ab": causal_bias(b, s, t, -np.inf, k)} | ({
+            f"{c}{tag}": f(angles).astype(np.float32) for c, f in (("cos", np.cos), ("sin", np.sin)) for tag in "qk"}
+            if kernel else {"cos": np.cos(emb).astype(np.float32), "sin": np.sin(emb).astype(np.float32)})
         attrs: dict[str, Any] = {"gqa": {"num_heads": n, "kv_num_heads": nkv, "scale": [0.35, 0.5, 0.3][k]}}
         for tag, heads in (("q", n), ("k", nkv)):
-            attrs |= {f"r{tag}": {"shape": (b, s, heads, hd)}, f"o{tag}": {"shape": (b, s, heads * hd)},
-                      f"hi{tag}": {"axes": (3,), "starts": (hd // 2,), "ends": (hd if k else 2**63 - 1,),
-                                   "steps": (1,)},
-                      f"lo{tag}": {"axes": (3,), "starts": (0,), "ends": (hd // 2,), "steps": (1,)}}
+            attrs |= {f"r{tag}": {"shape": (b, s, heads, hd)}, f"o{tag}": {"shape": (b, s, heads * hd)}}
+            if not kernel:
+                attrs |= {f"hi{tag}": {"axes": (3,), "starts": (hd // 2,), "ends": (hd if k else 2**63 - 1,),
+                                       "steps": (1,)},
+                          f"lo{tag}": {"axes": (3,), "starts": (0,), "ends": (hd // 2,), "steps": (1,)}}
         out.append(ex(types, data=data, **attrs))
     return out
 
 
 def rules() -> list[Rule]:
-    """``ort_gqa_rotary`` (see the module docstring)."""
+    """``ort_gqa_rotary`` and ``ort_gqa_rotary_kernel`` (see the module docstring)."""
     doc = ("GroupQueryAttention on rows of q and k rotated by a rotate_half embedding (each token's cos and sin, "
            "their halves equal) is GroupQueryAttention on the projections with the rotation inside (do_rotary).")
+    kernel = ("GroupQueryAttention on rows of q and k rotated by onnxruntime's RotaryEmbedding by halves (one cos and "
+              "sin for both) is GroupQueryAttention on the projections with the rotation inside (do_rotary).")
     return [rule("ort_gqa_rotary", doc, _src, _tgt, _examples(),
-                 [(_ok, "q and k rotated by halves with each token's cos and sin, which repeat their first half")])]
+                 [(_ok, "q and k rotated by halves with each token's cos and sin, which repeat their first half")]),
+            rule("ort_gqa_rotary_kernel", kernel, _kernel_src, _kernel_tgt, _examples(kernel=True),
+                 [(_kernel_ok, "q and k rotated by RotaryEmbedding with one cos and sin of each token's halves")])]
 
 
-__all__ = ["rules"]
+__all__ = ["halves", "rules"]

@@ -42,7 +42,7 @@ import numpy as np
 from graphsub.ir.node import Ref
 from graphsub.ops.msft import f32_attr
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library import attention, rms
+from graphsub.rules.library import attention, rms, rotary
 from graphsub.rules.library.kit import (
     RuleFactory,
     WhereArg,
@@ -421,7 +421,7 @@ def rules() -> list[Rule]:
     """The ``ort`` rule set (see the module docstring)."""
     return [*_conv_rules(False), *_conv_rules(True), *_matmul_rules(), *_gelu_rules(),
             *(r for beta in (True, False) for bias in (False, True) for r in _sln_rules(beta, bias)),
-            *attention.rules(), *rms.rules()]
+            *attention.rules(), *rms.rules(), *rotary.rules()]
 
 
 __all__ = ["rules"]
