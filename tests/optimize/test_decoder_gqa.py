@@ -90,7 +90,8 @@ def test_the_dynamo_llama_attention_is_group_query_attention(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("exporter", ["torchscript", pytest.param("dynamo", marks=pytest.mark.slow)])
 def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, tmp_path: Path) -> None:
-    """GPT-2: as many key/value heads as query heads (no repeat-kv): the ``_norep`` rules."""
+    """GPT-2: as many key/value heads as query heads (no repeat-kv): the ``_norep`` rules; its LayerNorms after the
+    residual sums as SkipLayerNormalization, the sum output the next residual."""
     from graphsub.bench.decoders import export_decoder
 
     pytest.importorskip("transformers")
@@ -98,8 +99,11 @@ def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, 
     assert exported.path is not None, exported.error
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(exported.path)).graph.output) // 2
     rule = "ort_gqa_batched_norep_qk_keep_ab" if exporter == "torchscript" else "ort_gqa_dynamo_norep_qk_ab"
-    ops = _check(exported.path, [rule, "ort_gqa_packed_split"] * layers, tmp_path, "gpt2")
+    # each layer's two LayerNorms after a residual sum that is the next residual too, and the last one's
+    expected = [rule, "ort_gqa_packed_split", "ort_skip_layernorm_sum", "ort_skip_layernorm_sum"] * layers
+    ops = _check(exported.path, expected + ["ort_skip_layernorm"], tmp_path, "gpt2")
     assert ops.count("GroupQueryAttention") == layers and "Split" not in ops  # c_attn's output read whole
+    assert ops.count("SkipLayerNormalization") == 2 * layers + 1 and "LayerNormalization" not in ops
 
 
 def test_a_bias_that_sees_later_keys_is_left_alone(llama_ts: Path, tmp_path: Path) -> None:

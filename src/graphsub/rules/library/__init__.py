@@ -26,8 +26,9 @@ set            contents
                (:mod:`graphsub.rules.library.gqa`, :mod:`graphsub.rules.library.gqa_rotary`); opt-in like ``ort``
 ``decoder``    the ``ort`` set's rules for a decoder LLM's RMSNorm (the exporters' three spellings, a residual sum
                first) => onnxruntime's SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization
-               (:mod:`graphsub.rules.library.rms`), and its rotary embeddings (by halves or interleaved) =>
-               onnxruntime's RotaryEmbedding (:mod:`graphsub.rules.library.rotary`); opt-in like ``ort``
+               (:mod:`graphsub.rules.library.rms`), a LayerNorm after a residual sum (GPT-2) => its
+               SkipLayerNormalization, and its rotary embeddings (by halves or interleaved) => onnxruntime's
+               RotaryEmbedding (:mod:`graphsub.rules.library.rotary`); opt-in like ``ort``
 ``ort-spelling``  spellings that steer onnxruntime's own fusions (``Add -> LayerNormalization`` as ``Sum``,
                unfused SkipLayerNormalization); not in ``default``: ``optimize`` applies them to make
                candidates and keeps one only when measured faster
@@ -153,9 +154,9 @@ def _attention() -> list[Rule]:
 
 
 def _decoder() -> list[Rule]:
-    from graphsub.rules.library import rms, rotary
+    from graphsub.rules.library import ort, rms, rotary
 
-    return rms.rules() + rotary.rules()
+    return rms.rules() + ort.skip_layernorm_rules() + rotary.rules()
 
 
 def _ort_spelling() -> list[Rule]:
@@ -180,8 +181,8 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
                   "decoder's attention with its key/value cache => GroupQueryAttention (the ort set's attention "
                   "rules)", _attention),
     "decoder": ("a decoder LLM's RMSNorm spellings => onnxruntime's SimplifiedLayerNormalization and "
-                "SkipSimplifiedLayerNormalization, its rotary embeddings => RotaryEmbedding (the ort set's decoder "
-                "rules)", _decoder),
+                "SkipSimplifiedLayerNormalization, its residual LayerNorms => SkipLayerNormalization, its rotary "
+                "embeddings => RotaryEmbedding (the ort set's decoder rules)", _decoder),
     "ort-spelling": ("spellings that steer onnxruntime's own fusions (applied and timed by optimize)",
                      _ort_spelling),
     "channels-first": ("channels-last MLPs between convolutions written channels-first, MatMuls as 1x1 convolutions "

@@ -375,8 +375,10 @@ def _sln_where(beta: bool, bias: bool) -> list[WhereArg]:
              "the sum is x + skip (+ a 1-D bias) with a skip shape SkipLayerNormalization accepts")]
 
 
-def _sln_rules(beta: bool, bias: bool) -> list[Rule]:
-    """add(x, skip) [or add(add(x, bias), skip) and its twin add(skip, add(x, bias)) (``_r``)] then layernorm."""
+def _sln_rules(beta: bool, bias: bool, keep_sum: bool = False) -> list[Rule]:
+    """add(x, skip) [or add(add(x, bias), skip) and its twin add(skip, add(x, bias)) (``_r``)] then layernorm;
+    ``keep_sum``: the sum is used elsewhere too (a pre-LN transformer's next residual, GPT-2's), and the node's sum
+    output replaces it (``ms_skip_layernorm_sum``, rules ``..._sum``)."""
     def src(p: PatternBuilder) -> dict[str, PValue]:
         u, v = p.var("u"), p.var("v")
         if bias:
@@ -385,7 +387,7 @@ def _sln_rules(beta: bool, bias: bool) -> list[Rule]:
         else:
             h = p.add(u, v, name="add")
         ln_in = [h, p.var("g")] + ([p.var("be")] if beta else [])
-        return {"y": p.layernorm(*ln_in, name="ln")}
+        return {"y": p.layernorm(*ln_in, name="ln")} | ({"h": h} if keep_sum else {})
 
     def tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
         parts = _sln_parts(m, bias)
@@ -396,7 +398,11 @@ def _sln_rules(beta: bool, bias: bool) -> list[Rule]:
             ins.append(m.be if beta else t.const(np.zeros(m.shape("g"), np.float32), m.type("g").dtype))
         if b is not None:
             ins.append(b)
-        return {"y": t.ms_skip_layernorm(*ins, epsilon=m.attr("ln", "epsilon"))}
+        eps = m.attr("ln", "epsilon")
+        if not keep_sum:
+            return {"y": t.ms_skip_layernorm(*ins, epsilon=eps)}
+        y, h = t.ms_skip_layernorm_sum(*ins, epsilon=eps)
+        return {"y": y, "h": h}
 
     def example(h: tuple[int, ...], skip: tuple[int, ...], eps: float, swap: bool = False) -> Example:
         d = (h[-1],)
@@ -407,21 +413,33 @@ def _sln_rules(beta: bool, bias: bool) -> list[Rule]:
             types |= {"u": skip if swap else h, "v": h if swap else skip}
         return ex(types, ln={"axis": len(h) - 1, "epsilon": eps})
 
-    name = "ort_skip_layernorm" + ("" if beta else "_nobeta") + ("_bias" if bias else "")
+    name = "ort_skip_layernorm" + ("" if beta else "_nobeta") + ("_bias" if bias else "") + ("_sum" if keep_sum else "")
     doc = ("add(x, skip" + (" + 1-D bias" if bias else "") + ") then layer normalisation over the last axis is "
-           "onnxruntime's SkipLayerNormalization.")
+           "onnxruntime's SkipLayerNormalization" + (", the sum its sum output." if keep_sum else "."))
     examples = [example((2, 5, 8), (2, 5, 8), 1e-5), example((2, 5, 8), (5, 8), 1e-3, swap=True),
                 example((6, 16), (6, 16), 1e-12)]
+    where = _sln_where(beta, bias) + ([(_sum_used, "the sum is used elsewhere too")] if keep_sum else [])
     if not bias:
-        return [rule(name, doc, src, tgt, examples, _sln_where(beta, bias))]
-    return list(rule(name, doc, src, tgt, examples, _sln_where(beta, bias), commute=("add",)))
+        return [rule(name, doc, src, tgt, examples, where)]
+    return list(rule(name, doc, src, tgt, examples, where, commute=("add",)))
 
+
+def _sum_used(m: MatchView) -> bool:
+    """Whether the matched sum is read by more than its layer normalisation (or is a graph output)."""
+    nid = m["add"].node
+    return len(m.graph.users(nid)) > 1 or any(r.node == nid for r in m.graph.outputs)
+
+
+def skip_layernorm_rules() -> list[Rule]:
+    """The ``ort_skip_layernorm*`` rules: a residual sum and the layer normalisation after it as onnxruntime's
+    SkipLayerNormalization (with its sum output where the sum is used again: those first)."""
+    return [r for keep_sum in (True, False) for beta in (True, False) for bias in (False, True)
+            for r in _sln_rules(beta, bias, keep_sum)]
 
 def rules() -> list[Rule]:
     """The ``ort`` rule set (see the module docstring)."""
     return [*_conv_rules(False), *_conv_rules(True), *_matmul_rules(), *_gelu_rules(),
-            *(r for beta in (True, False) for bias in (False, True) for r in _sln_rules(beta, bias)),
-            *attention.rules(), *rms.rules(), *rotary.rules()]
+            *skip_layernorm_rules(), *attention.rules(), *rms.rules(), *rotary.rules()]
 
 
-__all__ = ["rules"]
+__all__ = ["rules", "skip_layernorm_rules"]
