@@ -120,17 +120,20 @@ def _heads(m: MatchView, tag: str) -> tuple[int, int, int, int] | None:
     return heads
 
 
-def _sizes_ok(q: tuple[int, int, int, int] | None, k: tuple[int, int, int, int] | None) -> Check:
+def _sized(m: MatchView, heads: Callable[[MatchView, str], tuple[int, int, int, int] | None]
+           ) -> tuple[tuple[int, int, int, int] | None, Check]:
+    """q's (B, S, H, hd) by ``heads`` and whether q and k have one batch, length and even head size the kernel
+    rotates."""
+    q, k = heads(m, "q"), heads(m, "k")
     if q is None or k is None or q[:2] != k[:2] or q[3] != k[3]:
-        return "q and k are not split into heads of one even size, rotated by halves and merged back"
+        return q, "q and k are not split into heads of one even size, rotated by halves and merged back"
     hd = q[3]
-    return hd % ROTARY_HEAD_MULTIPLE == 0 or \
+    return q, hd % ROTARY_HEAD_MULTIPLE == 0 or \
         f"the head size {hd} is not a multiple of {ROTARY_HEAD_MULTIPLE} (onnxruntime's kernel rotates no other)"
 
 
 def _ok(m: MatchView) -> Check:
-    q, k = _heads(m, "q"), _heads(m, "k")
-    sizes = _sizes_ok(q, k)
+    q, sizes = _sized(m, _heads)
     if sizes is not True or q is None:
         return sizes
     b, s, _, hd = q
@@ -156,8 +159,7 @@ def _same(g: Graph, a: Ref, b: Ref) -> bool:
 
 
 def _kernel_ok(m: MatchView) -> Check:
-    q, k = _split(m, "q"), _split(m, "k")
-    sizes = _sizes_ok(q, k)
+    q, sizes = _sized(m, _split)
     if sizes is not True or q is None:
         return sizes
     b, s, _, hd = q
