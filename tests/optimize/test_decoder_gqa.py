@@ -101,7 +101,7 @@ def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, 
     rule = "ort_gqa_batched_norep_qk_keep_ab" if exporter == "torchscript" else "ort_gqa_dynamo_norep_qk_ab"
     # each layer's two LayerNorms after a residual sum that is the next residual too, and the last one's
     expected = [rule, "ort_gqa_packed_split", "ort_skip_layernorm_sum", "ort_skip_layernorm_sum"] * layers
-    ops = _check(exported.path, expected + ["ort_skip_layernorm"], tmp_path, "gpt2")
+    ops = _check(exported.path, [*expected, "ort_skip_layernorm"], tmp_path, "gpt2")
     assert ops.count("GroupQueryAttention") == layers and "Split" not in ops  # c_attn's output read whole
     assert ops.count("SkipLayerNormalization") == 2 * layers + 1 and "LayerNormalization" not in ops
 
