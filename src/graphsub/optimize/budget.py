@@ -241,7 +241,7 @@ def confirm_reserve_s(source: bytes | str, leader: bytes | str, side_s: float, g
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3), 2)
     19.8
     >>> round(confirm_reserve_s(b"x" * 110_000_000, b"y" * 110_000_000, 0.12, 3, per_mb=0.003), 2)
-    8.91
+    7.92
     """
     return _confirm_s(_model_mb(source), _model_mb(leader), side_s, groups, per_mb)
 
