@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from test_decoder_cache import _compare_at_decoding_sizes, _export
@@ -65,13 +66,31 @@ def _check(src: Path, expected: list[str], tmp_path: Path, family: str = "llama"
     return ops
 
 
+def _compare_left_padded(original: Path, written: Path) -> None:
+    """``written`` matches ``original`` on a left-padded prompt: batch row 1's first 3 positions masked, so their
+    query rows keep no key (0 in the TorchScript export's guard, 0 in GroupQueryAttention's kernel)."""
+    from graphsub.bench.decoders import build_decoder, feeds
+    from graphsub.frontends.ort import make_session, run_session
+
+    inputs = feeds(build_decoder("llama").layout, 2, 5, 0, seed=3, pad=3)
+    want = run_session(make_session(str(original), optimization="disable"), inputs)
+    have = run_session(make_session(str(written), optimization="all"), inputs)
+    for w, h in zip(want, have, strict=True):
+        assert w.shape == h.shape and np.allclose(h, w, rtol=1e-4, atol=1e-4)
+
+
 def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(src)).graph.output) // 2
-    # the decoder set's RotaryEmbedding first (q and k), then moved into GroupQueryAttention with it
+    # the decoder set's RotaryEmbedding first (q and k), then moved into GroupQueryAttention with it; the TorchScript
+    # export's guard against fully masked rows (a row factor after the kernel) dropped: the kernel gives those rows 0
+    kept = ["ort_gqa_kept_rows_packed_rotary"] if "_keep_" in rule else []
     ops = _check(src, [rule, "ort_rotary_half", "ort_rotary_half", "ort_gqa_rotary_kernel",
-                       "ort_gqa_packed_mm_rotary"] * layers
+                       "ort_gqa_packed_mm_rotary", *kept] * layers
                  + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"], tmp_path)
     assert ops.count("GroupQueryAttention") == layers
+    assert not {"ReduceSum", "Clip"} & set(ops)  # no row factor left to compute
+    if kept:
+        _compare_left_padded(src, tmp_path / "gqa.onnx")
     # one projection for q, k and v read whole by the kernel (no Split); the output, gate, up and down projections
     # and the head: 5 per layer + 1
     assert "Split" not in ops and ops.count("MatMul") == 5 * layers + 1
@@ -100,7 +119,8 @@ def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, 
     layers = sum(o.name.startswith("present.") for o in onnx.load(str(exported.path)).graph.output) // 2
     rule = "ort_gqa_batched_norep_qk_keep_ab" if exporter == "torchscript" else "ort_gqa_dynamo_norep_qk_ab"
     # each layer's two LayerNorms after a residual sum that is the next residual too, and the last one's
-    expected = [rule, "ort_gqa_packed_split", "ort_skip_layernorm_sum", "ort_skip_layernorm_sum"] * layers
+    kept = ["ort_gqa_kept_rows_packed"] if exporter == "torchscript" else []
+    expected = [rule, "ort_gqa_packed_split", *kept, "ort_skip_layernorm_sum", "ort_skip_layernorm_sum"] * layers
     ops = _check(exported.path, [*expected, "ort_skip_layernorm"], tmp_path, "gpt2")
     assert ops.count("GroupQueryAttention") == layers and "Split" not in ops  # c_attn's output read whole
     assert ops.count("SkipLayerNormalization") == 2 * layers + 1 and "LayerNormalization" not in ops

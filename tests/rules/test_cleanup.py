@@ -126,3 +126,23 @@ def test_equal_constants_merge_and_constant_math_folds() -> None:
     assert collections.Counter(n.op for n in out.nodes.values()) == {"input": 1, "weight": 1, "mul": 1, "add": 1}
     xs = {"x": np.arange(3, dtype=np.float32)}
     np.testing.assert_array_equal(run(out, xs)["y"], run(g, xs)["y"])
+
+
+@pytest.mark.parametrize("order", ["rows", "shuffled"])
+def test_a_lookup_of_every_row_in_order_is_the_tensor_itself(order: str) -> None:
+    """The TorchScript exporter's ``mask[b, j]`` lookup (``gather(flatten(mask), b*T + j)``) is the mask with unit
+    axes (``cleanup_gather_rows_in_order``); indices in another order are a real gather, left alone."""
+    idx = np.arange(16, dtype=np.int64).reshape(2, 1, 1, 8)
+    if order == "shuffled":
+        idx = idx[::-1].copy()
+    b = Builder()
+    x = b.input("x", (2, 8))
+    g = b.build({"y": b.gather(b.flatten(x, axis=2), b.weight("idx", idx.shape, data=idx, dtype="int64"), axis=0)})
+    out, steps = clean(g)
+    ops = collections.Counter(n.op for n in out.nodes.values())
+    if order == "rows":
+        assert "cleanup_gather_rows_in_order" in {s.rule for s in steps} and ops["gather"] == 0
+    else:
+        assert ops["gather"] == 1
+    feed = {"x": np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)}
+    np.testing.assert_array_equal(run(out, feed)["y"], run(g, feed)["y"])

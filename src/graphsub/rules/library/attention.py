@@ -430,11 +430,13 @@ _VARIANTS: tuple[_Variant, ...] = (
 def rules() -> list[Rule]:
     """The ``attention`` rule set (see the module docstring): the MultiHeadAttention rules, then a decoder's attention
     with its key/value cache as GroupQueryAttention (:mod:`graphsub.rules.library.gqa`), the rotary embedding moved
-    into it (:mod:`graphsub.rules.library.gqa_rotary`), and fed one packed projection
-    (:mod:`graphsub.rules.library.gqa_packed`)."""
-    from graphsub.rules.library import gqa, gqa_packed, gqa_rotary
+    into it (:mod:`graphsub.rules.library.gqa_rotary`), fed one packed projection
+    (:mod:`graphsub.rules.library.gqa_packed`), and without the row factor of a fully masked row's guard
+    (:mod:`graphsub.rules.library.gqa_kept`)."""
+    from graphsub.rules.library import gqa, gqa_kept, gqa_packed, gqa_rotary
 
-    return [r for v in _VARIANTS for r in _mha_rule(v)] + gqa.rules() + gqa_rotary.rules() + gqa_packed.rules()
+    return ([r for v in _VARIANTS for r in _mha_rule(v)] + gqa.rules() + gqa_rotary.rules() + gqa_packed.rules()
+            + gqa_kept.rules())
 
 
 __all__ = ["rules"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import numpy as np
+
 from graphsub.ir.node import Ref
 from graphsub.ops.types import FLOAT_DTYPES
 from graphsub.rules.apply import TargetBuilder
@@ -91,6 +93,35 @@ def _view_target(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
     return {"y": m.x if shape == m.shape("x") else t.reshape(m.x, shape=shape)}
 
 
+def unit_axes(out: tuple[int, ...], x: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The axes of ``out`` that ``unsqueeze`` inserts into ``x`` to give ``out`` (``x``'s dims in order, 1 at the
+    rest), else None.
+
+    >>> unit_axes((2, 1, 1, 8, 1), (2, 8)), unit_axes((2, 8), (8, 2))
+    ((1, 2, 4), None)
+    """
+    axes, k = [], 0
+    for i, d in enumerate(out):
+        if k < len(x) and d == x[k]:
+            k += 1
+        elif d == 1:
+            axes.append(i)
+        else:
+            return None
+    return tuple(axes) if k == len(x) else None
+
+
+def _rows_in_order(m: MatchView) -> bool | str:
+    """The indices are 0, 1, ..., N-1 in order over flatten's N rows: the gather reads the flattened ``x`` as it is,
+    with unit axes inserted."""
+    w = m.data("w")
+    rows = m.shape("fl")[0]
+    if w is None or np.asarray(w).size != rows or not np.array_equal(np.asarray(w).reshape(-1), np.arange(rows)):
+        return f"the indices are not 0 .. {rows - 1} in order"
+    return unit_axes(m.shape("g"), m.shape("x")) is not None or \
+        f"{m.shape('g')} is not {m.shape('x')} with unit axes inserted"
+
+
 def _rules() -> list[Rule]:
     out: list[Rule] = [
         _noop("pad", "pad(x) with every pad 0 => x.",
@@ -135,6 +166,18 @@ def _rules() -> list[Rule]:
                  v2={"axes": (0, 2)}, note="round trip"),
               ex({"x": (2, 2, 3)}, ops={"v1": "flatten", "v2": "squeeze"}, v1={"axis": 0}, v2={"axes": (0,)})],
              [(_view_chain, "two views, not both reshapes")], tags=TAGS),
+        rule("cleanup_gather_rows_in_order", "gather(flatten(x), idx, axis=0) with idx 0, 1, ..., N-1 over the N "
+             "rows in order => unsqueeze(x): x's elements as they are, with unit axes (the TorchScript exporter's "
+             "x[b, j] lookup of an attention mask by a row-major index, b*T + j, built from its sizes at run time).",
+             lambda p: {"y": p.gather(p.flatten(p.var("x"), name="fl"), p.weight("w"), axis=0, name="g")},
+             lambda t, m: {"y": t.unsqueeze(m.x, axes=unit_axes(m.shape("g"), m.shape("x")))},
+             [ex({"x": (2, 8), "w": ((2, 1, 1, 8), "int64")}, fl={"axis": 2},
+                 data={"w": np.arange(16, dtype=np.int64).reshape(2, 1, 1, 8)}),
+              ex({"x": (3, 4, 5), "w": ((3, 1, 4), "int64")}, fl={"axis": 2},
+                 data={"w": np.arange(12, dtype=np.int64).reshape(3, 1, 4)}),
+              ex({"x": (1, 6), "w": ((1, 6), "int64")}, fl={"axis": 2},
+                 data={"w": np.arange(6, dtype=np.int64).reshape(1, 6)})],
+             [(_rows_in_order, "the indices are the rows in order")], tags=TAGS),
     ]
     return out
 
