@@ -142,7 +142,7 @@ def free_attribute_check(rule: Rule) -> tuple[int, list[str]]:
             except GraphsubError:
                 continue  # ill-typed on these shapes (e.g. two pools with different ceil_mode under a concat)
             full = {n for n, node in src.nodes.items() if not node.sig.opdef.leaf}
-            if not any(set(m.node_ids) == full for m in find_matches(src, rule)):
+            if not any(set(m.node_ids) == full for m in find_matches(src, rule.on_examples())):
                 continue  # a pinned predicate or a `where` constraint rejects it: the rule does not apply
             applies += 1
             ok, _, _, reason = check_example(rule, variant, seed=i)

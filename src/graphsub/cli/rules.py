@@ -66,7 +66,7 @@ def rules_show(name: Annotated[str, typer.Argument(help="Rule name.")], path: Pa
             src = instantiate(rule.source, rule.examples[0], f"{rule.name}_source")
             before = to_text(src)
             full = {n for n in src.nodes if not src.nodes[n].sig.opdef.leaf}
-            ms = [m for m in find_matches(src, rule) if set(m.node_ids) == full]
+            ms = [m for m in find_matches(src, rule.on_examples()) if set(m.node_ids) == full]
             after = to_text(apply(src, ms[0]).graph) if ms else "(rule does not match its example)"
         except GraphsubError as e:
             after = f"(cannot instantiate: {e})"

@@ -375,6 +375,10 @@ class _Matcher:
             if r.node in used and r not in outs:
                 self._fail(f"graph output {r!r} is inside the match but not a source output")
                 return None
+        for key, pr in self.pattern.outputs:
+            if key in self.rule.inner and pr.node is not None and Ref(self.map[pr.node], pr.index) in g.outputs:
+                self._fail(f"source output {key!r} is a graph output, where this rule would leave a copy")
+                return None
         view = MatchView(g, self.pattern, dict(self.map), dict(self.vars))
         for w in self.rule.where:
             why = w.check(view)

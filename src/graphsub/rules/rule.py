@@ -106,12 +106,20 @@ class Rule:
     doc: str = ""
     examples: tuple[Example, ...] = ()
     tags: tuple[str, ...] = ()
+    #: source outputs the rule never rewrites where they are graph outputs: onnxruntime writes a graph output into a
+    #: buffer of its own, so a view (Reshape) that the target leaves there copies the whole tensor where the source
+    #: op wrote it in place; the examples (whose outputs are graph outputs) are checked without this
+    inner: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.origin not in ORIGINS:
             raise RuleError(f"rule {self.name}: origin must be one of {ORIGINS}")
         if not self.exact and not self.reason:
             raise RuleError(f"rule {self.name}: a non-exact rule must say why (reason=...)")
+
+    def on_examples(self) -> Rule:
+        """The rule as its examples are matched: their outputs are graph outputs, so :attr:`inner` is dropped."""
+        return dataclasses.replace(self, inner=()) if self.inner else self
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r}, origin={self.origin!r}, exact={self.exact})"

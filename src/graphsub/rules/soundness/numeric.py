@@ -128,7 +128,7 @@ def check_example(rule: Rule, example: Example, seed: int = 0) -> tuple[bool, st
     except GraphsubError as e:
         return False, "-", float("inf"), f"cannot instantiate the source: {e}"
     full = {n for n in src.nodes if not src.nodes[n].sig.opdef.leaf}
-    matches = [m for m in find_matches(src, rule) if set(m.node_ids) == full]
+    matches = [m for m in find_matches(src, rule.on_examples()) if set(m.node_ids) == full]
     if not matches:
         anchor = next(iter(sorted(full)))
         return False, "-", float("inf"), f"rule does not match its own example: {explain(src, rule, anchor)}"

@@ -246,7 +246,7 @@ def instance(rule: Rule) -> tuple[Graph, Graph]:
             why = f"cannot instantiate its example: {e}"
             continue
         full = {n for n in src.nodes if not src.nodes[n].sig.opdef.leaf}
-        ms = [m for m in find_matches(src, rule) if set(m.node_ids) == full]
+        ms = [m for m in find_matches(src, rule.on_examples()) if set(m.node_ids) == full]
         if not ms:
             why = "the rule does not match its own example"
             continue
