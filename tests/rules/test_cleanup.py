@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphsub.execute import run
 from graphsub.frontends.onnx_io import load
+from graphsub.frontends.ort import make_session, run_session
 from graphsub.ir.builder import Builder
 from graphsub.ir.graph import Graph
 from graphsub.rules import everywhere, match
@@ -146,3 +147,29 @@ def test_a_lookup_of_every_row_in_order_is_the_tensor_itself(order: str) -> None
         assert ops["gather"] == 1
     feed = {"x": np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)}
     np.testing.assert_array_equal(run(out, feed)["y"], run(g, feed)["y"])
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_the_dynamo_exporters_mask_lookup_is_the_mask_itself(batch_dims: int, tmp_path: Path) -> None:
+    """``GatherND(mask, pairs)`` at every (batch, key) pair in order, as the dynamo exporter looks up an attention mask,
+    imports as ``gather_nd`` and is the mask with unit axes (``cleanup_gather_nd_in_order``); onnxruntime runs the
+    written model as the file. ``batch_dims`` 1 (not modelled) stays an opaque node."""
+    pairs = np.indices((2, 8)).transpose(1, 2, 0).reshape(2, 1, 1, 8, 2).astype(np.int64)
+    idx = pairs if batch_dims == 0 else pairs[..., 1:].reshape(2, 8, 1)
+    node = helper.make_node("GatherND", ["mask", "idx"], ["y"], batch_dims=batch_dims)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(idx, "idx")])
+    path = tmp_path / "lookup.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    g = load(path)
+    ops = collections.Counter(n.op for n in g.nodes.values())
+    assert ops["gather_nd" if batch_dims == 0 else "opaque"] == 1
+    out, steps = clean(g)
+    feed = {"mask": np.random.default_rng(4).standard_normal((2, 8)).astype(np.float32)}
+    want = run_session(make_session(str(path)), feed)[0]
+    np.testing.assert_array_equal(run(g, feed)["y"], want)
+    if batch_dims == 0:
+        assert "cleanup_gather_nd_in_order" in {s.rule for s in steps}
+        assert collections.Counter(n.op for n in out.nodes.values())["gather_nd"] == 0
+        np.testing.assert_array_equal(run(out, feed)["y"], want)

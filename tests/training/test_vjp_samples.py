@@ -64,6 +64,7 @@ NO_RULE: dict[str, str] = {
     "ms_gqa": "no rule yet: a decoder's inference-time attention with its key/value cache (same reason as ms_mha)",
     "ms_gqa_packed": "no rule yet: ms_gqa on a packed projection (same reason as ms_gqa)",
     "ms_rotary": "no rule yet: onnxruntime's inference-time rotary kernel (decoders' inference graphs)",
+    "gather_nd": "no rule yet: a scatter-add at index tuples (the exporters' attention-mask lookups, never trained)",
     "opaque": "an ONNX node graphsub does not model: its function is unknown",
     "where": "no rule yet (it was opaque until 2026-11-27): dy would be split by the condition and summed to each "
              "branch's shape",

@@ -256,6 +256,13 @@ def _gather(xs: Sequence[T], a: A) -> tuple[T]:
     return (y.reshape(*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]),)
 
 
+def _gather_nd(xs: Sequence[T], a: A) -> tuple[T]:
+    x, idx = xs
+    idx = idx.long()
+    at = tuple(torch.where(idx[..., i] < 0, idx[..., i] + x.shape[i], idx[..., i]) for i in range(idx.shape[-1]))
+    return (x[at],)
+
+
 def _pad(xs: Sequence[T], a: A) -> tuple[T]:
     x = xs[0]
     widths = _pad_widths(TensorType(tuple(x.shape)), a)
@@ -389,7 +396,8 @@ TORCH_OPS: dict[str, TorchFn] = {
     "reduce_sum": lambda xs, a: (torch.sum(xs[0], dim=tuple(a["axes"]), keepdim=a["keepdims"]),),
     "global_avgpool": lambda xs, a: (torch.mean(xs[0], dim=tuple(range(2, xs[0].dim())), keepdim=True),),
     "maxpool2d": _pool_op(avg=False), "avgpool2d": _pool_op(avg=True),
-    "slice": _slice, "gather": _gather, "pad": _pad, "expand": _expand, "shape": _shape, "resize": _resize,
+    "slice": _slice, "gather": _gather, "gather_nd": _gather_nd, "pad": _pad, "expand": _expand, "shape": _shape,
+    "resize": _resize,
     "cast": lambda xs, a: (xs[0].to(DTYPES[a["to"]]),),
     "isnan": lambda xs, a: (torch.isnan(xs[0]),),
     "where": lambda xs, a: (torch.where(xs[0].to(torch.bool), xs[1], xs[2]),),

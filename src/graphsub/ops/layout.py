@@ -193,6 +193,51 @@ register(OpDef(
     ),
 ))
 
+# ----------------------------------------------------------------------------- gather_nd
+
+
+def _gather_nd_infer(ins: Sequence[TensorType], a: A) -> Types:
+    x, idx = ins
+    if idx.dtype != "int64" or idx.rank < 1:
+        raise ShapeError(f"gather_nd: indices must be int64 of rank >= 1, got {idx}")
+    k = idx.shape[-1]
+    if k < 1 or k > x.rank:
+        raise ShapeError(f"gather_nd: the indices' last dimension {k} must be in 1 .. rank of {x}")
+    return (x.with_shape(idx.shape[:-1] + x.shape[k:]),)
+
+
+def _gather_nd_import(ctx: OnnxImportCtx) -> Imported:
+    if int(ctx.attr("batch_dims", 0)) != 0:
+        raise Unsupported("GatherND with batch_dims > 0")
+    return Imported("gather_nd", {}, (0, 1))
+
+
+def _gather_nd_ref(xs: Sequence[np.ndarray], a: A) -> tuple[np.ndarray]:
+    x, idx = xs
+    k = idx.shape[-1]
+    at = tuple(np.where(idx[..., i] < 0, idx[..., i] + x.shape[i], idx[..., i]) for i in range(k))
+    return (x[at].copy(),)
+
+
+register(OpDef(
+    name="gather_nd", family="shape",
+    doc="ONNX GatherND with batch_dims 0: ``x[idx[..., 0], ..., idx[..., k-1]]`` for k = the indices' last "
+        "dimension (negative indices count from the end); output shape idx.shape[:-1] + x.shape[k:] (the "
+        "exporters' lookup of an attention mask at (batch, key) pairs).",
+    inputs=("x", "indices"), attrs=(),
+    infer=_gather_nd_infer,
+    reference=_gather_nd_ref,
+    flops=no_flops,
+    onnx_import={"GatherND": _gather_nd_import},
+    onnx_export=lambda ctx, node: ctx.emit("GatherND", node.inputs, {}, outputs=node.outputs),
+    input_roles=("any", "index"),
+    samples=(
+        Sample((f32(4, 4), i64(3, 2)), note="elements"),
+        Sample((f32(4, 4, 3), i64(2, 1, 1)), note="rows"),
+        Sample((f32(5, 5), i64(2, 1, 1, 5, 2)), note="an attention mask's lookup"),
+    ),
+))
+
 # ----------------------------------------------------------------------------- pad
 
 PAD_MODES = ("constant", "reflect", "edge")

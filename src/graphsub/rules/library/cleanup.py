@@ -122,6 +122,19 @@ def _rows_in_order(m: MatchView) -> bool | str:
         f"{m.shape('g')} is not {m.shape('x')} with unit axes inserted"
 
 
+def _pairs_in_order(m: MatchView) -> bool | str:
+    """The index tuples are every position of ``x``'s first k axes in row-major order: the lookup reads ``x`` as it
+    is, with unit axes inserted."""
+    w, x = m.data("w"), m.shape("x")
+    k = m.shape("w")[-1]
+    if w is None:
+        return "the indices are not constant"
+    every = np.indices(x[:k]).reshape(k, -1).T
+    if np.asarray(w).size != every.size or not np.array_equal(np.asarray(w).reshape(-1, k), every):
+        return f"the indices are not every position of {x[:k]} in order"
+    return unit_axes(m.shape("g"), x) is not None or f"{m.shape('g')} is not {x} with unit axes inserted"
+
+
 def _rules() -> list[Rule]:
     out: list[Rule] = [
         _noop("pad", "pad(x) with every pad 0 => x.",
@@ -178,6 +191,17 @@ def _rules() -> list[Rule]:
               ex({"x": (1, 6), "w": ((1, 6), "int64")}, fl={"axis": 2},
                  data={"w": np.arange(6, dtype=np.int64).reshape(1, 6)})],
              [(_rows_in_order, "the indices are the rows in order")], tags=TAGS),
+        rule("cleanup_gather_nd_in_order", "gather_nd(x, idx) with idx every position of x's first k axes in "
+             "row-major order => unsqueeze(x): x's elements as they are, with unit axes (the dynamo exporter's "
+             "x[b, j] lookup of an attention mask at the (batch, key) pairs of two broadcast ranges).",
+             lambda p: {"y": p.gather_nd(p.var("x"), p.weight("w"), name="g")},
+             lambda t, m: {"y": t.unsqueeze(m.x, axes=unit_axes(m.shape("g"), m.shape("x")))},
+             [ex({"x": (2, 8), "w": ((2, 1, 1, 8, 2), "int64")},
+                 data={"w": np.indices((2, 8)).transpose(1, 2, 0).reshape(2, 1, 1, 8, 2)}),
+              ex({"x": (3, 4, 5), "w": ((3, 1, 4, 2), "int64")},
+                 data={"w": np.indices((3, 4)).transpose(1, 2, 0).reshape(3, 1, 4, 2)}),
+              ex({"x": (4, 6), "w": ((4, 1, 1), "int64")}, data={"w": np.arange(4).reshape(4, 1, 1)})],
+             [(_pairs_in_order, "the indices are every position in order")], tags=TAGS),
     ]
     return out
 

@@ -373,7 +373,7 @@ def fold_conv_bias(kind: str) -> Rule:
 
 #: ops that keep every value of their (data) inputs finite: layout moves, casts to float, sums and products
 _FINITE_PASS = frozenset({"expand", "reshape", "unsqueeze", "squeeze", "transpose", "flatten", "slice", "concat",
-                          "add", "sub", "mul", "smul", "sum", "gather"})
+                          "add", "sub", "mul", "smul", "sum", "gather", "gather_nd"})
 
 
 def bounded_mask(graph: Graph, ref: Ref, depth: int = 12) -> bool:
@@ -392,7 +392,7 @@ def bounded_mask(graph: Graph, ref: Ref, depth: int = 12) -> bool:
     if op == "where":
         return all(bounded_mask(graph, r, depth - 1) for r in node.inputs[1:])
     if op in _FINITE_PASS:
-        data_inputs = node.inputs[:1] if op in ("expand", "reshape", "slice", "gather") else node.inputs
+        data_inputs = node.inputs[:1] if op in ("expand", "reshape", "slice", "gather", "gather_nd") else node.inputs
         return all(bounded_mask(graph, r, depth - 1) for r in data_inputs)
     return False
 

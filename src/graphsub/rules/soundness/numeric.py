@@ -37,7 +37,7 @@ RTOL, ATOL = 1e-4, 1e-5
 EXACT_OPS = frozenset({
     "add", "sub", "mul", "smul", "matmul", "conv2d", "concat", "split", "transpose", "reshape",
     "relu", "enlarge", "merge_gconv", "const_iconv", "const_imm", "const_one", "identity",
-    "flatten", "squeeze", "unsqueeze", "slice", "gather", "pad", "maxpool2d", "neg", "abs",
+    "flatten", "squeeze", "unsqueeze", "slice", "gather", "gather_nd", "pad", "maxpool2d", "neg", "abs",
     "expand", "reduce_sum", "gemm",
 })
 
