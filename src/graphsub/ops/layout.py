@@ -219,6 +219,10 @@ def _gather_nd_ref(xs: Sequence[np.ndarray], a: A) -> tuple[np.ndarray]:
     return (x[at].copy(),)
 
 
+def _gather_nd_export(ctx: OnnxExportCtx, node: ExportNode) -> None:
+    ctx.emit("GatherND", node.inputs, {}, outputs=node.outputs)
+
+
 register(OpDef(
     name="gather_nd", family="shape",
     doc="ONNX GatherND with batch_dims 0: ``x[idx[..., 0], ..., idx[..., k-1]]`` for k = the indices' last "
@@ -229,7 +233,7 @@ register(OpDef(
     reference=_gather_nd_ref,
     flops=no_flops,
     onnx_import={"GatherND": _gather_nd_import},
-    onnx_export=lambda ctx, node: ctx.emit("GatherND", node.inputs, {}, outputs=node.outputs),
+    onnx_export=_gather_nd_export,
     input_roles=("any", "index"),
     samples=(
         Sample((f32(4, 4), i64(3, 2)), note="elements"),
