@@ -108,7 +108,7 @@ def _graph_form(m: MatchView) -> Check:
     return kept == ab.inputs[0] or "the row factor reduces another condition than the bias's"
 
 
-def _weight_form(m: MatchView) -> Check:
+def _one_on_kept_rows(m: MatchView) -> Check:
     ab, r = m.data("ab"), m.data("r")
     if ab is None or r is None:
         return _graph_form(m)
@@ -167,7 +167,7 @@ def _rule(op: str, rotary: bool) -> Rule:
            "key (the TorchScript exporter's guard against fully masked rows, done by the kernel).")
     return rule(name, doc, _src(op, rotary), _tgt(op, rotary), _examples(op, rotary),
                 [(_shapes, "the row factor is one per query row (B|1, S, 1)"),
-                 (_weight_form, "the row factor is 1 on every row the bias keeps a key of (proven from the graph: "
+                 (_one_on_kept_rows, "the row factor is 1 on every row the bias keeps a key of (proven from the graph: "
                                 "the bias is where(c, a, lowest) and the factor clip(sum(where(c, 1, 0)), 0, 1))")])
 
 
