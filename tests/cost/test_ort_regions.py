@@ -11,11 +11,19 @@ import pytest
 from graphsub.cost import get_model
 from graphsub.cost.ort_fusion import FusedMeasuredCostModel
 from graphsub.cost.ort_kernels import kernel_counts
-from graphsub.cost.ort_regions import OrtKernelCostModel, region_graph, region_key, region_nodes
+from graphsub.cost.ort_regions import (
+    CHAIN,
+    OrtKernelCostModel,
+    edit_regions,
+    region_graph,
+    region_key,
+    region_nodes,
+)
 from graphsub.data import materialize
 from graphsub.frontends.onnx_export import export_graph
 from graphsub.ir import Builder, Graph
-from graphsub.ir.analysis import weight_only_map
+from graphsub.ir.analysis import weight_only_map, weight_only_update
+from graphsub.ir.builder import Value
 from graphsub.rules.apply import apply
 from graphsub.rules.library import find_rule
 from graphsub.rules.match import find_matches
@@ -168,3 +176,38 @@ def test_a_region_with_large_weights_is_priced_through_files(tmp_path: Path, mon
     assert seen and seen[0][0] is not None and any(seen[0][1]), "the optimized graph's weights stay in its folder"
     assert [op for op, _ in files.kernels] == [op for op, _ in inline.kernels] and not files.unpriced
     assert files.measured == len(files.kernels) > 0  # each kernel timed alone with its weights read from the file
+
+
+def _tanh_gelu(b: Builder, x: Value) -> Value:
+    """GPT-2's GELU as the exporters write it: ``0.5x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``."""
+    cube = b.mul(b.const("c3", np.float32(0.044715)), b.pow(x, b.const("p3", np.float32(3.0))))
+    u = b.mul(b.const("k", np.float32(0.7978846)), b.add(x, cube))
+    half = b.mul(b.const("h", np.float32(0.5)), x)
+    return b.mul(half, b.add(b.const("one", np.float32(1.0)), b.tanh(u)))
+
+
+def test_a_region_takes_in_the_elementwise_chain_onnxruntime_fuses() -> None:
+    """The distributive rule on the GELU's last product: within one hop of the edit, the region before and after
+    runs the same two kernels (a tie the search may take), and onnxruntime's FastGelu fusion, which needs all eight
+    nodes, is lost. The region takes in the elementwise chain, so ORT fuses the parent's GELU in the priced region
+    as in the full model (whether the fused kernel is faster depends on the size and the threads: it is measured)."""
+    b = Builder("mlp")
+    x = b.input("x", (16, 64))
+    h = b.matmul(x, b.weight("w1", (64, 256)))
+    g = materialize(b.build(b.matmul(_tanh_gelu(b, h), b.weight("w2", (256, 64)))))
+    fused = "com.microsoft.FastGelu"
+    assert kernel_counts(export_graph(g).SerializeToString(), threads=1).get(fused) == 1
+    last = g.nodes[g.outputs[0].node].inputs[0].node  # the product the second projection reads
+    match = next(m for m in find_matches(g, find_rule("alg_mul_add_expand_left")) if last in m.node_ids)
+    child = apply(g, match).graph
+    assert fused not in kernel_counts(export_graph(materialize(child)).SerializeToString(), threads=1)
+    info = child.edit_info()
+    assert info is not None
+    wo_p = weight_only_map(g)
+    wo_c, changed = weight_only_update(g, child)
+    for chain, parent_fuses in ((0, False), (CHAIN, True)):
+        before, after = edit_regions(g, child, info, changed, wo_p, wo_c, chain=chain)
+        region = region_graph(g, before, wo_p)
+        assert (fused in kernel_counts(export_graph(region).SerializeToString(), threads=1)) is parent_fuses
+        assert fused not in kernel_counts(export_graph(region_graph(child, after, wo_c)).SerializeToString(),
+                                          threads=1)

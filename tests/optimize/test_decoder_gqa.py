@@ -96,6 +96,13 @@ def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     assert "Split" not in ops and ops.count("MatMul") == 5 * layers + 1
     assert ops.count("SkipSimplifiedLayerNormalization") == 2 * layers and "ReduceMean" not in ops
     assert "Neg" not in ops and "Transpose" not in ops  # rotary inside (do_rotary); v read as the projection's rows
+    # each kernel reads the past cache where it comes in: no copy of it (the TorchScript export's torch.cat of one
+    # past key, folded by cleanup_concat_noop, also where the lengths are computed from its shape)
+    written = onnx.load(str(tmp_path / "gqa.onnx"))
+    inputs = {i.name for i in written.graph.input}
+    assert all(n.input[3] in inputs and n.input[4] in inputs
+               for n in written.graph.node if n.op_type == "GroupQueryAttention")
+    assert not any(n.op_type == "Concat" and len(n.input) == 1 for n in written.graph.node)
 
 
 def test_the_torchscript_llama_attention_is_group_query_attention(llama_ts: Path, tmp_path: Path) -> None:

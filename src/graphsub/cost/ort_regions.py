@@ -7,7 +7,10 @@ so :class:`OrtKernelCostModel` prices the *region* an edit changes:
 
 1. **The region.**  A substitution (``child.edit_info()``) adds, removes and rewires a few nodes; the region is those
    nodes and every run-time node within :data:`HOPS` producer/consumer edges of them, in either graph (what ORT may
-   fuse with them: a bias, an activation, the transpose before a layer norm).
+   fuse with them: a bias, an activation, the transpose before a layer norm), and the elementwise chain that an
+   elementwise node of it belongs to, up to :data:`CHAIN` nodes more (:func:`_elementwise_chains`): onnxruntime
+   fuses such a chain whole (GELU's eight nodes into one ``FastGelu``), so a region that cut it would price an edit
+   that breaks the fusion as a tie.
 2. **The region as a model** (:func:`region_graph`): its run-time nodes, in order; a value it reads from a run-time
    node outside becomes a graph input (random data of its type, integer indices kept in range); a weight it reads
    becomes an initializer with the weight's data, and a weight-only computation it reads (a transposed kernel) comes
@@ -61,6 +64,10 @@ HOPS = 1
 #: 1 B decoder changes a region of 108 nodes (both rotations, the attention, their neighbours): at 96 the fallback,
 #: which does not see the kernel's rotation, priced it and the search left all sixteen (2026-11-30)
 MAX_REGION = 160
+#: elementwise nodes a region takes in beyond :data:`HOPS`, along the chains its elementwise nodes belong to. The
+#: search rewrote three of GPT-2's four tanh GELUs as ``0.5x * tanh(u) + 0.5x`` (a distributive rule, a tie within
+#: a one-hop region), and onnxruntime then fused one FastGelu where it had fused four (2026-11-30)
+CHAIN = 24
 #: weight-only nodes brought along into a region (a longer weight computation: the fallback prices the edit)
 MAX_CONE = 64
 #: integer weights up to this many elements keep their values in a region's key (shapes, axes, indices)
@@ -114,6 +121,46 @@ def _runtime_near(parent: Graph, child: Graph, seeds: set[int], hops: int, wo_p:
         frontier = nxt - region
         region |= nxt
     return region
+
+
+def _elementwise(graph: Graph, nid: int, wo: Mapping[int, bool]) -> bool:
+    node = graph.nodes.get(nid)
+    return node is not None and node.sig.opdef.elementwise and not is_free(graph, nid, wo)
+
+
+def _elementwise_chains(parent: Graph, child: Graph, region: set[int], limit: int, wo_p: Mapping[int, bool],
+                        wo_c: Mapping[int, bool]) -> set[int]:
+    """``region`` and, breadth first, the elementwise run-time nodes joined to an elementwise node of it through
+    elementwise nodes in either graph, at most ``limit`` more (module docstring, point 1)."""
+    out = set(region)
+    frontier = sorted(region)
+    added = 0
+    while frontier and added < limit:
+        nxt: list[int] = []
+        for nid in frontier:
+            for g, wo in ((parent, wo_p), (child, wo_c)):
+                if not _elementwise(g, nid, wo):
+                    continue
+                node = g.nodes[nid]
+                for m in [*(r.node for r in node.inputs), *(c for c, _ in g.users(nid))]:
+                    if m not in out and added < limit and _elementwise(g, m, wo):
+                        out.add(m)
+                        nxt.append(m)
+                        added += 1
+        frontier = nxt
+    return out
+
+
+def edit_regions(parent: Graph, child: Graph, info: tuple[Sequence[int], Sequence[int], Sequence[int]],
+                 changed: set[int], wo_p: Mapping[int, bool], wo_c: Mapping[int, bool], *, hops: int = HOPS,
+                 chain: int = CHAIN) -> tuple[list[int], list[int]]:
+    """The region an edit (``child.edit_info()``; ``changed``: nodes whose weight-only status it changed) prices, in
+    the parent and in the child (module docstring, point 1)."""
+    added, removed, touched = info
+    seeds: set[int] = set(added) | set(removed) | set(touched) | changed
+    near = _elementwise_chains(parent, child, _runtime_near(parent, child, seeds, hops, wo_p, wo_c), chain, wo_p,
+                               wo_c)
+    return region_nodes(parent, near, wo_p), region_nodes(child, near, wo_c)
 
 
 def _weight_desc(graph: Graph, ref: Ref) -> tuple[Any, ...]:
@@ -226,7 +273,7 @@ class OrtKernelCostModel(SumCostModel):
     ``fallback`` prices per node (``node_cost``, ``cost_in``, breakdowns) and every region this model cannot price;
     by default ``fused[min]`` at the same thread count, sharing the op-time cache."""
 
-    def __init__(self, *, threads: int | None = None, cache: Any = None, hops: int = HOPS,
+    def __init__(self, *, threads: int | None = None, cache: Any = None, hops: int = HOPS, chain: int = CHAIN,
                  fallback: SumCostModel | None = None, budget_ms: float = 20.0, clock: str = "auto",
                  objective: Objective = "time_ms", limits: Limits | None = None,
                  gate: Callable[[], object] | None = None, seed: int = 0, progress: bool = False) -> None:
@@ -241,6 +288,7 @@ class OrtKernelCostModel(SumCostModel):
             cache=shared, threads=self.threads, statistic="min", progress=progress, gate=gate)
         self.pricer = OrtKernelPricer(threads=self.threads, cache=shared, budget_ms=budget_ms, clock=clock, gate=gate)
         self.hops = hops
+        self.chain = chain
         self.resolution = RESOLUTION_MS if objective == "time_ms" else 0.0
         self.seed = seed
         self.name = "ort-kernels"
@@ -347,13 +395,9 @@ class OrtKernelCostModel(SumCostModel):
         if info is None:
             return self.graph_cost(child) - self.graph_cost(parent)
         self.fallback.stop = self.stop
-        added, removed, touched = info
         wo_p = weight_only_map(parent)
         wo_c, changed = weight_only_update(parent, child)
-        seeds: set[int] = set(added) | set(removed) | set(touched) | changed
-        near = _runtime_near(parent, child, seeds, self.hops, wo_p, wo_c)
-        before = region_nodes(parent, near, wo_p)
-        after = region_nodes(child, near, wo_c)
+        before, after = edit_regions(parent, child, info, changed, wo_p, wo_c, hops=self.hops, chain=self.chain)
         a = self.region_ms(parent, before, wo_p)
         b = self.region_ms(child, after, wo_c) if a is not None else None
         if a is None or b is None:
@@ -377,5 +421,5 @@ class OrtKernelCostModel(SumCostModel):
         return hit
 
 
-__all__ = ["HOPS", "MAX_CONE", "MAX_REGION", "RESOLUTION_MS", "OrtKernelCostModel", "RegionError", "RegionStats",
-           "region_graph", "region_key", "region_nodes"]
+__all__ = ["CHAIN", "HOPS", "MAX_CONE", "MAX_REGION", "RESOLUTION_MS", "OrtKernelCostModel", "RegionError",
+           "RegionStats", "edit_regions", "region_graph", "region_key", "region_nodes"]

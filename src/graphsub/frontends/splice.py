@@ -152,6 +152,8 @@ class _Plan:
             ok = True
         elif name in o.initializers:
             ok = name in o.small or name in self.final.params
+        elif (k1 := self.pass_through(name)) is not None:
+            ok = depth < 200 and self.resolvable(o.nodes.node[k1].input[0], depth + 1)
         else:
             k = o.producer.get(name)
             ok = (k is not None and k not in self.ir_nodes and depth < 200
@@ -160,6 +162,17 @@ class _Plan:
                   and all(self.resolvable(x, depth + 1) for x in o.nodes.node[k].input if x))
         self._memo[name] = ok
         return ok
+
+    def pass_through(self, name: str) -> int | None:
+        """The index of the file's node writing ``name`` when it is an IR node the edits removed that passes its one
+        input on (a ``Concat`` of one tensor: the clean-up's ``cleanup_concat_noop``); a folded chain that reads
+        ``name`` then reads that input (through an ``Identity``, which onnxruntime removes), not a copy of it."""
+        k = self.origin.producer.get(name)
+        if k is None or k not in self.ir_nodes:
+            return None
+        node = self.origin.nodes.node[k]
+        one = node.op_type == "Concat" and node.domain in _DEFAULT_DOMAINS and len([x for x in node.input if x]) == 1
+        return k if one and node.input[0] else None
 
     def computed(self, name: str) -> bool:
         """Whether the weight ``name`` is a value the file computes with folded nodes (then it is computed so)."""
@@ -304,6 +317,8 @@ def _emit_chains(ctx: ExportCtx, plan: _Plan, needed: Sequence[str], have: set[s
         done.add(k)
         node = onnx.NodeProto()
         node.CopyFrom(o.nodes.node[k])
+        if plan.pass_through(name) is not None:
+            node = helper.make_node("Identity", [node.input[0]], [name], name=node.name)
         ctx.nodes.append(node)
         have.update(x for x in node.output if x)
         stack.extend(x for x in node.input if x)

@@ -149,6 +149,10 @@ def _rules() -> list[Rule]:
         _noop("expand", "expand(x) to x's own shape => x.",
               [ex({"x": (2, 3)}, op={"shape": (2, 3)}), ex({"x": (1, 4, 5)}, op={"shape": (1, 1, 5)}),
                ex({"x": (6,)}, op={"shape": (1,)})]),
+        _noop("concat", "concat(x) of one input => x (the TorchScript exporter's torch.cat of a one-tensor list: the "
+              "decoders' first past key, copied every step).",
+              [ex({"x": (2, 3)}, op={"axis": 1}), ex({"x": (1, 2, 5, 4)}, op={"axis": -2}),
+               ex({"x": ((6,), "int64")}, op={"axis": 0})]),
         _noop("cast", "cast(x) to x's own dtype => x.",
               [ex({"x": (2, 3)}, op={"to": "float32"}), ex({"x": ((4,), "int64")}, op={"to": "int64"}),
                ex({"x": ((1, 5), "float16")}, op={"to": "float16"})]),
