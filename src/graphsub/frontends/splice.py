@@ -318,7 +318,7 @@ def _emit_chains(ctx: ExportCtx, plan: _Plan, needed: Sequence[str], have: set[s
         node = onnx.NodeProto()
         node.CopyFrom(o.nodes.node[k])
         if plan.pass_through(name) is not None:
-            node = helper.make_node("Identity", [node.input[0]], [name], name=node.name)
+            node = helper.make_node("Identity", [node.input[0]], [name])
         ctx.nodes.append(node)
         have.update(x for x in node.output if x)
         stack.extend(x for x in node.input if x)
