@@ -109,3 +109,18 @@ def test_portfolio_candidates_are_checked_at_other_sizes_before_timing(tmp_path:
                       atol=1e-5) == (None, None)  # fixed by the user: nothing to check
     assert both(None, None) is None
     assert both(lambda c: None, check)(baked) == why and both(lambda c: "no", check)(peer) == "no"
+
+
+def test_only_the_users_import_says_at_which_sizes_it_took_free_dims(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The imports an optimize call makes after the user's (the input at other sizes, a peer's output) run under
+    :func:`~graphsub.frontends.onnx_types.quiet_sizes` and do not repeat the user's warning."""
+    from graphsub.frontends.onnx_types import quiet_sizes
+
+    src = symbolic_dense(tmp_path / "m.onnx", batch="batch")
+    with caplog.at_level("WARNING", logger="graphsub"):
+        load(src)
+        with quiet_sizes():
+            load(src)
+    said = [r for r in caplog.records if "symbolic dimension(s) imported" in r.getMessage()]
+    assert len(said) == 1 and "batch=" in said[0].getMessage()

@@ -327,3 +327,27 @@ def test_the_search_priced_by_ort_kernels_makes_the_layout_from_rules_alone(tmp_
     assert any(r.startswith("cf_") for r in cand.rules)
     assert not any("layout" in c.name or "spelling" in c.name for c in res.candidates)  # no hand-ordered pass ran
     assert "MatMul" not in _ops(cand.data if isinstance(cand.data, bytes) else str(cand.data))
+
+
+def test_a_lean_candidate_the_rounds_cannot_tell_apart_is_confirmed_first() -> None:
+    """Of leaders the side-by-side rounds tie, the one onnxruntime runs with clearly fewer kernels is confirmed
+    first; a leader that beats it in every round stays first, and kernels never count without a tie."""
+    from graphsub.optimize.candidates import Candidate, Portfolio
+    from graphsub.optimize.portfolio import leaders
+
+    def cand(name: str, rounds: list[float], kernels: int) -> Candidate:
+        c = Candidate(name, name.encode(), verified=True, rounds_ms=rounds, kernels=kernels)
+        c.speedup = 3.0 / sorted(rounds)[len(rounds) // 2]
+        return c
+
+    noisy = cand("peer", [2.5, 2.9, 2.4, 2.8, 2.6], 200)  # 1.15x, the original's kernels
+    lean = cand("search-ort", [2.6, 2.7, 2.9, 2.5, 2.7], 90)  # 1.11x, fewer kernels, faster in 2 of 5 rounds
+    other = cand("peer2", [2.7, 2.8, 2.7, 2.9, 2.7], 199)
+    port = Portfolio([noisy, lean, other])
+    assert [c.name for c in leaders(port, 2)] == ["search-ort", "peer"]
+    clear = cand("peer", [2.3, 2.3, 2.3, 2.3, 2.3], 200)  # faster than the lean one in every round
+    assert [c.name for c in leaders(Portfolio([clear, lean, other]), 2)] == ["peer", "search-ort"]
+    heavy = cand("search-ort", lean.rounds_ms, 190)  # not clearly leaner: the rounds' order
+    assert [c.name for c in leaders(Portfolio([noisy, heavy, other]), 2)] == ["peer", "search-ort"]
+    unread = cand("search-ort", lean.rounds_ms, 0)  # kernels not read: the rounds' order
+    assert [c.name for c in leaders(Portfolio([noisy, unread, other]), 2)] == ["peer", "search-ort"]

@@ -55,6 +55,7 @@ class Candidate:
     screen_ratio: float | None = None  # original / candidate in the screening round, when there was one
     confirmation: Verdict | None = None  # the decision on it in fresh session groups with an A/A control
     spliced: bool = False  # its file is its graph written over its base's file (keeps the symbolic dims)
+    kernels: int = 0  # the kernels onnxruntime runs for it in the side-by-side rounds (0: not read)
 
     @property
     def confirm_speedup(self) -> float | None:
@@ -84,6 +85,7 @@ class Candidate:
                 "confirmation": None if self.confirmation is None else self.confirmation.to_dict(),
                 "seconds": self.seconds,
                 "substitutions": len(self.steps), "rules": self.rules, "spliced": self.spliced,
+                "kernels": self.kernels or None,
                 "ops": None if self.graph is None else self.graph.num_ops}
 
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
+from graphsub.frontends.onnx_types import quiet_sizes
 from graphsub.frontends.ort import session_s_per_mb
 from graphsub.interrupt import stop_requested
 from graphsub.ir.graph import Graph
@@ -240,7 +241,8 @@ def optimize(
                        peers=_peers(cfg) if shares.peers else (), eqsat_s=shares.eqsat_s, on_top_s=shares.on_top_s,
                        spelling=cfg.spelling, provider=cfg.provider, plan=shares, extra=tuple(extra_candidates),
                        config=cfg, target=target, timing_feeds=feeds, guard=None if step is None else step[1])
-        chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
+        with quiet_sizes():  # the imports after the user's (other sizes, peers' outputs) do not repeat its warnings
+            chosen_data = _portfolio(res, run, graph, source, exported, rule_list, cm, st)
         if res.chosen == "search" and run.dims is None:
             chosen_data = exported  # checked and written with large weights beside it, as before the portfolio
     if _interrupted(res) and not _confirmed(res):
@@ -250,7 +252,8 @@ def optimize(
         with run.step("write", "write_s"):
             if not result.sequence and not res.latency_ms:  # the input never ran in onnxruntime in this call: a
                 check_reference(source, res.original, res.seeds[0])  # model it rejects is bad input, never passed
-            _write(res, output, source, chosen_data, cfg.input_shapes, cfg.check_sizes, run.dims)
+            with quiet_sizes():
+                _write(res, output, source, chosen_data, cfg.input_shapes, cfg.check_sizes, run.dims)
     return _finish(res, run)
 
 

@@ -155,6 +155,8 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
                              sessions=sessions, stop=keeping(len(finalists)), twins=twins, timers=tm,
                              session_stop=keeping(len(finalists), sessions=True))
     loaded = set(sessions)
+    for c in timed:  # what onnxruntime runs for each: leaders() confirms a lean one first when the rounds tie
+        c.kernels = getattr(sessions.get(c.name), "kernels", 0)
     sessions.clear()
     timed = _untwin(port, timed, twins)
     if rounds.get(pf.ORIGINAL) and not timed:
@@ -173,7 +175,7 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
     if st.keep_slower:
         return len(rounds[pf.ORIGINAL]) < 5
     cut = len(rounds[pf.ORIGINAL]) < 5
-    leaders = pf.leaders(port, CONFIRM)
+    leaders = pf.leaders(port, CONFIRM, LEAN_SHARE)
     for c in leaders:  # fresh session groups with an A/A control: the pick's luck does not count
         original, candidate = decide.session_makers(source, c.data, feeds, threads=st.threads, provider=st.provider,
                                                     timers=tm)
