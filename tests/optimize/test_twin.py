@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper, numpy_helper
 
 from graphsub.frontends.dims import interface
@@ -71,3 +72,17 @@ def test_a_merged_reshape_is_written_with_its_target_in_symbols(tmp_path: Path) 
     plain = to_onnx(one)  # the same graph exported at the imported sizes: batch 2 only
     assert [d.dim_value for d in plain.graph.input[0].type.tensor_type.shape.dim] == [2, 8]
     assert sized(final, [RuleStep("no_such_rule", (1,))], g, g2, iface, first, second) is None
+
+
+def test_a_step_that_names_no_rule_does_not_read_the_generated_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spelling source's rows layout is a step over the file, not a rule: looking it up fails without reading
+    the 4,420 generated rules (9 s); a generated rule's own name still reads them."""
+    from graphsub.errors import RuleError
+    from graphsub.optimize import twin
+
+    monkeypatch.setattr(twin, "_LOADED", [])
+    monkeypatch.setattr(twin, "_RULES", {})
+    with pytest.raises(RuleError, match="layout_rows_2d"):
+        twin._rule("layout_rows_2d")
+    assert "generated" not in twin._LOADED and "decoder" in twin._LOADED
+    assert twin._rule("cleanup_concat_noop").name == "cleanup_concat_noop"

@@ -129,6 +129,26 @@ def test_equal_constants_merge_and_constant_math_folds() -> None:
     np.testing.assert_array_equal(run(out, xs)["y"], run(g, xs)["y"])
 
 
+def test_large_weights_merge_only_when_equal_everywhere() -> None:
+    """Large weights are digested on a sample (:func:`graphsub.rules.cleanup.sample_digest`): two that agree on it
+    but differ elsewhere stay apart; two equal ones merge."""
+    from graphsub.rules.cleanup import SAMPLE
+
+    n = 4 * SAMPLE
+    base = np.arange(n, dtype=np.float32)
+    off_sample = base.copy()
+    off_sample[1] += 1.0  # the sample reads every fourth element: 0, 4, 8, ...
+    for other, merged in ((base.copy(), True), (off_sample, False)):
+        b = Builder()
+        x = b.input("x", (n,))
+        w1, w2 = b.weight("w1", (n,), data=base), b.weight("w2", (n,), data=other)
+        g = b.build({"y": b.add(b.mul(x, w1), b.mul(x, w2))})
+        out, k = cse(g)
+        assert (k >= 1) is merged
+        xs = {"x": np.ones(n, np.float32)}
+        np.testing.assert_array_equal(run(out, xs)["y"], run(g, xs)["y"])
+
+
 @pytest.mark.parametrize("order", ["rows", "shuffled"])
 def test_a_lookup_of_every_row_in_order_is_the_tensor_itself(order: str) -> None:
     """The TorchScript exporter's ``mask[b, j]`` lookup (``gather(flatten(mask), b*T + j)``) is the mask with unit

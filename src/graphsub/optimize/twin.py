@@ -63,14 +63,18 @@ _LOADED: list[str] = []
 
 def _rule(name: str) -> Rule:
     """The library's rule ``name``: the sets are read one by one until it is found (the steps of any source name
-    their rules; reading every set costs seconds, the first few hold the rules searches use)."""
+    their rules; reading every set costs seconds, the first few hold the rules searches use). The ``generated``
+    set (4,420 rules, 9 s to read) is read only for a name of its own (``gen_...``): a step that names no rule (the
+    spelling source's rows layout, a pass over the file) had read it on every GPT-2 run, a third of the candidates'
+    verification (2026-11-30)."""
     from graphsub.rules.library import get_set, set_names
 
-    first = ("default", "cpu", "ort", "attention", "ort-spelling", "rows", "channels-first", "cleanup", "algebra")
+    first = ("default", "cpu", "ort", "attention", "decoder", "ort-spelling", "rows", "channels-first", "cleanup",
+             "algebra")
     for s in dict.fromkeys([*(n for n in first if n in set_names()), *set_names()]):
         if name in _RULES:
             break
-        if s in _LOADED:
+        if s in _LOADED or (s == "generated" and not name.startswith("gen_")):
             continue
         _LOADED.append(s)
         for r in get_set(s):
