@@ -111,6 +111,26 @@ def test_the_measured_fastest_verified_candidate_is_written(block_path: Path, tm
     assert d["threads"] >= 1 and d["latency_ms_after"] == 8.0
 
 
+def test_an_input_with_free_dims_is_spelled_without_the_rows_layout(tmp_path: Path,
+                                                                    fake_timing: Callable[..., None]) -> None:
+    """The rows layout writes its reshapes at the imported sizes and is no rule the check at other sizes can replay:
+    with the batch and sequence left symbolic, the spelling candidate is the rules alone, kept and written with the
+    dims symbolic."""
+    from helpers import declared_dims
+
+    model = encoder_block()
+    for vi in (*model.graph.input, *model.graph.output):
+        for d, name in zip(vi.type.tensor_type.shape.dim[:2], ("batch", "seq"), strict=True):
+            d.dim_param = name
+    src, out = tmp_path / "sym.onnx", tmp_path / "o.onnx"
+    onnx.save(model, str(src))
+    fake_timing(lambda model: 10.0 - _ops(model).count("Sum"))
+    res = optimize(src, output=out, rules=[], peers="none", **QUIET)  # type: ignore[arg-type]
+    assert res.chosen == "spelling" and res.verified
+    assert [a["rule"] for a in res.to_dict()["applied"]] == ["ortsp_ln_sum"] * 2  # no layout_rows_2d
+    assert declared_dims(out)[model.graph.input[0].name] == ["batch", "seq", 16]
+
+
 def test_spelling_is_kept_out_when_slower(block_path: Path, tmp_path: Path,
                                           fake_timing: Callable[..., None]) -> None:
     fake_timing(lambda model: 10.0 + _ops(model).count("Sum"))

@@ -86,3 +86,26 @@ def test_a_step_that_names_no_rule_does_not_read_the_generated_set(monkeypatch: 
         twin._rule("layout_rows_2d")
     assert "generated" not in twin._LOADED and "decoder" in twin._LOADED
     assert twin._rule("cleanup_concat_noop").name == "cleanup_concat_noop"
+
+
+def test_a_derived_candidate_replays_from_the_import_its_steps_start_from(tmp_path: Path) -> None:
+    """``search+spelling`` (base ``search``, no import) carries the search's steps and its own: its steps start from
+    the original's import, which :func:`graphsub.optimize.write.root_import` finds; a candidate whose steps do not
+    begin with its base's has none."""
+    import math
+
+    from graphsub.optimize.candidates import ORIGINAL, Candidate, Portfolio
+    from graphsub.optimize.write import root_import
+    from graphsub.search.base import Step
+
+    src = _two_reshapes(tmp_path / "m.onnx")
+    g = load(src)
+    own = g.edit().commit()  # a graph of graphsub's: no import behind it
+    a, b = Step("cpu_reshape_reshape", (), math.nan), Step("ortsp_ln_sum", (), math.nan)
+    port = Portfolio()
+    search = port.add(Candidate("search", b"s", own, ORIGINAL, (a,)))
+    derived = port.add(Candidate("search+spelling", b"d", own, "search", (a, b)))
+    other = port.add(Candidate("search+other", b"o", own, "search", (b,)))
+    assert root_import(search, port, g, str(src)) == (ORIGINAL, g, str(src))
+    assert root_import(derived, port, g, str(src)) == (ORIGINAL, g, str(src))
+    assert root_import(other, port, g, str(src)) is None

@@ -80,7 +80,7 @@ from graphsub.optimize.sizes import check_sizes_named, decoder_settings
 from graphsub.optimize.sizes import decode_step as _decode_step
 from graphsub.optimize.timing import DEFAULT_TIMERS, Timers, resolve_timers
 from graphsub.optimize.verification import bisect, check_reference, check_seeds, finalize
-from graphsub.optimize.write import both, dims_check, direct_import, import_of
+from graphsub.optimize.write import both, dims_check, import_of, root_import
 from graphsub.optimize.write import write_chosen as _write
 from graphsub.rules.cleanup import cleanup_note
 from graphsub.rules.library import resolve_rules
@@ -448,7 +448,7 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
                                           st.config.input_shapes, check_sizes=() if st.config is None else
                                           st.config.check_sizes, seed=st.seeds[0] if st.seeds else 0, rtol=st.rtol,
                                           atol=st.atol, bases=lambda name: import_of(name, port, ref),
-                                          direct=lambda name: direct_import(name, port, ref, source))
+                                          direct=lambda c: root_import(c, port, ref, source))
         pf.verify(port, source, feeds, rtol=st.rtol, atol=st.atol, skip=("search",), deadline=run.deadline,
                   estimate_s=run.seed_s * (len(feeds) + 1) / 2, original=ref if isinstance(source, bytes) else None,
                   reserve_s=0.0 if st.keep_slower else timing_reserve_s(source, st.budget_ms / 1e3,

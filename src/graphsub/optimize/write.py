@@ -78,7 +78,7 @@ def _written_over(res: OptimizeResult, source: bytes | str, input_shapes: Shapes
 def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | None,
                check_sizes: Sequence[Mapping[str, int]], seed: int, rtol: float, atol: float,
                bases: Callable[[str], Graph | None] = lambda name: None,
-               direct: Callable[[str], tuple[Graph, bytes | str] | None] = lambda name: None,
+               direct: Callable[[Candidate], tuple[str, Graph, bytes | str] | None] = lambda c: None,
                ) -> tuple[SizeCheck | None, Callable[[Candidate], str | None] | None]:
     """The check every portfolio candidate of an input file with free symbolic dimensions passes before it is timed
     (what :func:`write_chosen` checks before writing, :func:`graphsub.symbolic.keep_symbolic`), so that a candidate
@@ -87,9 +87,9 @@ def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | N
     A candidate graph of graphsub's that does not keep them is written again over the model it was made from
     (:func:`graphsub.frontends.splice.splice`; ``bases``: a candidate's base graph by name, an ONNX import) and
     checked again, at the imported sizes too; when that passes, it is the candidate.  The targets of the reshapes
-    and expands it made are written in symbols when its base is an import (``direct``: the import and its file, by
-    name) and its steps replayed on the file imported at other sizes give them (:func:`graphsub.optimize.twin.sized`),
-    else by :func:`graphsub.frontends.splice.resymbolize`.
+    and expands it made are written in symbols when its steps start from an import (``direct``: the import's name,
+    graph and file, :func:`root_import`) and replayed on the file imported at other sizes give them
+    (:func:`graphsub.optimize.twin.sized`), else by :func:`graphsub.frontends.splice.resymbolize`.
     Returns the :class:`~graphsub.symbolic.SizeCheck` and the check (None, None: nothing to check)."""
     from graphsub.symbolic import keep_symbolic, size_check
 
@@ -126,34 +126,34 @@ def dims_check(source: bytes | str, original: Graph, *, input_shapes: Shapes | N
     return checker, check
 
 
-def _twin(c: Candidate, direct: Callable[[str], tuple[Graph, bytes | str] | None], checker: SizeCheck,
+def _twin(c: Candidate, direct: Callable[[Candidate], tuple[str, Graph, bytes | str] | None], checker: SizeCheck,
           input_shapes: Shapes | None, again: dict[str, Graph | None]) -> bytes | None:
-    """Candidate ``c`` written over its base's file with the targets of its reshapes and expands in symbols
-    (:func:`graphsub.optimize.twin.sized`), or None."""
+    """Candidate ``c`` written over the file its steps start from with the targets of its reshapes and expands in
+    symbols (:func:`graphsub.optimize.twin.sized`), or None."""
     from graphsub.frontends.onnx_import import from_onnx
     from graphsub.frontends.splice import splice_symbolic
     from graphsub.optimize.twin import other_sizes, sized
     from graphsub.symbolic import imported_sizes
 
-    found = direct(c.base)
+    found = direct(c)
     if c.graph is None or found is None or not c.steps:
         return None
-    base, src = found
+    name, base, src = found
     cache = checker.iface.cache
     first = {k: v for k, v in imported_sizes(checker.iface, base).items()
              if "[" not in k and not (cache is not None and k == cache.total)}  # the total is past + sequence
     second = other_sizes(first)
     try:
-        if c.base not in again:
+        if name not in again:
             from graphsub.frontends.dims import as_proto
 
-            again[c.base] = from_onnx(as_proto(src), input_shapes=input_shapes, sizes=second)
-        base_again = again[c.base]
+            again[name] = from_onnx(as_proto(src), input_shapes=input_shapes, sizes=second)
+        base_again = again[name]
         got = None if base_again is None else sized(c.graph, c.steps, base, base_again, checker.iface, first,
                                                      second)
         model = None if got is None else splice_symbolic(got[0], base, checker.iface, got[1])
     except GraphsubError:
-        again.setdefault(c.base, None)
+        again.setdefault(name, None)
         return None
     return None if model is None else model.SerializeToString()
 
@@ -186,6 +186,26 @@ def direct_import(name: str, portfolio: Portfolio, original: Graph,
     if c is None or c.graph is None or origin_of(c.graph) is None:
         return None
     return c.graph, c.data
+
+
+def root_import(c: Candidate, portfolio: Portfolio, original: Graph,
+                source: bytes | str) -> tuple[str, Graph, bytes | str] | None:
+    """``(name, graph, file)`` of the import candidate ``c``'s steps start from: its base when that is an import
+    (:func:`direct_import`), else its base's, and so on, as long as each candidate's steps begin with its base's (a
+    derived candidate such as ``search+spelling`` carries the search's steps and its own); None otherwise. The
+    twin check (:func:`graphsub.optimize.twin.sized`) replays those steps on the import at other sizes; it had
+    refused every ``X+spelling`` of a decoder with a cache, whose base is no import (2026-11-30)."""
+    by_name = {d.name: d for d in portfolio.candidates}
+    seen: set[str] = set()
+    while True:
+        found = direct_import(c.base, portfolio, original, source)
+        if found is not None:
+            return c.base, found[0], found[1]
+        parent = by_name.get(c.base)
+        if parent is None or parent.name in seen or tuple(c.steps[:len(parent.steps)]) != tuple(parent.steps):
+            return None
+        seen.add(parent.name)
+        c = parent
 
 
 def import_of(name: str, portfolio: Portfolio, original: Graph) -> Graph | None:
@@ -229,4 +249,4 @@ def overridable_note(n: int) -> str:
             "not as inputs (onnxruntime folds constants it cannot fold in an overridable initializer)")
 
 
-__all__ = ["both", "dims_check", "direct_import", "import_of", "overridable_note", "write_chosen"]
+__all__ = ["both", "dims_check", "direct_import", "import_of", "overridable_note", "root_import", "write_chosen"]

@@ -10,6 +10,11 @@ A derived source: turns 30 (the original, the search's result, a training target
 cheap, large win that the searches must not leave without time) and 70 (the searches on top of the peers), each on
 the graph candidates made since its last turn. No estimate (cheap: nothing is planned for it): a candidate is not
 started once the portfolio's time is spent (only the tail's is left), and a note says so.
+
+An input whose symbolic dims stay free (a decoder with a cache) gets no rows layout: the layout writes its reshape
+targets at the imported sizes, is no rule that :mod:`graphsub.optimize.twin` can replay at others, and every such
+candidate was refused by the check at other sizes (five on GPT-2 with a cache, 1-2 s each, 2026-11-30); without it
+the spelled candidate is made of rules alone and keeps the dims.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import functools
 import math
 import time
 
+from graphsub.frontends.splice import origin_of
 from graphsub.ir.graph import Graph
 from graphsub.optimize.candidates import ORIGINAL, Candidate, export_bytes, rewrite_everywhere
 from graphsub.optimize.sources.base import Context, Source, Sources, register
@@ -28,24 +34,30 @@ ROWS_RULE = "layout_rows_2d"
 
 def make(ctx: Context, seconds: float) -> None:
     """Add ``X+spelling`` for each graph candidate ``X`` not seen by an earlier turn (see the module docstring)."""
+    origin = origin_of(ctx.ref)
+    free = origin is not None and origin.free  # symbolic dims left free: no rows layout (module docstring)
     for cand in ctx.fresh("spelling", lambda c: c.graph is not None):
         base, graph, steps = (ORIGINAL, ctx.ref, ()) if cand is None else (cand.name, cand.graph, cand.steps)
         assert graph is not None
         if ctx.spent():
             ctx.skipped(f"{base}+spelling")
             continue
-        ctx.attempt("spelling", f"{base}+spelling", functools.partial(spelled, base, graph, steps, ctx.sources))
+        ctx.attempt("spelling", f"{base}+spelling",
+                    functools.partial(spelled, base, graph, steps, ctx.sources, layout=not free))
 
 
-def spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources) -> Candidate | None:
-    """``X+spelling``: the ``ort-spelling`` rules everywhere, then (with ``sources.rows``, where graphsub's types show a
-    rank-3 projection) the rows layout of :mod:`graphsub.frontends.onnx_rows`; None when neither changes anything."""
+def spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources, layout: bool = True
+            ) -> Candidate | None:
+    """``X+spelling``: the ``ort-spelling`` rules everywhere, then (with ``sources.rows`` and ``layout``, where
+    graphsub's types show a rank-3 projection) the rows layout of :mod:`graphsub.frontends.onnx_rows`; None when
+    neither changes anything."""
     t = time.perf_counter()
+    layout = layout and sources.rows
     spelled_graph, new = rewrite_everywhere(graph, sources.spelling, stop=sources.spent)
-    if not new and not sources.rows:
+    if not new and not layout:
         return None
     data = export_bytes(spelled_graph)
-    if sources.rows and not sources.spent() and _has_rows(spelled_graph):
+    if layout and not sources.spent() and _has_rows(spelled_graph):
         rows = _rows(data)
         if rows is not None:
             data = rows[0]
