@@ -89,8 +89,10 @@ def sized(final: Graph, steps: Sequence[StepLike], base: Graph, base_again: Grap
           first: Mapping[str, int], second: Mapping[str, int]) -> tuple[Graph, Sized] | None:
     """``(the candidate replayed from base, its sizes in symbols)`` for a candidate made from ``base`` by
     ``steps`` (imported at ``first``), given ``base_again``, the same file imported at ``second``; None when the
-    steps do not replay, their replay is not the candidate ``final`` (other node ids), the two replays differ
-    otherwise than in reshape and expand targets and in weights' sizes, or a target does not fit (:func:`fit`)."""
+    steps do not replay, the two replays differ otherwise than in reshape and expand targets and in weights' sizes,
+    or a target does not fit (:func:`fit`). The replay is the candidate, checked again at every size by the caller
+    (:func:`graphsub.symbolic.keep_symbolic`); it need not have ``final``'s node ids (requiring them refused the small
+    Llama's search priced by onnxruntime, 2026-11-30)."""
     from graphsub.rules.replay import replay
 
     try:
@@ -99,8 +101,8 @@ def sized(final: Graph, steps: Sequence[StepLike], base: Graph, base_again: Grap
         two = replay(base_again, rules, steps)
     except GraphsubError:
         return None
-    if set(one.nodes) != set(two.nodes) or one.outputs != two.outputs or set(one.nodes) != set(final.nodes):
-        return None  # (the last: the steps did not make the candidate from this base)
+    if set(one.nodes) != set(two.nodes) or one.outputs != two.outputs:
+        return None
     symbols = {n: (first[n], second[n]) for n in first if n in second}
     cache = iface.cache
     if cache is not None and cache.total not in symbols and {cache.past, cache.sequence} <= set(symbols):

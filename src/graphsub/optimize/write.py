@@ -193,8 +193,9 @@ def root_import(c: Candidate, portfolio: Portfolio, original: Graph,
     """``(name, graph, file)`` of the import candidate ``c``'s steps start from: its base when that is an import
     (:func:`direct_import`), else its base's, and so on, as long as each candidate's steps begin with its base's (a
     derived candidate such as ``search+spelling`` carries the search's steps and its own); None otherwise. The
-    twin check (:func:`graphsub.optimize.twin.sized`) replays those steps on the import at other sizes; it had
-    refused every ``X+spelling`` of a decoder with a cache, whose base is no import (2026-11-30)."""
+    twin check (:func:`graphsub.optimize.twin.sized`) replays those steps on the import at other sizes, and the
+    replay, checked at every size, becomes the candidate; it had refused every ``X+spelling`` of a decoder with a
+    cache, whose base is no import (2026-11-30)."""
     by_name = {d.name: d for d in portfolio.candidates}
     seen: set[str] = set()
     while True:
