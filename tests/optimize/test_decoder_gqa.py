@@ -84,11 +84,17 @@ def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     # the decoder set's RotaryEmbedding first (q and k), then moved into GroupQueryAttention with it; the TorchScript
     # export's guard against fully masked rows (a row factor after the kernel) dropped: the kernel gives those rows 0
     kept = ["ort_gqa_kept_rows_packed_rotary"] if "_keep_" in rule else []
+    # the bias's causal mask left to the kernel (ort_gqa_causal_bias_*): nothing computes it any more
     ops = _check(src, [rule, "ort_rotary_half", "ort_rotary_half", "ort_gqa_rotary_kernel",
-                       "ort_gqa_packed_mm_rotary", *kept] * layers
+                       "ort_gqa_packed_mm_rotary", *kept, "ort_gqa_causal_bias_packed_rotary"] * layers
                  + [f"ort_rms_skip_{norm}"] * 2 * layers + [f"ort_rms_{norm}"], tmp_path)
     assert ops.count("GroupQueryAttention") == layers
     assert not {"ReduceSum", "Clip"} & set(ops)  # no row factor left to compute
+    assert not {"LessOrEqual", "And"} & set(ops)  # nor a causal mask
+    written = onnx.load(str(tmp_path / "gqa.onnx"))
+    made = {o: n.op_type for n in written.graph.node for o in n.output}
+    # the kernel's cos and sin are those of the angles, not of the angles twice (cat(freqs, freqs)) then halved
+    assert not any(made.get(n.input[0]) == "Concat" for n in written.graph.node if n.op_type in ("Cos", "Sin"))
     if kept:
         _compare_left_padded(src, tmp_path / "gqa.onnx")
     # one projection for q, k and v read whole by the kernel (no Split); the output, gate, up and down projections
@@ -98,7 +104,6 @@ def _llama(src: Path, rule: str, norm: str, tmp_path: Path) -> None:
     assert "Neg" not in ops and "Transpose" not in ops  # rotary inside (do_rotary); v read as the projection's rows
     # each kernel reads the past cache where it comes in: no copy of it (the TorchScript export's torch.cat of one
     # past key, folded by cleanup_concat_noop, also where the lengths are computed from its shape)
-    written = onnx.load(str(tmp_path / "gqa.onnx"))
     inputs = {i.name for i in written.graph.input}
     assert all(n.input[3] in inputs and n.input[4] in inputs
                for n in written.graph.node if n.op_type == "GroupQueryAttention")
@@ -127,7 +132,8 @@ def test_gpt2s_attention_with_its_cache_is_group_query_attention(exporter: str, 
     rule = "ort_gqa_batched_norep_qk_keep_ab" if exporter == "torchscript" else "ort_gqa_dynamo_norep_qk_ab"
     # each layer's two LayerNorms after a residual sum that is the next residual too, and the last one's
     kept = ["ort_gqa_kept_rows_packed"] if exporter == "torchscript" else []
-    expected = [rule, "ort_gqa_packed_split", *kept, "ort_skip_layernorm_sum", "ort_skip_layernorm_sum"] * layers
+    expected = [rule, "ort_gqa_packed_split", *kept, "ort_gqa_causal_bias_packed", "ort_skip_layernorm_sum",
+                "ort_skip_layernorm_sum"] * layers
     ops = _check(exported.path, [*expected, "ort_skip_layernorm"], tmp_path, "gpt2")
     assert ops.count("GroupQueryAttention") == layers and "Split" not in ops  # c_attn's output read whole
     assert ops.count("SkipLayerNormalization") == 2 * layers + 1 and "LayerNormalization" not in ops
@@ -166,3 +172,24 @@ def test_group_query_attention_takes_the_rotary_kernels_rotation_inside(llama_ts
     direct, steps = rewrite_everywhere(base, resolve_rules("attention"))  # the rotation moved in directly
     assert Counter(s.rule for s in steps)["ort_gqa_rotary"] == layers
     assert Counter(n.op for n in direct.nodes.values()) == ops
+
+
+def test_the_search_priced_by_onnxruntime_drops_the_causal_mask_it_cannot_price(llama_ts: Path) -> None:
+    """The import folds the causal mask into a constant, so no price sees its kernels: the search's result gets the
+    ``ort_gqa_causal_bias*`` rules after it (``unpriced``), at every layer, and only those; a result they do not
+    match is left as it is."""
+    from collections import Counter
+
+    from graphsub.optimize.sources.ort_search import unpriced
+    from graphsub.rules.library.gqa_bias import rules as bias_rules
+
+    bias = {r.name for r in bias_rules()}
+    base, _ = cleaned_start(load(llama_ts, generic=True))
+    searched, steps = rewrite_everywhere(base, [r for r in resolve_rules("decoder,attention") if r.name not in bias])
+    final, more = unpriced(searched, tuple(steps))
+    layers = sum(o.name.startswith("present.") for o in onnx.load(str(llama_ts)).graph.output) // 2
+    assert more[:len(steps)] == tuple(steps)
+    assert Counter(s.rule for s in more[len(steps):]) == {"ort_gqa_causal_bias_packed_rotary": layers}
+    assert not any(n.sig.attr.get("op_type") == "And" for n in final.nodes.values())
+    assert any(n.sig.attr.get("op_type") == "And" for n in searched.nodes.values())
+    assert unpriced(base, ()) == (base, ())  # no GroupQueryAttention: nothing to drop

@@ -67,12 +67,13 @@ def dim_of(ctx: OnnxExportCtx, value: str, axis: int) -> str:
 
 def token_rows(ctx: OnnxExportCtx, cos: str) -> str:
     """``arange(B*S)`` as (B, S) for ``cos`` (B, 1, S, ...) at run time: the position ids that make token (b, s) read
-    row ``b*S + s`` of a cache of each token's rows (see the module docstring)."""
-    batch, seq = dim_of(ctx, cos, 0), dim_of(ctx, cos, 2)  # every layer's the same, merged by onnxruntime's CSE
-    count = ctx.emit("Reshape", [ctx.emit("Mul", [batch, seq])[0], ctx.const(np.zeros(0, np.int64), "scalar_shape")])
+    row ``b*S + s`` of a cache of each token's rows (see the module docstring). Five kernels, every layer's the same
+    (merged by onnxruntime's common subexpression elimination)."""
+    dims = ctx.emit("Gather", [ctx.emit("Shape", [cos])[0], ctx.const(np.array([0, 2], np.int64), "batch_seq")],
+                    {"axis": 0})[0]
+    count = ctx.emit("ReduceProd", [dims], {"keepdims": 0})[0]
     zero, one = ctx.const(np.array(0, np.int64), "zero_i64"), ctx.const(np.array(1, np.int64), "one_i64")
-    ids = ctx.emit("Range", [zero, count[0], one])[0]
-    return ctx.emit("Reshape", [ids, ctx.emit("Concat", [batch, seq], {"axis": 0})[0]])[0]
+    return ctx.emit("Reshape", [ctx.emit("Range", [zero, count, one])[0], dims])[0]
 
 
 def _export(ctx: OnnxExportCtx, node: ExportNode) -> None:

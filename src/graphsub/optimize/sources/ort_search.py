@@ -25,8 +25,11 @@ does not take it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
+from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import DROP_EQSAT
 from graphsub.optimize.candidates import ORIGINAL
 from graphsub.optimize.sources.base import Context, Source, register
@@ -61,6 +64,21 @@ def compounds() -> tuple[tuple[Rule, ...], ...]:
     return ((*get_set("rows"), *follow),)
 
 
+def unpriced(graph: Graph, steps: tuple[Any, ...]) -> tuple[Graph, tuple[Any, ...]]:
+    """The search's result with the rules whose gain no price can see applied wherever they match: a decoder's
+    attention bias without the causal mask GroupQueryAttention applies itself (:mod:`graphsub.rules.library.gqa_bias`).
+    The import folds that mask into a constant at the imported sizes, so the graph the search prices has no kernel
+    computing it, where the written file computes it again from the lengths at every step (about fifteen kernels:
+    Ranges, Unsqueezes, a LessOrEqual, Ands); the rules only drop that work (exact: the kernel masks the same keys),
+    and the candidate is timed whole like any other."""
+    from graphsub.rules.everywhere import rewrite_everywhere
+    from graphsub.rules.library import gqa_bias
+    from graphsub.search.base import Step
+
+    out, more = rewrite_everywhere(graph, gqa_bias.rules())
+    return out, (*steps, *(Step(r.rule, r.nodes, math.nan) for r in more))
+
+
 def make(ctx: Context, seconds: float) -> None:
     """Add ``search-ort``: the ORT-priced search on the original for ``seconds`` (nothing when it changes nothing)."""
     from graphsub.optimize.candidates import Candidate, export_bytes
@@ -86,4 +104,5 @@ ORT_SEARCH = register(Source(NAME, make, turns=(25,), estimate_s=lambda ctx: ctx
                              min_s=ORT_SEARCH_MIN_S, drop=DROP_EQSAT, graphs=False, anytime=True,
                              label="the search priced by ORT's kernels"))
 
-__all__ = ["ALGO", "NAME", "ORT_SEARCH", "ORT_SEARCH_MIN_S", "PASS_RULE_SETS", "compounds", "make", "search_rules"]
+__all__ = ["ALGO", "NAME", "ORT_SEARCH", "ORT_SEARCH_MIN_S", "PASS_RULE_SETS", "compounds", "make", "search_rules",
+           "unpriced"]

@@ -432,11 +432,12 @@ def rules() -> list[Rule]:
     with its key/value cache as GroupQueryAttention (:mod:`graphsub.rules.library.gqa`), the rotary embedding moved
     into it (:mod:`graphsub.rules.library.gqa_rotary`), fed one packed projection
     (:mod:`graphsub.rules.library.gqa_packed`), and without the row factor of a fully masked row's guard
-    (:mod:`graphsub.rules.library.gqa_kept`)."""
-    from graphsub.rules.library import gqa, gqa_kept, gqa_packed, gqa_rotary
+    (:mod:`graphsub.rules.library.gqa_kept`), and its bias without the causal mask the kernel applies itself
+    (:mod:`graphsub.rules.library.gqa_bias`)."""
+    from graphsub.rules.library import gqa, gqa_bias, gqa_kept, gqa_packed, gqa_rotary
 
     return ([r for v in _VARIANTS for r in _mha_rule(v)] + gqa.rules() + gqa_rotary.rules() + gqa_packed.rules()
-            + gqa_kept.rules())
+            + gqa_kept.rules() + gqa_bias.rules())
 
 
 __all__ = ["rules"]

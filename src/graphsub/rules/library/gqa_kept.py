@@ -12,7 +12,9 @@ row's position --, so the product is ``y`` wherever ``keep`` is 1 on every row w
 The where-clause proves that of ``r`` and the bias ``ab`` from the graph: either ``ab = where(c, a, w)`` with ``w`` a
 scalar at or below float32's lowest and ``r`` a reshape of ``clip(reduce_sum(where(c, 1, 0), last axis), 0, 1)`` on
 the same ``c`` (what the clean-up writes: a row whose ``c`` is false everywhere has every logit masked, and ``r`` is 1
-on every other row), or both are weights and ``r`` is 1 on every row where ``ab`` keeps a key. One rule per kernel
+on every other row; ``ab`` may also be ``expand(where(x, a, w))`` with ``c = And(causal, x)``, the bias once
+:mod:`graphsub.rules.library.gqa_bias` left the causal mask to the kernel, which keeps the same keys), or both are
+weights and ``r`` is 1 on every row where ``ab`` keeps a key. One rule per kernel
 form: ``ms_gqa`` and ``ms_gqa_packed``, each with and without the rotary embedding inside. A row factor computed
 once per step then no longer runs in every layer, nor does the reduction behind it.
 """
@@ -28,6 +30,7 @@ from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
 from graphsub.ops.msft_gqa import OP, PACKED
 from graphsub.rules.apply import TargetBuilder
+from graphsub.rules.library.gqa_bias import causal_part
 from graphsub.rules.library.kit import Check, RuleFactory, ex
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue
@@ -97,6 +100,8 @@ def _kept_rows_of(g: Graph, ref: Ref) -> Ref | None:
 def _graph_form(m: MatchView) -> Check:
     g = m.graph
     ab = g.nodes[m["ab"].node]
+    if ab.sig.op == "expand":  # the bias's causal half left to the kernel (graphsub.rules.library.gqa_bias)
+        ab = g.nodes[ab.inputs[0].node]
     if ab.sig.op != "where":
         return f"the bias is a {ab.sig.op}, neither where(c, a, lowest) nor a weight"
     fill = _scalar(g, ab.inputs[2])
@@ -105,7 +110,11 @@ def _graph_form(m: MatchView) -> Check:
     kept = _kept_rows_of(g, _through_views(g, m["r"]))
     if kept is None:
         return "the row factor is not clip(reduce_sum(where(c, 1, 0), last axis), 0, 1)"
-    return kept == ab.inputs[0] or "the row factor reduces another condition than the bias's"
+    if kept == ab.inputs[0]:
+        return True
+    s, t = m.shape("ab")[2:]
+    return causal_part(g, kept, s, t, exact=True) == ab.inputs[0] or \
+        "the row factor reduces another condition than the bias's (or that and exactly the causal mask)"
 
 
 def _one_on_kept_rows(m: MatchView) -> Check:

@@ -14,7 +14,9 @@ rotates q and k (``do_rotary``), so the rotation's seven ops per projection and 
 where ``cos`` and ``sin`` (B, 1, S, hd) repeat their first half in their second, which ``rotate_half`` embeddings
 do (``emb = cat(freqs, freqs)``), and where the head size is a multiple of 16 (the only ones onnxruntime's kernel
 rotates): ``where`` proves it from the graph (elementwise maps and unsqueezes of a
-``concat(f, f)`` on the last axis; a weight is checked on its data). Examples are verified in float mode.
+``concat(f, f)`` on the last axis; a weight is checked on its data). The kernel's halves are then those maps on ``f``
+(:func:`first_half`: no concatenation and no slice of it run), or a weight's first half. Examples are verified in
+float mode.
 
 ``ort_gqa_rotary_kernel`` matches the same where q and k were rotated by onnxruntime's RotaryEmbedding already
 (``ms_rotary`` by halves, :mod:`graphsub.rules.library.rotary`, with one ``cos`` and ``sin``), so that the kernel's
@@ -41,6 +43,9 @@ from graphsub.rules.rule import Example, Rule
 #: ops that keep "the last axis repeats its first half" (elementwise maps, and views that keep the last axis)
 _KEEPS_HALVES = frozenset({"unsqueeze", "reshape", "expand", "cast", "neg", "identity"})
 _KEEPS_HALVES_ONNX = frozenset({"Cos", "Sin", "Cast", "Identity", "Unsqueeze"})
+#: ONNX ops that draw a new value each run: two of them on one input are not one value
+_RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                     "Bernoulli", "Dropout"})
 
 
 def _rope(p: PatternBuilder, var: str, tag: str) -> PValue:
@@ -91,6 +96,33 @@ def halves(g: Graph, ref: Ref, depth: int = 0) -> bool:
             g.type_of(node.inputs[0]).shape[-1:] == g.type_of(ref).shape[-1:]:
         return halves(g, node.inputs[0], depth + 1)
     return False
+
+
+def first_half(t: TargetBuilder, g: Graph, ref: Ref, half: int, depth: int = 0) -> Ref | None:
+    """The first ``half`` of ``ref``'s last axis computed without a slice, where ``ref`` is elementwise maps and
+    unsqueezes of ``concat(f, f)`` on the last axis (the exporters' ``cos(cat(freqs, freqs))``, which :func:`halves`
+    proves repeats its halves): the same maps on ``f``; None for any other ``ref`` (a weight: slice it)."""
+    node = g.nodes[ref.node]
+    op = node.sig.op
+    if op == "concat":
+        f = node.inputs[0] if len(node.inputs) == 2 and node.inputs[0] == node.inputs[1] else None
+        rank = g.type_of(ref).rank
+        return f if f is not None and node.sig.attr["axis"] in (-1, rank - 1) and \
+            g.type_of(f).shape[-1:] == (half,) else None
+    if depth >= 8 or len(node.inputs) != 1 or g.type_of(node.inputs[0]).shape[-1:] != g.type_of(ref).shape[-1:]:
+        return None
+    onnx_unary = op == "opaque" and node.sig.attr.get("op_type") in _KEEPS_HALVES_ONNX - {"Unsqueeze"} and \
+        tuple(node.sig.attr.get("input_slots", ())) == (0,) and not node.sig.attr.get("captures")
+    if op not in ("unsqueeze", "cast", "neg", "identity") and not onnx_unary:
+        return None
+    inner = first_half(t, g, node.inputs[0], half, depth + 1)
+    if inner is None:
+        return None
+    if not onnx_unary:
+        return t.copy(node, inner)
+    attrs = dict(node.sig.attrs)
+    ((shape, dtype),) = attrs["out_types"]
+    return t.op("opaque", inner, **(attrs | {"out_types": (((*tuple(shape)[:-1], half), dtype),)}))
 
 
 def _split(m: MatchView, tag: str) -> tuple[int, int, int, int] | None:
@@ -146,16 +178,20 @@ def _ok(m: MatchView) -> Check:
     return m.graph.type_of(m["cos"]).dtype == m.graph.type_of(m["Q"]).dtype or "cos is not q's type"
 
 
-def _same(g: Graph, a: Ref, b: Ref) -> bool:
-    """Whether ``a`` and ``b`` are one value: the same, one op with the same attributes on the same inputs (each
-    rotation's own slice of one cos), or weights of equal data."""
+def _same(g: Graph, a: Ref, b: Ref, depth: int = 0) -> bool:
+    """Whether ``a`` and ``b`` are one value: the same, one op with the same attributes on inputs that are one value
+    (each rotation's own slice of one cos, or its own maps of one angle: :func:`first_half`), or weights of equal
+    data."""
     if a == b:
         return True
     na, nb = g.nodes[a.node], g.nodes[b.node]
     if na.sig.op == "weight" == nb.sig.op:
         da, db = g.params.get(na.sig.attr["name"]), g.params.get(nb.sig.attr["name"])
         return da is not None and db is not None and bool(np.array_equal(da, db))
-    return a.index == b.index and na.sig == nb.sig and na.inputs == nb.inputs
+    if na.sig.op == "opaque" and na.sig.attr.get("op_type") in _RANDOM:
+        return False
+    return a.index == b.index and na.sig == nb.sig and len(na.inputs) == len(nb.inputs) and depth < 8 and \
+        all(_same(g, x, y, depth + 1) for x, y in zip(na.inputs, nb.inputs, strict=True))
 
 
 def _kernel_ok(m: MatchView) -> Check:
@@ -184,8 +220,13 @@ def _gqa_tgt(t: TargetBuilder, m: MatchView, q: tuple[int, int, int, int], nkv: 
 def _tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
     q, k = _heads(m, "q"), _heads(m, "k")
     assert q is not None and k is not None
-    half = dict(axes=(3,), starts=(0,), ends=(q[3] // 2,), steps=(1,))
-    return _gqa_tgt(t, m, q, k[2], t.slice(m.cos, **half), t.slice(m.sin, **half))
+    return _gqa_tgt(t, m, q, k[2], *(halved(t, m.graph, m[c], q[3] // 2) for c in ("cos", "sin")))
+
+
+def halved(t: TargetBuilder, g: Graph, ref: Ref, half: int) -> Ref:
+    """The first ``half`` of ``ref``'s last axis (rank 4): :func:`first_half`, else a slice."""
+    got = first_half(t, g, ref, half)
+    return got if got is not None else t.slice(ref, axes=(3,), starts=(0,), ends=(half,), steps=(1,))
 
 
 def _kernel_tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
@@ -238,4 +279,4 @@ def rules() -> list[Rule]:
                  [(_kernel_ok, "q and k rotated by RotaryEmbedding with one cos and sin of each token's halves")])]
 
 
-__all__ = ["halves", "rules"]
+__all__ = ["first_half", "halved", "halves", "rules"]

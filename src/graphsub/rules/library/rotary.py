@@ -32,7 +32,7 @@ import numpy as np
 from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library.gqa_rotary import halves
+from graphsub.rules.library.gqa_rotary import halved, halves
 from graphsub.rules.library.kit import Check, RuleFactory, ex
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue
@@ -152,9 +152,11 @@ def _target(interleaved: int) -> Callable[[TargetBuilder, MatchView], dict[str, 
     def tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
         axis = _heads_axis(m)
         hd = m.shape("x")[3]
-        own = dict(axes=(3,), starts=(0,), ends=(hd,), steps=(2,)) if interleaved else \
-            dict(axes=(3,), starts=(0,), ends=(hd // 2,), steps=(1,))
-        cos, sin = t.slice(m.cos, **own), t.slice(m.sin, **own)
+        if interleaved:
+            own = dict(axes=(3,), starts=(0,), ends=(hd,), steps=(2,))
+            cos, sin = t.slice(m.cos, **own), t.slice(m.sin, **own)
+        else:  # the halves as computed (cos of the angles, not of them twice then sliced) where the graph shows it
+            cos, sin = (halved(t, m.graph, m[c], hd // 2) for c in ("cos", "sin"))
         if axis == 1:
             return {"y": t.ms_rotary(m.x, cos, sin, interleaved=interleaved)}
         x, cos, sin = (t.transpose(v, perm=_SWAP) for v in (m.x, cos, sin))
