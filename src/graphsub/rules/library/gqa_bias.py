@@ -43,16 +43,41 @@ from graphsub.rules.rule import Example, Rule
 rule = RuleFactory("ort", "attention")
 
 #: the kernel's inputs before the bias, per form
-_HEADS = {OP: ("q", "k", "v"), PACKED: ("qkv",)}
+HEADS = {OP: ("q", "k", "v"), PACKED: ("qkv",)}
 #: And operands looked through, at most (the exporters nest two)
 _DEPTH = 4
 
 
+def gqa_node(p: PatternBuilder, op: str, rotary: bool) -> tuple[PValue, ...]:
+    """The kernel ``op`` (``ms_gqa`` or ``ms_gqa_packed``, with the rotary embedding inside or not) on variables
+    named as its inputs (``q``, ``k``, ``v`` or ``qkv``; ``pk``, ``pv``, ``ab``; ``cos``, ``sin``), node ``gqa``."""
+    extra = (p.var("cos"), p.var("sin")) if rotary else ()
+    return p.op_multi(op, *(p.var(n) for n in HEADS[op]), p.var("pk"), p.var("pv"), p.var("ab"), *extra,
+                      name="gqa", outputs=3)
+
+
+def gqa_call(t: TargetBuilder, m: MatchView, op: str, rotary: bool, bias: Ref) -> tuple[Ref, Ref, Ref]:
+    """:func:`gqa_node`'s kernel written again on the match's inputs with ``bias``."""
+    rest = (m["pk"], m["pv"], bias, *((m["cos"], m["sin"]) if rotary else ()))
+    y, pk, pv = t.op_multi(op, *(m[n] for n in HEADS[op]), *rest, **m.attrs("gqa"))
+    return y, pk, pv
+
+
+def gqa_types(op: str, rotary: bool, b: int, s: int, p: int, n: int, nkv: int, hd: int) -> dict[str, Any]:
+    """Example types of :func:`gqa_node`'s variables but the bias."""
+    types: dict[str, Any] = {"pk": (b, nkv, p, hd), "pv": (b, nkv, p, hd)}
+    if op == PACKED:
+        types["qkv"] = (b, s, (n + 2 * nkv) * hd)
+    else:
+        types |= {"q": (b, s, n * hd), "k": (b, s, nkv * hd), "v": (b, s, nkv * hd)}
+    if rotary:
+        types |= {"cos": (b, 1, s, hd // 2), "sin": (b, 1, s, hd // 2)}
+    return types
+
+
 def _src(op: str, rotary: bool) -> Callable[[PatternBuilder], dict[str, PValue]]:
     def src(p: PatternBuilder) -> dict[str, PValue]:
-        extra = (p.var("cos"), p.var("sin")) if rotary else ()
-        outs = p.op_multi(op, *(p.var(n) for n in _HEADS[op]), p.var("pk"), p.var("pv"), p.var("ab"), *extra,
-                          name="gqa", outputs=3)
+        outs = gqa_node(p, op, rotary)
         return {"y": outs[0], "present_k": outs[1], "present_v": outs[2]}
 
     return src
@@ -168,8 +193,7 @@ def _tgt(op: str, rotary: bool) -> Callable[[TargetBuilder, MatchView], dict[str
         if have != shape:  # broadcast up where it is 1 only: the written target reads no size it does not need
             have = (1,) * (len(shape) - len(have)) + have
             bias = t.expand(bias, shape=tuple(d if h == 1 and d != 1 else 1 for h, d in zip(have, shape, strict=True)))
-        rest = (m.pk, m.pv, bias, *((m.cos, m.sin) if rotary else ()))
-        y, pk, pv = t.op_multi(op, *(m[n] for n in _HEADS[op]), *rest, **m.attrs("gqa"))
+        y, pk, pv = gqa_call(t, m, op, rotary, bias)
         return {"y": y, "present_k": pk, "present_v": pv}
 
     return tgt
@@ -185,13 +209,7 @@ def _examples(op: str, rotary: bool) -> list[Example]:
     out = []
     for k, (b, s, p, n, nkv, hd) in enumerate(_CASES):
         t = p + s
-        types: dict[str, Any] = {"pk": (b, nkv, p, hd), "pv": (b, nkv, p, hd), "ab": ((b, 1, 1)[k], 1, s, t)}
-        if op == PACKED:
-            types["qkv"] = (b, s, (n + 2 * nkv) * hd)
-        else:
-            types |= {"q": (b, s, n * hd), "k": (b, s, nkv * hd), "v": (b, s, nkv * hd)}
-        if rotary:
-            types |= {"cos": (b, 1, s, hd // 2), "sin": (b, 1, s, hd // 2)}
+        types = gqa_types(op, rotary, b, s, p, n, nkv, hd) | {"ab": ((b, 1, 1)[k], 1, s, t)}
         ab = causal_bias(types["ab"][0], s, t, [-np.inf, float(np.finfo(np.float32).min), -1e4][k], k)
         out.append(ex(types, data={"ab": ab}, gqa={"num_heads": n, "kv_num_heads": nkv, "scale": [0.35, 0.5, 0.3][k]}))
     return out
@@ -214,4 +232,4 @@ def rules() -> list[Rule]:
     return [_rule(op, rotary) for op in (OP, PACKED) for rotary in (True, False)]
 
 
-__all__ = ["causal_part", "rules"]
+__all__ = ["HEADS", "causal_part", "gqa_call", "gqa_node", "gqa_types", "rules"]

@@ -22,7 +22,6 @@ once per step then no longer runs in every layer, nor does the reduction behind 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -30,7 +29,7 @@ from graphsub.ir.graph import Graph
 from graphsub.ir.node import Ref
 from graphsub.ops.msft_gqa import OP, PACKED
 from graphsub.rules.apply import TargetBuilder
-from graphsub.rules.library.gqa_bias import causal_part
+from graphsub.rules.library.gqa_bias import causal_part, gqa_call, gqa_node, gqa_types
 from graphsub.rules.library.kit import Check, RuleFactory, ex
 from graphsub.rules.match import MatchView
 from graphsub.rules.pattern import PatternBuilder, PValue
@@ -40,15 +39,11 @@ rule = RuleFactory("ort", "attention")
 
 #: a logit at or below this is masked by onnxruntime's kernel (float32's lowest; -inf too)
 _LOWEST = float(np.finfo(np.float32).min)
-#: the kernel's inputs before the bias, per form
-_HEADS = {OP: ("q", "k", "v"), PACKED: ("qkv",)}
 
 
 def _src(op: str, rotary: bool) -> Callable[[PatternBuilder], dict[str, PValue]]:
     def src(p: PatternBuilder) -> dict[str, PValue]:
-        extra = (p.var("cos"), p.var("sin")) if rotary else ()
-        outs = p.op_multi(op, *(p.var(n) for n in _HEADS[op]), p.var("pk"), p.var("pv"), p.var("ab"), *extra,
-                          name="gqa", outputs=3)
+        outs = gqa_node(p, op, rotary)
         return {"y": p.mul(outs[0], p.var("r"), name="keep"), "present_k": outs[1], "present_v": outs[2]}
 
     return src
@@ -56,8 +51,7 @@ def _src(op: str, rotary: bool) -> Callable[[PatternBuilder], dict[str, PValue]]
 
 def _tgt(op: str, rotary: bool) -> Callable[[TargetBuilder, MatchView], dict[str, Ref]]:
     def tgt(t: TargetBuilder, m: MatchView) -> dict[str, Ref]:
-        rest = [m[n] for n in ("pk", "pv", "ab", *(("cos", "sin") if rotary else ()))]
-        y, pk, pv = t.op_multi(op, *(m[n] for n in _HEADS[op]), *rest, **m.attrs("gqa"))
+        y, pk, pv = gqa_call(t, m, op, rotary, m["ab"])
         return {"y": y, "present_k": pk, "present_v": pv}
 
     return tgt
@@ -156,13 +150,7 @@ def _examples(op: str, rotary: bool) -> list[Example]:
         ab[0, 0, 0, :] = [_LOWEST, -np.inf, _LOWEST][k]  # a row masked entirely
         ab[-1, 0, -1, 0] = 0.0  # and one that keeps a key
         r = (ab.max(axis=-1) > _LOWEST).astype(np.float32).reshape(b, s, 1)
-        types: dict[str, Any] = {"pk": (b, nkv, p, hd), "pv": (b, nkv, p, hd), "ab": (b, 1, s, t), "r": (b, s, 1)}
-        if op == PACKED:
-            types["qkv"] = (b, s, (n + 2 * nkv) * hd)
-        else:
-            types |= {"q": (b, s, n * hd), "k": (b, s, nkv * hd), "v": (b, s, nkv * hd)}
-        if rotary:
-            types |= {"cos": (b, 1, s, hd // 2), "sin": (b, 1, s, hd // 2)}
+        types = gqa_types(op, rotary, b, s, p, n, nkv, hd) | {"ab": (b, 1, s, t), "r": (b, s, 1)}
         out.append(ex(types, data={"ab": ab, "r": r},
                       gqa={"num_heads": n, "kv_num_heads": nkv, "scale": [0.35, 0.5, 0.3][k]}))
     return out
