@@ -199,18 +199,3 @@ def test_near_misses_do_not_match() -> None:
     b = Builder("n")
     c = b.conv2d(b.input("x", (1, 3, 6, 6)), b.weight("w", (4, 3, 3, 3)))
     _no_match(b.build(b.hardswish(c)), "ort_conv_then_act")  # not a FusedConv activation
-
-
-def test_the_gelu_set_is_opt_in_and_searched_by_ort_kernels() -> None:
-    """The ``gelu`` set is the ort set's GELU rules (BiasGelu among them), opt-in, and the search priced by
-    onnxruntime's kernels takes it: onnxscript's BiasGelu, which onnxruntime's own fusions do not make after a Gemm
-    (ViT, Whisper), is a rule of graphsub's search too."""
-    from graphsub.optimize.sources.ort_search import PASS_RULE_SETS, compounds, search_rules
-
-    names = [r.name for r in get_set("gelu")]
-    assert {"ort_gelu_erf", "ort_bias_gelu", "ort_bias_ms_gelu", "ort_bias_fast_gelu"} <= set(names)
-    assert set(names) <= set(RULES) and all("gelu" in n for n in names)
-    assert not set(names) & {r.name for r in get_set("default")}
-    assert "gelu" in PASS_RULE_SETS and set(names) <= {r.name for r in search_rules([])}
-    # a compound move: writing the erf GELU as ms_gelu gains nothing alone (onnxruntime fuses it already)
-    assert [r.name for r in compounds()[-1]] == names

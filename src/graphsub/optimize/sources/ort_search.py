@@ -1,9 +1,8 @@
 """The ``search-ort`` source: graphsub's search priced by what onnxruntime runs (:mod:`graphsub.cost.ort_regions`,
 cost ``ort-kernels``), over the call's rules together with the rules that re-express the hand-written passes
-(``ort-spelling``, ``channels-first``, ``rows``: :mod:`graphsub.rules.library`), the ``decoder`` and ``gelu`` rules
-(a bias add folded into onnxruntime's BiasGelu) and the ``attention`` rules, which write the exporters' head-split
-attention as onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`; ``ort-spelling`` then packs
-one fed by projections of one input into its Attention, as onnxscript's fusion does).
+(``ort-spelling``, ``channels-first``, ``rows``: :mod:`graphsub.rules.library`) and the ``attention`` rules, which
+write the exporters' head-split attention as onnxruntime's MultiHeadAttention (:mod:`graphsub.rules.library.attention`;
+``ort-spelling`` then packs one fed by projections of one input into its Attention, as onnxscript's fusion does).
 
 The search is steepest descent (:mod:`graphsub.search.greedy`) with each step's rule taken wherever it pays
 (``batch``), and the ``rows`` set as a compound move (:func:`compounds`) tried when no single substitution pays:
@@ -41,10 +40,9 @@ NAME = "search-ort"
 #: every region new to the search costs a measurement, so it takes few expansions, each cheap once priced
 ALGO = "greedy"
 ORT_SEARCH_MIN_S = 2.0  # pricing the start alone takes a second or two on a transformer
-#: the rule sets that re-express the hand-written passes, the attention fusion, the decoder's kernels and the GELU's
-#: (BiasGelu: onnxscript's fusion, which onnxruntime's own does not make after a Gemm) -- added to the call's rules
-#: for this search
-PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention", "decoder", "gelu")
+#: the rule sets that re-express the hand-written passes, and the attention fusion (added to the call's rules for
+#: this search)
+PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention", "decoder")
 
 
 def search_rules(rules: Sequence[Rule]) -> list[Rule]:
@@ -59,13 +57,11 @@ def search_rules(rules: Sequence[Rule]) -> list[Rule]:
 
 def compounds() -> tuple[tuple[Rule, ...], ...]:
     """The search's compound moves: the ``rows`` set with the clean-up's reshape rules that collapse what it leaves
-    (its steps go uphill until the reshapes between two projections cancel, so no single step of it is taken), and
-    the ``gelu`` set (the exporters' erf GELU is onnxruntime's Gelu already, so writing it as ``ms_gelu`` gains
-    nothing by itself; only the next step, its bias add folded into BiasGelu, does)."""
+    (its steps go uphill until the reshapes between two projections cancel, so no single step of it is taken)."""
     from graphsub.rules.library import get_set
 
     follow = tuple(r for r in get_set("cleanup") if r.name in ("cpu_reshape_reshape", "cpu_reshape_noop"))
-    return (*get_set("rows"), *follow), tuple(get_set("gelu"))
+    return ((*get_set("rows"), *follow),)
 
 
 def unpriced(graph: Graph, steps: tuple[Any, ...]) -> tuple[Graph, tuple[Any, ...]]:

@@ -159,12 +159,6 @@ def _decoder() -> list[Rule]:
     return rms.rules() + ort.skip_layernorm_rules() + rotary.rules()
 
 
-def _gelu() -> list[Rule]:
-    from graphsub.rules.library import ort
-
-    return ort.gelu_rules()
-
-
 def _ort_spelling() -> list[Rule]:
     from graphsub.rules.library import ort_spelling
 
@@ -189,8 +183,6 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
     "decoder": ("a decoder LLM's RMSNorm spellings => onnxruntime's SimplifiedLayerNormalization and "
                 "SkipSimplifiedLayerNormalization, its residual LayerNorms => SkipLayerNormalization, its rotary "
                 "embeddings => RotaryEmbedding (the ort set's decoder rules)", _decoder),
-    "gelu": ("GELU spellings => onnxruntime's Gelu and FastGelu, a bias add before them => BiasGelu / FastGelu "
-             "with its bias (the ort set's GELU rules)", _gelu),
     "ort-spelling": ("spellings that steer onnxruntime's own fusions (applied and timed by optimize)",
                      _ort_spelling),
     "channels-first": ("channels-last MLPs between convolutions written channels-first, MatMuls as 1x1 convolutions "
@@ -204,7 +196,7 @@ SETS: dict[str, tuple[str, Callable[..., list[Rule]]]] = {
 GENERATED_JSON = Path(__file__).with_name("generated.json.gz")
 _PB_SETS = frozenset({"taso-pb", "taso151", "ocggs157", "ocggs157-faithful"})
 #: sets whose rules produce non-standard (com.microsoft) ops: never part of ``default``
-_OPT_IN = frozenset({"ort", "attention", "decoder", "gelu"})
+_OPT_IN = frozenset({"ort", "attention", "decoder"})
 #: sets left out of ``default``
 _NOT_DEFAULT = _OPT_IN | {"generated", "ort-spelling", "channels-first", "rows"}
 

@@ -319,9 +319,7 @@ def _bias_gelu(name: str, gelu: Callable[[PatternBuilder, PValue], PValue], targ
                 [_BIAS_WHERE])
 
 
-def gelu_rules() -> list[Rule]:
-    """The GELU spellings as onnxruntime's Gelu and FastGelu, and a bias add before them folded into BiasGelu /
-    FastGelu (the ``gelu`` set)."""
+def _gelu_rules() -> list[Rule]:
     return [
         rule("ort_gelu_erf", "PyTorch nn.GELU export, (x * (erf(x / sqrt2) + 1)) * 0.5, is onnxruntime's Gelu.",
              _gelu_src(False), lambda t, m: {"y": t.ms_gelu(m.x)}, _gelu_examples(((), (1,), (1, 1))),
@@ -440,7 +438,7 @@ def skip_layernorm_rules() -> list[Rule]:
 
 def rules() -> list[Rule]:
     """The ``ort`` rule set (see the module docstring)."""
-    return [*_conv_rules(False), *_conv_rules(True), *_matmul_rules(), *gelu_rules(),
+    return [*_conv_rules(False), *_conv_rules(True), *_matmul_rules(), *_gelu_rules(),
             *skip_layernorm_rules(), *attention.rules(), *rms.rules(), *rotary.rules()]
 
 
