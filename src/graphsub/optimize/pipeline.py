@@ -565,7 +565,7 @@ def _ort_search_fn(rule_list: Sequence[Rule], st: _Settings, cleanup: bool) -> A
         model = get_model("ort-kernels", threads=st.threads, progress=False)
         params = {"batch": True, "compounds": compounds()} if algo == "greedy" else {}
         found = _search_fn(search_rules(rule_list), model, st, cleanup, params)(g, budget_s, algo)
-        best, steps = unfused(*found, model)
+        best, steps = unfused(found[0], found[1], model)
         return unpriced(best, steps) if steps else (best, steps)
 
     return fn
