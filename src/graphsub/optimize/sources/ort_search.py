@@ -46,8 +46,10 @@ PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention", "decode
 
 
 #: the ``ort-spelling`` rules of :func:`unfused`: a residual sum before a LayerNorm written so that onnxruntime
-#: keeps the two kernels
-UNFUSED_SKIP = ("ortsp_ln_sum", "ortsp_unfuse_skip_layernorm")
+#: keeps the two kernels (post-LN, BERT's). Not the ``_sum`` ones, which undo the pre-LN fusion that keeps the sum
+#: as an output: that one onnxruntime does not make itself, and GPT-2's decode steps gain by it
+UNFUSED_SKIP = ("ortsp_ln_sum", "ortsp_ln_sum_nobeta", "ortsp_unfuse_skip_layernorm",
+                "ortsp_unfuse_skip_layernorm_nobeta", "ortsp_unfuse_skip_layernorm_bias")
 
 
 def search_rules(rules: Sequence[Rule]) -> list[Rule]:
@@ -71,7 +73,7 @@ def compounds() -> tuple[tuple[Rule, ...], ...]:
 
 def unfused(graph: Graph, steps: tuple[Any, ...], model: Any) -> tuple[Graph, tuple[Any, ...]]:
     """The search's result with its residual sums before a LayerNormalization spelled so that onnxruntime keeps the
-    two kernels (``ortsp_ln_sum*``, ``ortsp_unfuse_skip_layernorm*``: no SkipLayerNormalization), when the whole
+    two kernels (:data:`UNFUSED_SKIP`: no SkipLayerNormalization), when the whole
     graph as onnxruntime runs it is priced cheaper that way (``model.graph_cost``, more than its resolution).
 
     A region's price favours the fused kernel and the whole model's does not, so the search takes the fusion step
@@ -83,7 +85,7 @@ def unfused(graph: Graph, steps: tuple[Any, ...], model: Any) -> tuple[Graph, tu
     from graphsub.rules.library import get_set
     from graphsub.search.base import Step
 
-    rules = [r for r in get_set("ort-spelling") if r.name.startswith(UNFUSED_SKIP)]
+    rules = [r for r in get_set("ort-spelling") if r.name in UNFUSED_SKIP]
     out, more = rewrite_everywhere(graph, rules)
     if not more:
         return graph, steps
