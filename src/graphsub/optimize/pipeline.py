@@ -555,17 +555,15 @@ def _ort_search_s(cfg: OptimizeConfig) -> float:
 
 def _ort_search_fn(rule_list: Sequence[Rule], st: _Settings, cleanup: bool) -> Any:
     """The ``search-ort`` source's search (:mod:`graphsub.optimize.sources.ort_search`): the call's rules and the
-    passes' rules, priced by ``ort-kernels``, greedy with its compound moves, then the unfused residual LayerNorms
-    where the whole graph's price prefers them (``unfused``) and the rules no price sees (``unpriced``); its cost
-    model made when it first runs."""
+    passes' rules, priced by ``ort-kernels``, greedy with its compound moves, then the rules no price sees
+    (``unpriced``); its cost model made when it first runs."""
     from graphsub.cost import get_model
-    from graphsub.optimize.sources.ort_search import compounds, search_rules, unfused, unpriced
+    from graphsub.optimize.sources.ort_search import compounds, search_rules, unpriced
 
     def fn(g: Graph, budget_s: float, algo: str) -> tuple[Graph, tuple[Any, ...]]:
         model = get_model("ort-kernels", threads=st.threads, progress=False)
         params = {"batch": True, "compounds": compounds()} if algo == "greedy" else {}
-        found = _search_fn(search_rules(rule_list), model, st, cleanup, params)(g, budget_s, algo)
-        best, steps = unfused(found[0], found[1], model)
+        best, steps = _search_fn(search_rules(rule_list), model, st, cleanup, params)(g, budget_s, algo)
         return unpriced(best, steps) if steps else (best, steps)
 
     return fn

@@ -45,13 +45,6 @@ ORT_SEARCH_MIN_S = 2.0  # pricing the start alone takes a second or two on a tra
 PASS_RULE_SETS = ("ort-spelling", "channels-first", "rows", "attention", "decoder")
 
 
-#: the ``ort-spelling`` rules of :func:`unfused`: a residual sum before a LayerNorm written so that onnxruntime
-#: keeps the two kernels (post-LN, BERT's). Not the ``_sum`` ones, which undo the pre-LN fusion that keeps the sum
-#: as an output: that one onnxruntime does not make itself, and GPT-2's decode steps gain by it
-UNFUSED_SKIP = ("ortsp_ln_sum", "ortsp_ln_sum_nobeta", "ortsp_unfuse_skip_layernorm",
-                "ortsp_unfuse_skip_layernorm_nobeta", "ortsp_unfuse_skip_layernorm_bias")
-
-
 def search_rules(rules: Sequence[Rule]) -> list[Rule]:
     """``rules`` and the rules of :data:`PASS_RULE_SETS` (a rule in both, once)."""
     from graphsub.rules.library import resolve_rules
@@ -69,33 +62,6 @@ def compounds() -> tuple[tuple[Rule, ...], ...]:
 
     follow = tuple(r for r in get_set("cleanup") if r.name in ("cpu_reshape_reshape", "cpu_reshape_noop"))
     return ((*get_set("rows"), *follow),)
-
-
-def unfused(graph: Graph, steps: tuple[Any, ...], model: Any) -> tuple[Graph, tuple[Any, ...]]:
-    """The search's result with its residual sums before a LayerNormalization spelled so that onnxruntime keeps the
-    two kernels (:data:`UNFUSED_SKIP`: no SkipLayerNormalization), when the whole
-    graph as onnxruntime runs it is priced cheaper that way (``model.graph_cost``, more than its resolution).
-
-    A region's price favours the fused kernel and the whole model's does not, so the search takes the fusion step
-    by step and no single step back pays: on BERT (TorchScript, batch 1, 2 threads) search-ort's output ran 8.32 ms
-    a run with its eight SkipLayerNormalizations and 7.81 ms without them (6 alternating fresh sessions each), and
-    the whole-graph price agreed (6.84 against 6.89 ms). It is one move priced once, after the search (whose greedy
-    descent ends at its budget, before any compound move is tried on such a model)."""
-    from graphsub.rules.everywhere import rewrite_everywhere
-    from graphsub.rules.library import get_set
-    from graphsub.search.base import Step
-
-    rules = [r for r in get_set("ort-spelling") if r.name in UNFUSED_SKIP]
-    out, more = rewrite_everywhere(graph, rules)
-    if not more:
-        return graph, steps
-    try:
-        gain = model.scalar(model.graph_cost(graph)) - model.scalar(model.graph_cost(out))
-    except Exception:  # a whole graph the pricer cannot run: keep the search's result as it is
-        return graph, steps
-    if gain <= getattr(model, "resolution", 0.0):
-        return graph, steps
-    return out, (*steps, *(Step(r.rule, r.nodes, math.nan) for r in more))
 
 
 def unpriced(graph: Graph, steps: tuple[Any, ...]) -> tuple[Graph, tuple[Any, ...]]:
@@ -138,5 +104,5 @@ ORT_SEARCH = register(Source(NAME, make, turns=(25,), estimate_s=lambda ctx: ctx
                              min_s=ORT_SEARCH_MIN_S, drop=DROP_EQSAT, graphs=False, anytime=True,
                              label="the search priced by ORT's kernels"))
 
-__all__ = ["ALGO", "NAME", "ORT_SEARCH", "ORT_SEARCH_MIN_S", "PASS_RULE_SETS", "UNFUSED_SKIP", "compounds", "make",
-           "search_rules", "unfused", "unpriced"]
+__all__ = ["ALGO", "NAME", "ORT_SEARCH", "ORT_SEARCH_MIN_S", "PASS_RULE_SETS", "compounds", "make", "search_rules",
+           "unpriced"]
