@@ -76,12 +76,12 @@ def _model(arch: str, exporter: str = "torchscript", batch: int = 1) -> SuiteMod
 
 
 def test_select_by_half() -> None:
-    suite = [_model("bert"), _model("resnet50"), _model("llama"), _model("densenet121")]
+    suite = [_model("bert"), _model("resnet50"), _model("opt"), _model("densenet121")]
     assert [m.half for m in suite] == ["development", "development", "held-out", "held-out"]
-    assert [m.id for m in select(None, suite, "held-out")] == ["llama.ts.b1", "densenet121.ts.b1"]
+    assert [m.id for m in select(None, suite, "held-out")] == ["opt.ts.b1", "densenet121.ts.b1"]
     assert [m.id for m in select(None, suite, "development")] == ["bert.ts.b1", "resnet50.ts.b1"]
-    assert [m.id for m in select(["*.b1"], suite, "held-out")] == ["llama.ts.b1", "densenet121.ts.b1"]
-    assert select(["llama"], suite, "held-out")[0].meta["half"] == "held-out"
+    assert [m.id for m in select(["*.b1"], suite, "held-out")] == ["opt.ts.b1", "densenet121.ts.b1"]
+    assert select(["opt"], suite, "held-out")[0].meta["half"] == "held-out"
     with pytest.raises(GraphsubError, match="held-out half"):
         select(["bert"], suite, "held-out")
     with pytest.raises(GraphsubError, match="unknown half"):
@@ -95,14 +95,14 @@ def _entry(m: SuiteModel) -> dict[str, Any]:
 
 
 def test_cli_half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    models = [_model("bert"), _model("llama")]
+    models = [_model("bert"), _model("opt")]
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 2, "models": [_entry(m) for m in models],
                                                         "failures": []}))
     monkeypatch.setenv("GRAPHSUB_SUITE_DIR", str(tmp_path))
     assert [m.half for m in load_suite()] == ["development", "held-out"]
     r = CliRunner().invoke(app, ["bench", "suite", "--half", "held-out", "--dry-run", "--json"])
     assert r.exit_code == 0, r.output
-    assert [row["model"] for row in json.loads(r.stdout)] == ["llama.ts.b1"]
+    assert [row["model"] for row in json.loads(r.stdout)] == ["opt.ts.b1"]
     r = CliRunner().invoke(app, ["bench", "suite", "--half", "dev", "--dry-run", "--json"])
     assert r.exit_code == 2 and "unknown half" in r.output
 

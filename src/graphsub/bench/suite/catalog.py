@@ -38,7 +38,7 @@ This module imports neither torch nor transformers: building imports :mod:`.expo
 {'name': 'input_ids', 'dtype': 'int64', 'shape': [8, 128], 'low': 0, 'high': 30522}
 >>> model_id("bert", "torchscript", 8)
 'bert.ts.b8'
->>> ARCHITECTURES["llama"].family, half("llama"), half("bert")
+>>> ARCHITECTURES["opt"].family, half("opt"), half("bert")
 ('transformer', 'held-out', 'development')
 """
 
