@@ -187,14 +187,18 @@ def leaders(portfolio: Portfolio, limit: int = 2, lean_share: float = 0.9) -> li
     rounds put onnxslim first at 1.13x and onnxsim second, both running about the original's kernels; the search
     priced by onnxruntime's kernels, 1.08x there and 1.39x in the screening, was not among the two leaders, and it
     confirmed at 1.24x when it was the only one.) The order does not change what each confirmation risks: each
-    leader is decided at ``alpha / k`` whatever its place."""
+    leader is decided at ``alpha / k`` whatever its place. At most ``limit - 1`` lean ones go first, so the fastest
+    is a leader too, and a lean leader confirmed faster does not end the confirmations while the fastest is left
+    (:func:`graphsub.optimize.race.race`): fewer kernels is not always faster -- BERT runs its residual LayerNorms
+    fused into onnxruntime's SkipLayerNormalization, fewer kernels, slower than unfused (2026-11-30: the lean
+    search-ort confirmed at 1.07-1.12x and was kept, where the unfused candidates had led the rounds at 1.15-1.26x)."""
     timed = sorted((c for c in portfolio.distinct if c.verified and c.speedup is not None and c.speedup > 1.0),
                    key=lambda c: -(c.speedup or 0.0))
     if not timed:
         return []
     top = timed[0]
     lean = sorted((c for c in timed[1:] if top.kernels and 0 < c.kernels <= lean_share * top.kernels
-                   and _tied(top, c)), key=lambda c: c.kernels)
+                   and _tied(top, c)), key=lambda c: c.kernels)[:max(0, limit - 1)]
     return (lean + [c for c in timed if c not in lean])[:limit]
 
 

@@ -17,7 +17,7 @@ sessions, its confirmation sessions and its clock, which must be the deadline's 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from graphsub.deadline import NO_DEADLINE, Deadline
@@ -36,7 +36,8 @@ FINALISTS = 5
 #: at most this many leaders are confirmed (each at ``alpha / CONFIRM``) before the original is kept
 CONFIRM = 2
 #: a model slower than this (ms a run) gets fewer finalists (the time to result); its second leader is confirmed only
-#: where the first is not, as any model's: the side-by-side rounds of a slow model are few and noisy, so its leader
+#: where the first is not (or went first for its fewer kernels), as any model's:
+#: the side-by-side rounds of a slow model are few and noisy, so its leader
 #: is often not the fastest (the 1 B decoder, 2026-11-30: onnxscript led them at 1.14x and confirmed at 0.97x, while
 #: the search priced by ORT's kernels, 1.12x there and 1.29x screened alone, was never confirmed)
 SLOW_MS = 50.0
@@ -176,7 +177,7 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
         return len(rounds[pf.ORIGINAL]) < 5
     cut = len(rounds[pf.ORIGINAL]) < 5
     leaders = pf.leaders(port, CONFIRM, LEAN_SHARE)
-    for c in leaders:  # fresh session groups with an A/A control: the pick's luck does not count
+    for i, c in enumerate(leaders):  # fresh session groups with an A/A control: the pick's luck does not count
         original, candidate = decide.session_makers(source, c.data, feeds, threads=st.threads, provider=st.provider,
                                                     timers=tm)
         rounds_ = decide.measure(original, candidate, budget_ms=budget_ms, clock=tm.clock, stop=stop)
@@ -191,9 +192,15 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
                 break
         if v.faster and st.guard is not None and _slower_elsewhere(port, c, source, st, budget_ms, tm, stop):
             continue
-        if v.faster:
-            break
+        if v.faster and not _faster_later(c, leaders[i + 1:]):
+            break  # else a lean leader went first: the fastest is confirmed too, and choose() takes the better
     return cut
+
+
+def _faster_later(c: Any, later: Sequence[Any]) -> bool:
+    """Whether a leader after ``c`` led the side-by-side rounds ahead of it (``c`` went first for its fewer kernels:
+    :func:`graphsub.optimize.portfolio.leaders`)."""
+    return any((d.speedup or 0.0) > (c.speedup or 0.0) for d in later)
 
 
 def _screen_alone(port: Any, timed: list[Any], models: Mapping[str, bytes | str], feeds: dict[str, Any],
