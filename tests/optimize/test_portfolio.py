@@ -371,6 +371,8 @@ def test_a_lean_candidate_the_rounds_cannot_tell_apart_is_confirmed_first() -> N
     assert [c.name for c in leaders(Portfolio([noisy, heavy, other]), 2)] == ["peer", "search-ort"]
     unread = cand("search-ort", lean.rounds_ms, 0)  # kernels not read: the rounds' order
     assert [c.name for c in leaders(Portfolio([noisy, unread, other]), 2)] == ["peer", "search-ort"]
+    far = cand("search-ort", [2.9, 3.0, 2.7, 3.0, 2.5], 90)  # tied by the sign test, but 1.03x against 1.15x
+    assert [c.name for c in leaders(Portfolio([noisy, far, other]), 2)] == ["peer", "peer2"]
     # two lean ones tie with the fastest: one goes first, and the fastest is still a leader
     lean2 = cand("peer2", [2.6, 2.8, 2.7, 2.6, 2.7], 80)
     assert [c.name for c in leaders(Portfolio([noisy, lean, lean2]), 2)] == ["peer2", "peer"]
@@ -407,7 +409,7 @@ def test_a_lean_leader_confirmed_faster_does_not_end_the_confirmations_while_the
     def relus_in(model: bytes | str) -> int:
         return 2 if isinstance(model, str) else len(onnx.load_from_string(model).graph.node)
 
-    side_ms = {2: [10.0], 1: [8.0], 3: [6.0, 9.5, 6.5, 9.0, 7.0, 9.2, 6.2]}  # 3 relus: fastest, but tied with 1
+    side_ms = {2: [10.0], 1: [8.0], 3: [7.7, 8.2]}  # 3 relus: fastest in the rounds, tied with 1, within 5%
     paired_ms = {2: 10.0, 1: 8.0, 3: 6.0}
 
     def side(model: bytes | str, feeds: object, **kw: Any) -> Session:
