@@ -91,6 +91,19 @@ def test_a_second_run_resumes(suite_run: tuple[Path, Path, dict[str, object]]) -
     assert (tmp / "suite.jsonl").read_text() == before and "leftovers" in r.stdout
 
 
+def test_a_suite_results_file_is_reported_by_the_suites_tables(suite_run: tuple[Path, Path, dict[str, object]],
+                                                               tmp_path: Path) -> None:
+    """``graphsub bench RESULTS.jsonl`` on a suite run's records writes the suite's table (it ended in an internal
+    error: the grid's tables read fields a suite record does not have)."""
+    tmp, _, _ = suite_run
+    r = CliRunner().invoke(app, ["bench", str(tmp / "suite.jsonl"), "--out", str(tmp_path), "--name", "again",
+                                 "--no-plots", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["models"] == 1 and Path(doc["report"]["markdown"]) == tmp_path / "again.md"
+    assert "onnxslim" in (tmp_path / "again.md").read_text()
+
+
 def test_a_wrong_output_is_reported_and_never_timed(suite_run: tuple[Path, Path, dict[str, object]],
                                                    tmp_path: Path) -> None:
     _, model, _ = suite_run

@@ -258,8 +258,18 @@ def _summarize_file(path: Path, out_dir: Path | None, name: str | None, plots: b
 
     if not path.is_file():
         fail(Exit.USAGE, f"no results file {path}", as_json)
-    files = write_summary(path, out_dir, name, plots=plots)
     records = load_records(path)
+    if records and all("tools" in r for r in records):  # a suite run's records: the suite's tables
+        from graphsub.bench.suite.table import write_tables
+
+        tables = write_tables(records, out_dir or path.parent, name or path.stem, plots=plots)
+        if as_json:
+            print(json.dumps({"results": str(path), "models": len(records), "report": tables}, indent=2,
+                             default=str))
+        else:
+            out.print(f"{path.name}: {len(records)} suite models; table: {tables['markdown']}")
+        return
+    files = write_summary(path, out_dir, name, plots=plots)
     rows = summarize(records)
     if preset is None:
         if as_json:
