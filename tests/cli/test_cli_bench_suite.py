@@ -96,12 +96,13 @@ def test_a_suite_results_file_is_reported_by_the_suites_tables(suite_run: tuple[
     """``graphsub bench RESULTS.jsonl`` on a suite run's records writes the suite's table (it ended in an internal
     error: the grid's tables read fields a suite record does not have)."""
     tmp, _, _ = suite_run
-    r = CliRunner().invoke(app, ["bench", str(tmp / "suite.jsonl"), "--out", str(tmp_path), "--name", "again",
+    where = tmp_path / "new"  # a folder that does not exist yet
+    r = CliRunner().invoke(app, ["bench", str(tmp / "suite.jsonl"), "--out", str(where), "--name", "again",
                                  "--no-plots", "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["models"] == 1 and Path(doc["report"]["markdown"]) == tmp_path / "again.md"
-    assert "onnxslim" in (tmp_path / "again.md").read_text()
+    assert doc["models"] == 1 and Path(doc["report"]["markdown"]) == where / "again.md"
+    assert "onnxslim" in (where / "again.md").read_text()
 
 
 def test_a_wrong_output_is_reported_and_never_timed(suite_run: tuple[Path, Path, dict[str, object]],

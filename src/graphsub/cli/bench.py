@@ -262,7 +262,9 @@ def _summarize_file(path: Path, out_dir: Path | None, name: str | None, plots: b
     if records and all("tools" in r for r in records):  # a suite run's records: the suite's tables
         from graphsub.bench.suite.table import write_tables
 
-        tables = write_tables(records, out_dir or path.parent, name or path.stem, plots=plots)
+        where = out_dir or path.parent
+        where.mkdir(parents=True, exist_ok=True)
+        tables = write_tables(records, where, name or path.stem, plots=plots)
         if as_json:
             print(json.dumps({"results": str(path), "models": len(records), "report": tables}, indent=2,
                              default=str))
