@@ -190,8 +190,8 @@ def leaders(portfolio: Portfolio, limit: int = 2, lean_share: float = 0.9) -> li
     worth confirming (at most ``limit``): fastest first, except that a candidate the rounds cannot tell from the
     fastest (:func:`_tied`) and that onnxruntime runs with at most ``lean_share`` of the fastest's kernels goes
     before it (fewest kernels first), if its speedup there is within :data:`LEAN_WITHIN` of the fastest's. The
-    rounds of a model that runs in a few milliseconds are few and noisy; fewer
-    kernels is a reason to be faster that the noise does not have. (GPT-2's decode step, 3 ms, 2026-11-30: five
+    rounds of a model that runs in a few milliseconds are few and noisy; fewer kernels is a reason to be faster that
+    the noise does not have. (GPT-2's decode step, 3 ms, 2026-11-30: five
     rounds put onnxslim first at 1.13x and onnxsim second, both running about the original's kernels; the search
     priced by onnxruntime's kernels, 1.08x there and 1.39x in the screening, was not among the two leaders, and it
     confirmed at 1.24x when it was the only one.) The order does not change what each confirmation risks: each

@@ -36,10 +36,10 @@ FINALISTS = 5
 #: at most this many leaders are confirmed (each at ``alpha / CONFIRM``) before the original is kept
 CONFIRM = 2
 #: a model slower than this (ms a run) gets fewer finalists (the time to result); its second leader is confirmed only
-#: where the first is not (or went first for its fewer kernels), as any model's:
-#: the side-by-side rounds of a slow model are few and noisy, so its leader
-#: is often not the fastest (the 1 B decoder, 2026-11-30: onnxscript led them at 1.14x and confirmed at 0.97x, while
-#: the search priced by ORT's kernels, 1.12x there and 1.29x screened alone, was never confirmed)
+#: where the first is not (or went first for its fewer kernels), as any model's: the side-by-side rounds of a slow
+#: model are few and noisy, so its leader is often not the fastest (the 1 B decoder, 2026-11-30: onnxscript led them
+#: at 1.14x and confirmed at 0.97x, while the search priced by ORT's kernels, 1.12x there and 1.29x screened alone,
+#: was never confirmed)
 SLOW_MS = 50.0
 #: a candidate the screening leaves out still runs side by side when onnxruntime's graph of it has at most this share
 #: of the original's kernels (the :data:`LEAN_PICKS` leanest such ones)
