@@ -8,7 +8,8 @@ anew against the original in fresh session groups with an A/A control, and decid
 (:func:`graphsub.optimize.decide.compare`); only a leader it declares faster may be chosen. With ``k`` leaders
 each gets ``alpha / k``, so that a portfolio of candidates no faster than the original is declared faster at most
 ``alpha`` of the time. Every round fits in what is left before the deadline, and the side-by-side rounds leave the
-leader the time of its confirmation (:func:`graphsub.optimize.budget.confirm_reserve_s`).
+leaders the time of their confirmations (:func:`graphsub.optimize.budget.confirm_reserve_s`), the first leader's
+extra session groups leaving the second its minimum (:func:`_leaving`).
 
 All of it is measured through one :class:`~graphsub.optimize.timing.Timers` (the ``timers`` argument): its
 sessions, its confirmation sessions and its clock, which must be the deadline's clock.
@@ -112,16 +113,22 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
     run_s = 0.0  # one run of the original, once the screening measured it
 
     def keeping(n_models: int, sessions: bool = False) -> Callable[[float], bool]:
-        """Rounds of ``n_models`` (their sessions first, ``sessions``) keep the time of the leader's confirmation, its
-        blocks as long as the last round's share of a model (before a session: the timing budget, or one run when
-        that is longer), its sessions at the rate this process measured (:func:`session_s_per_mb`). Before a
-        session, ``need_s`` is twice the last session's time, not a round's: as a block's length it had made the
-        100 M decoder's reserve 135 s of the 93 s left, and no candidate's session was made (2026-11-30)."""
+        """Rounds of ``n_models`` (their sessions first, ``sessions``) keep the time of the leaders' confirmations
+        (one per candidate, at most :data:`CONFIRM`), their blocks as long as the last round's share of a model
+        (before a session: the timing budget, or one run when that is longer), their sessions at the rate this process
+        measured (:func:`session_s_per_mb`). Before a session, ``need_s`` is twice the last session's time, not a
+        round's: as a block's length it had made the 100 M decoder's reserve 135 s of the 93 s left, and no
+        candidate's session was made (2026-11-30). The second leader's time is kept too: with one confirmation
+        kept, BERT's default (15 candidates, 93 s) confirmed its first leader in five groups and had two left for
+        the second, the fastest in the rounds, which then decided nothing (2026-11-30, ``lean_within``)."""
+        confirms = max(1, min(CONFIRM, n_models - 1))
+
         def check(need_s: float) -> bool:
             if need_s <= 0:
                 return stop(0.0)
             side_s = max(run_s if sessions else need_s / n_models, budget_ms / 1000.0)
-            return stop(need_s + confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS, session_s_per_mb()))
+            return stop(need_s + confirms * confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS,
+                                                              session_s_per_mb()))
 
         return check
 
@@ -177,10 +184,14 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
         return len(rounds[pf.ORIGINAL]) < 5
     cut = len(rounds[pf.ORIGINAL]) < 5
     leaders = pf.leaders(port, CONFIRM, LEAN_SHARE)
+    side_s = max(run_s, budget_ms / 1000.0)
     for i, c in enumerate(leaders):  # fresh session groups with an A/A control: the pick's luck does not count
         original, candidate = decide.session_makers(source, c.data, feeds, threads=st.threads, provider=st.provider,
                                                     timers=tm)
-        rounds_ = decide.measure(original, candidate, budget_ms=budget_ms, clock=tm.clock, stop=stop)
+        later_s = sum(confirm_reserve_s(source, d.data, side_s, decide.MIN_GROUPS, session_s_per_mb())
+                      for d in leaders[i + 1:])
+        rounds_ = decide.measure(original, candidate, budget_ms=budget_ms, clock=tm.clock,
+                                 stop=_leaving(stop, later_s))
         v = decide.verdict(rounds_, min_speedup=st.min_speedup, alpha=decide.ALPHA / len(leaders))
         pf.record_confirmation(port, c, v)
         if rounds_.groups < decide.GROUPS:  # the deadline cut it (a group starts only while one fits)
@@ -188,13 +199,32 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
             if rounds_.groups < decide.MIN_GROUPS:
                 port.notes.append(f"{c.name}: confirmation cut to {rounds_.groups} session group(s) by the budget; "
                                   "not confirmed")
-            if not v.faster:  # no time for the next leader's
+            if not v.faster and (later_s == 0.0 or stop(later_s)):  # no time for the next leader's
                 break
         if v.faster and st.guard is not None and _slower_elsewhere(port, c, source, st, budget_ms, tm, stop):
             continue
         if v.faster and not _faster_later(c, leaders[i + 1:]):
             break  # else a lean leader went first: the fastest is confirmed too, and choose() takes the better
     return cut
+
+
+def _leaving(stop: Callable[[float], bool], later_s: float) -> Callable[[float], bool]:
+    """``stop`` for a confirmation's session groups that, once :data:`~graphsub.optimize.decide.MIN_GROUPS` of them
+    are done, starts another only while ``later_s`` more seconds are left (the later leaders' confirmations at
+    their minimum): the first leader's extra groups do not take the time the second needs to decide anything.
+
+    >>> check = _leaving(lambda need_s: need_s > 6.0, 4.0)  # 6 s left (the deadline does not move here)
+    >>> [check(3.0) for _ in range(4)]  # groups 0-2: 3 s each; group 3: 3 + 4 s
+    [False, False, False, True]
+    """
+    calls = 0
+
+    def check(need_s: float) -> bool:
+        nonlocal calls
+        calls += 1  # the k-th call comes before group k - 1
+        return stop(need_s + (later_s if calls > decide.MIN_GROUPS else 0.0))
+
+    return check
 
 
 def _faster_later(c: Any, later: Sequence[Any]) -> bool:
