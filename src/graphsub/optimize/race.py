@@ -7,9 +7,9 @@ rounds (:func:`graphsub.optimize.timing.time_candidates`): they only pick the le
 anew against the original in fresh session groups with an A/A control, and decided by the one decision procedure
 (:func:`graphsub.optimize.decide.compare`); only a leader it declares faster may be chosen. With ``k`` leaders
 each gets ``alpha / k``, so that a portfolio of candidates no faster than the original is declared faster at most
-``alpha`` of the time. Every round fits in what is left before the deadline, and the side-by-side rounds leave the
-leaders the time of their confirmations (:func:`graphsub.optimize.budget.confirm_reserve_s`), the first leader's
-extra session groups leaving the second its minimum (:func:`_leaving`).
+``alpha`` of the time. Every round fits in what is left before the deadline, the side-by-side rounds leave the
+leader the time of its confirmation (:func:`graphsub.optimize.budget.confirm_reserve_s`), and the first leader's
+extra session groups leave the second its minimum (:func:`_leaving`).
 
 All of it is measured through one :class:`~graphsub.optimize.timing.Timers` (the ``timers`` argument): its
 sessions, its confirmation sessions and its clock, which must be the deadline's clock.
@@ -113,22 +113,20 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
     run_s = 0.0  # one run of the original, once the screening measured it
 
     def keeping(n_models: int, sessions: bool = False) -> Callable[[float], bool]:
-        """Rounds of ``n_models`` (their sessions first, ``sessions``) keep the time of the leaders' confirmations
-        (one per candidate, at most :data:`CONFIRM`), their blocks as long as the last round's share of a model
-        (before a session: the timing budget, or one run when that is longer), their sessions at the rate this process
-        measured (:func:`session_s_per_mb`). Before a session, ``need_s`` is twice the last session's time, not a
-        round's: as a block's length it had made the 100 M decoder's reserve 135 s of the 93 s left, and no
-        candidate's session was made (2026-11-30). The second leader's time is kept too: with one confirmation
-        kept, BERT's default (15 candidates, 93 s) confirmed its first leader in five groups and had two left for
-        the second, the fastest in the rounds, which then decided nothing (2026-11-30, ``lean_within``)."""
-        confirms = max(1, min(CONFIRM, n_models - 1))
-
+        """Rounds of ``n_models`` (their sessions first, ``sessions``) keep the time of the leader's confirmation, its
+        blocks as long as the last round's share of a model (before a session: the timing budget, or one run when
+        that is longer), its sessions at the rate this process measured (:func:`session_s_per_mb`). Before a
+        session, ``need_s`` is twice the last session's time, not a round's: as a block's length it had made the
+        100 M decoder's reserve 135 s of the 93 s left, and no candidate's session was made (2026-11-30). One
+        confirmation is kept, not :data:`CONFIRM`: kept for two, the default's side-by-side rounds stopped after one
+        or two on the six held-out transformers with 15-22 candidates, and on OPT no candidate led that one round
+        and nothing was confirmed with 14 s left (``heldout_two_reserves.md``, 2026-12-01); the second leader's
+        time comes from the first's extra groups (:func:`_leaving`)."""
         def check(need_s: float) -> bool:
             if need_s <= 0:
                 return stop(0.0)
             side_s = max(run_s if sessions else need_s / n_models, budget_ms / 1000.0)
-            return stop(need_s + confirms * confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS,
-                                                              session_s_per_mb()))
+            return stop(need_s + confirm_reserve_s(source, biggest, side_s, decide.MIN_GROUPS, session_s_per_mb()))
 
         return check
 
