@@ -9,6 +9,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -393,52 +394,11 @@ def test_the_side_by_side_rounds_leave_the_leader_its_confirmation(monkeypatch: 
         assert pf.choose(port) is None
 
 
-def test_a_slow_models_second_leader_is_confirmed_when_the_first_is_not() -> None:
-    """A slow model (a run of 100 ms) whose side-by-side rounds put a candidate first that its confirmation finds no
-    faster (noisy rounds of a large model): the second leader is confirmed too, found 1.25x faster and kept, as on
-    a fast model. Fake timers and a fake clock: the rounds read 70 and 80 ms side by side, 100 and 80 in the fresh
-    session groups."""
+def _two_leaders(left_s: float) -> tuple[Any, list[Any]]:
+    """Two verified candidates timed against a 100 ms original by fake timers on a fake clock (each run moves it
+    0.1 s) within ``left_s`` seconds: side by side they read 70 and 80 ms, in the fresh session groups of their
+    confirmations 100 and 80 (the first leader's lead was the rounds' luck). The portfolio and the candidates."""
     from graphsub.deadline import Deadline
-    from graphsub.optimize import portfolio as pf
-    from graphsub.optimize.pipeline import _Settings
-    from graphsub.optimize.race import SLOW_MS, time_portfolio
-
-    clock = _Clock()
-
-    def timer(side_by_side: dict[bytes, float]) -> Callable[..., Callable[[float], float]]:
-        def make(model: bytes | str, feeds: object, **kw: object) -> Callable[[float], float]:
-            def run(budget_ms: float) -> float:
-                clock.t += 0.1
-                return side_by_side.get(bytes(model), 100.0)  # type: ignore[arg-type]
-
-            return run
-
-        return make
-
-    cands = [pf.Candidate(f"c{i}", bytes([i]) * 8, verified=True) for i in range(2)]
-    timers = Timers(session=timer({cands[0].data: 70.0, cands[1].data: 80.0}),
-                    confirm=timer({cands[0].data: 100.0, cands[1].data: 80.0}), clock=clock)
-    port = pf.Portfolio()
-    for c in cands:
-        port.add(c)
-    st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
-                   budget_ms=100.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
-    time_portfolio(port, cands, b"original", {}, st, Deadline.after(1e4, start=0.0, clock=clock), timers)
-    assert statistics.median(port.original_rounds) > SLOW_MS
-    first, second = cands
-    assert first.confirmation is not None and not first.confirmation.faster
-    assert second.confirmation is not None and second.confirmation.faster
-    assert pf.choose(port) is second
-
-
-def test_the_second_leader_keeps_the_time_to_decide() -> None:
-    """A tight deadline (8 s) and two leaders, the first (70 ms side by side) no faster in its fresh session groups,
-    the second (80 ms) 1.25x faster: the first's extra session groups leave the second its MIN_GROUPS, so the second
-    is confirmed and kept, after the five side-by-side rounds. Before, the first took five groups, the second got
-    two and the original was kept (BERT's default, ``lean_within``, 2026-11-30). Fake timers; each run moves the
-    clock 0.1 s."""
-    from graphsub.deadline import Deadline
-    from graphsub.optimize import decide
     from graphsub.optimize import portfolio as pf
     from graphsub.optimize.pipeline import _Settings
     from graphsub.optimize.race import time_portfolio
@@ -463,13 +423,38 @@ def test_the_second_leader_keeps_the_time_to_decide() -> None:
         port.add(c)
     st = _Settings(seed=0, seeds=(0,), threads=1, rtol=1e-4, atol=1e-5, min_speedup=1.03, keep_slower=False,
                    budget_ms=100.0, peers=(), eqsat_s=0.0, on_top_s=0.0, spelling=False)
-    time_portfolio(port, cands, b"original", {}, st, Deadline.after(8.0, start=0.0, clock=clock), timers)
+    time_portfolio(port, cands, b"original", {}, st, Deadline.after(left_s, start=0.0, clock=clock), timers)
+    assert clock.t <= left_s
+    return port, cands
+
+
+def test_a_slow_models_second_leader_is_confirmed_when_the_first_is_not() -> None:
+    """A slow model (a run of 100 ms) whose side-by-side rounds put a candidate first that its confirmation finds no
+    faster (noisy rounds of a large model): the second leader is confirmed too, found 1.25x faster and kept, as on
+    a fast model."""
+    from graphsub.optimize import portfolio as pf
+    from graphsub.optimize.race import SLOW_MS
+
+    port, (first, second) = _two_leaders(1e4)
+    assert statistics.median(port.original_rounds) > SLOW_MS
+    assert first.confirmation is not None and not first.confirmation.faster
+    assert second.confirmation is not None and second.confirmation.faster
+    assert pf.choose(port) is second
+
+
+def test_the_second_leader_keeps_the_time_to_decide() -> None:
+    """A tight deadline (8 s) and the same two leaders: the first's extra session groups leave the second its
+    MIN_GROUPS, so the second is confirmed and kept, after the five side-by-side rounds. Before, the first took five
+    groups, the second got two and the original was kept (BERT's default, ``lean_within``, 2026-11-30)."""
+    from graphsub.optimize import decide
+    from graphsub.optimize import portfolio as pf
+
+    port, (first, second) = _two_leaders(8.0)
     assert len(port.original_rounds) == 5  # the rounds that pick the leaders are not cut for the second's time
     assert first.confirmation is not None and not first.confirmation.faster
     assert first.confirmation.groups >= decide.MIN_GROUPS
     assert second.confirmation is not None and second.confirmation.groups >= decide.MIN_GROUPS
     assert second.confirmation.faster and pf.choose(port) is second
-    assert clock.t <= 8.0
 
 
 def _slow_sessions(clock: _Clock, session_s: float) -> Timers:

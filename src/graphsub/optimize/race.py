@@ -209,18 +209,24 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
 def _leaving(stop: Callable[[float], bool], later_s: float) -> Callable[[float], bool]:
     """``stop`` for a confirmation's session groups that, once :data:`~graphsub.optimize.decide.MIN_GROUPS` of them
     are done, starts another only while ``later_s`` more seconds are left (the later leaders' confirmations at
-    their minimum): the first leader's extra groups do not take the time the second needs to decide anything.
+    their minimum): the first leader's extra groups do not take the time the second needs to decide anything. When
+    ``later_s`` is not left anyway, nothing is kept for it (ConvBERT's default, 2026-12-01: its first leader stopped
+    at three groups and the second was not confirmed).
 
     >>> check = _leaving(lambda need_s: need_s > 6.0, 4.0)  # 6 s left (the deadline does not move here)
     >>> [check(3.0) for _ in range(4)]  # groups 0-2: 3 s each; group 3: 3 + 4 s
     [False, False, False, True]
+    >>> check = _leaving(lambda need_s: need_s > 6.0, 7.0)  # the later leader's 7 s are not left: group 3 runs
+    >>> [check(3.0) for _ in range(4)]
+    [False, False, False, False]
     """
     calls = 0
 
     def check(need_s: float) -> bool:
         nonlocal calls
         calls += 1  # the k-th call comes before group k - 1
-        return stop(need_s + (later_s if calls > decide.MIN_GROUPS else 0.0))
+        keep = calls > decide.MIN_GROUPS and later_s > 0.0 and not stop(later_s)
+        return stop(need_s + (later_s if keep else 0.0))
 
     return check
 
