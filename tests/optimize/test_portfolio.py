@@ -3,6 +3,8 @@ fastest verified one kept (the original included)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,6 +95,39 @@ def test_the_portfolio_leaves_the_tail_its_time(block_path: Path) -> None:
     roomy = pf.Sources(search_fn=search, spelling=get_set("ort-spelling"), deadline=Deadline.after(60.0), tail_s=1.0)
     assert not roomy.spent()
     assert [c.name for c in pf.collect(pf.Portfolio(), ref, block_path.read_bytes(), roomy).candidates] == ["spelling"]
+
+
+def test_the_tail_grows_with_the_candidates_the_portfolio_makes(block_path: Path) -> None:
+    """Each candidate beyond the six the tail was planned for (budget.TAIL_CANDIDATES) keeps its verification and
+    screening time (``tail_each_s``): with 19-23 candidates of the held-out transformers every leader was confirmed
+    in the minimum of three session groups (2026-12-01). Once the grown tail is all that is left, the portfolio's
+    passes stop and say so; the growth stops at ``tail_max_s``."""
+    from graphsub.deadline import Deadline
+    from graphsub.frontends.onnx_io import load
+    from graphsub.optimize import portfolio as pf
+    from graphsub.optimize.budget import TAIL_CANDIDATES
+    from graphsub.optimize.sources import Context
+
+    clock = [0.0]
+    sources = pf.Sources(spelling=get_set("ort-spelling"), deadline=Deadline.after(30.0, start=0.0,
+                                                                                    clock=lambda: clock[0]),
+                         tail_s=10.0, tail_each_s=3.0, tail_max_s=100.0)
+    ctx = Context(sources, load(block_path), source=block_path.read_bytes())
+    for i in range(TAIL_CANDIDATES):
+        ctx.add("test", pf.Candidate(f"c{i}", bytes([i])))
+    assert ctx.left(math.inf) == pytest.approx(20.0) and not ctx.spent()  # planned for: the tail as planned
+    for i in range(TAIL_CANDIDATES, TAIL_CANDIDATES + 3):
+        ctx.add("test", pf.Candidate(f"c{i}", bytes([i])))
+    ctx.add("test", pf.Candidate("copy", bytes([0])))  # a copy of an earlier one is not timed: it keeps nothing
+    assert ctx.left(math.inf) == pytest.approx(11.0) and not ctx.spent()  # three more: 9 s more kept
+    for i in range(TAIL_CANDIDATES + 3, TAIL_CANDIDATES + 7):
+        ctx.add("test", pf.Candidate(f"c{i}", bytes([i])))
+    assert ctx.spent() and sources.left(math.inf) == pytest.approx(20.0)  # the settings alone keep the planned tail
+    pf.collect(ctx.portfolio, ctx.ref, ctx.source, sources)  # a fresh context of these candidates: no pass starts
+    assert "spelling" not in {c.name for c in ctx.portfolio.candidates}
+    assert any("spelling: skipped" in n for n in ctx.portfolio.notes), ctx.portfolio.notes
+    capped = dataclasses.replace(sources, tail_max_s=12.0)
+    assert capped.tail(TAIL_CANDIDATES + 10) == 12.0 and capped.tail(0) == 10.0
 
 
 def test_the_measured_fastest_verified_candidate_is_written(block_path: Path, tmp_path: Path,

@@ -11,7 +11,9 @@ every phase gets the smaller of its own time and what is left:
   take (:func:`tail_estimate_s`, from the model's size and its run time: the roofline's, or one run measured before
   the plan where the roofline says a run takes :data:`MEASURE_RUN_MIN_S` or more) and at least what verifying the
   model on one input draw is estimated to take (:func:`verify_estimate_s`: exporting it twice, two sessions and two
-  runs cannot be interrupted): the phases before it end that much before the deadline; timing then uses whatever
+  runs cannot be interrupted), planned for :data:`TAIL_CANDIDATES` candidates and grown by :func:`candidate_tail_s`
+  for each distinct one the portfolio makes beyond them: the phases before it end that much before the deadline;
+  timing then uses whatever
   is left (its per-round time shrinks to fit, and its rounds stop at the deadline; the side-by-side rounds stop
   early enough to leave the leader its paired confirmation rounds, :func:`confirm_reserve_s`);
 * the **main search** gets ``SEARCH_SHARE`` of the budget (12 s of the default 75 s), never more than the ``Budget``
@@ -51,6 +53,7 @@ leaves the search no time at all.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,14 +166,31 @@ def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None
     from graphsub.optimize.decide import GROUPS
 
     mb, run_s = model_bytes(graph) / 1e6, max(run_estimate_s(graph), run_s or 0.0)
+    side_s = max(budget_ms / 1e3, run_s)
+    return (TAIL_CANDIDATES * candidate_tail_s(graph, run_s=run_s, sizes=sizes)
+            + _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups))
+
+
+def candidate_tail_s(graph: Graph, *, run_s: float | None = None, sizes: bool = False) -> float:
+    """What one more candidate adds to the tail on ``graph``'s model (:func:`tail_estimate_s` plans
+    :data:`TAIL_CANDIDATES` of them): its verification and its screening, a session and a few runs. The portfolio
+    keeps this much more for each candidate it makes beyond those (:meth:`graphsub.optimize.sources.Sources.tail`):
+    the default made 15-23 candidates of the held-out transformers, and every confirmation there got the minimum of
+    three session groups (``heldout.md``, 2026-12-01).
+
+    >>> from graphsub.ir.builder import Builder
+    >>> b = Builder()
+    >>> round(candidate_tail_s(b.build(b.relu(b.input("x", (1, 8))))), 2)
+    0.06
+    """
+    mb, run_s = model_bytes(graph) / 1e6, max(run_estimate_s(graph), run_s or 0.0)
     session = SESSION_BASE_S + SESSION_S_PER_MB * mb
     # verified against the reference, then screened: measured 14 s for 12 candidates of ConvNeXt-T (110 MB, about
     # 0.6 of a session estimate each, the reference's outputs and some sessions being shared)
-    candidates = TAIL_CANDIDATES * (0.6 * session + 4 * run_s)
+    each = 0.6 * session + 4 * run_s
     if sizes:
-        candidates += TAIL_CANDIDATES * (1.5 * session + SIZE_RUNS * run_s + SIZE_SPLICE_S)
-    side_s = max(budget_ms / 1e3, run_s)
-    return candidates + _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups)
+        each += 1.5 * session + SIZE_RUNS * run_s + SIZE_SPLICE_S
+    return each
 
 
 def run_scaled_time_s(time_s: float, graph: Graph, *, budget_ms: float, run_s: float) -> float:
@@ -305,13 +325,21 @@ class Part:
 class Plan:
     """The phases' times for one call: ``search_s`` for the main search (None: the ``Budget``'s own), ``tail_s`` kept
     for the tail, the candidate sources ``kept`` (their planned seconds: :attr:`shares`) and those ``cut`` for lack
-    of time (in the order they were dropped)."""
+    of time (in the order they were dropped); ``tail_each_s``: what the tail grows by for each candidate made beyond
+    :data:`TAIL_CANDIDATES` (:func:`candidate_tail_s`), up to :attr:`tail_max_s`."""
 
     total_s: float | None
     search_s: float | None
     tail_s: float
     kept: tuple[Part, ...] = ()
     cut: tuple[Part, ...] = ()
+    tail_each_s: float = 0.0
+
+    @property
+    def tail_max_s(self) -> float:
+        """The most the tail grows to with the candidates: :data:`TAIL_MAX_SHARE` of the budget (the planned tail
+        where that is more)."""
+        return math.inf if self.total_s is None else max(self.tail_s, TAIL_MAX_SHARE * self.total_s)
 
     @property
     def shares(self) -> dict[str, float]:
@@ -432,6 +460,6 @@ __all__ = ["DEFAULT_TIME_S", "DROP_EQSAT", "DROP_ON_TOP", "DROP_PEERS", "EQSAT_M
            "ON_TOP_MIN_S", "PEERS_EST_S", "PEERS_MIN_S", "PER_GB_S", "SEARCH_MIN_S", "SEARCH_SHARE", "SESSION_BASE_S",
            "SESSION_S_PER_MB", "SIDE_ROUNDS", "SIZE_RUNS", "SIZE_SPLICE_S", "TAIL_CANDIDATES", "TAIL_MAX_SHARE",
            "TAIL_MIN_S", "TAIL_SHARE", "VERIFY_BASE_S", "VERIFY_RUNS", "VERIFY_S_PER_MB", "VERIFY_S_PER_OP", "Part",
-           "Plan", "confirm_reserve_s", "inference_parts", "measured_run_s", "model_bytes", "plan", "plan_parts",
-           "run_estimate_s", "run_scaled_time_s", "scaled_time_s", "tail_estimate_s", "timing_reserve_s",
-           "verify_estimate_s"]
+           "Plan", "candidate_tail_s", "confirm_reserve_s", "inference_parts", "measured_run_s", "model_bytes",
+           "plan", "plan_parts", "run_estimate_s", "run_scaled_time_s", "scaled_time_s", "tail_estimate_s",
+           "timing_reserve_s", "verify_estimate_s"]

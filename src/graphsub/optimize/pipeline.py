@@ -57,6 +57,7 @@ from graphsub.ir.graph import Graph
 from graphsub.optimize.budget import (
     DEFAULT_TIME_S,
     Plan,
+    candidate_tail_s,
     model_bytes,
     plan_parts,
     run_scaled_time_s,
@@ -310,13 +311,14 @@ def _plan(run: _Run, cfg: OptimizeConfig, graph: Graph, target: Target | None,
     planning = src.Context(src.Sources(peers=_peers(cfg), eqsat_s=cfg.eqsat_s, on_top_s=cfg.on_top_s,
                                        ort_search_s=_ort_search_s(cfg), layout=cfg.spelling, rows=cfg.spelling,
                                        config=cfg, target=target), graph)
+    tailed = cfg.time_s is not None and cfg.measure_latency
     shares = plan_parts(cfg.time_s, run.deadline.remaining(), search_cap=search_budget.time_s,
                         parts=src.parts(planning), portfolio=cfg.measure_latency,
                         verify_s=verify_estimate_s(graph) if cfg.time_s is not None else 0.0,
                         tail_s=tail_estimate_s(graph, budget_ms=cfg.timing_budget_ms, run_s=run_s,
-                                               sizes=_free(graph))
-                        if cfg.time_s is not None
-                        and cfg.measure_latency else 0.0)
+                                               sizes=_free(graph)) if tailed else 0.0)
+    if tailed:  # the tail grows with the candidates the portfolio makes beyond those it was planned for
+        shares = dataclasses.replace(shares, tail_each_s=candidate_tail_s(graph, run_s=run_s, sizes=_free(graph)))
     if shares.search_s is not None:
         search_budget = dataclasses.replace(search_budget, time_s=shares.search_s)
     if shares.dropped:
@@ -430,15 +432,16 @@ def _portfolio(res: OptimizeResult, run: _Run, graph: Graph, source: bytes | str
     for name, g, steps in st.extra:  # candidates the caller built (verified and timed like the others)
         fin = finalize(ref, g, st.seed)
         port.add(pf.Candidate(name, pf.export_bytes(fin), fin, pf.ORIGINAL, steps))
-    tail_s = st.plan.tail_s if st.plan is not None else 0.0
-    port.notes.extend([*(st.plan.notes() if st.plan is not None else ()), *run.notes])
+    plan = st.plan or Plan(None, None, 0.0)  # unplanned: no tail kept
+    port.notes.extend([*plan.notes(), *run.notes])
     cleanup = st.config is None or st.config.cleanup
     ort_s = 0.0 if st.config is None else _ort_search_s(st.config)
     sources = pf.Sources(search_fn=_search_fn(rule_list, cm, st, cleanup), ort_search_s=ort_s,
                          ort_search_fn=_ort_search_fn(rule_list, st, cleanup) if ort_s > 0 else None,
                          spelling=_spelling_rules() if st.spelling else (), peers=st.peers, eqsat_s=st.eqsat_s,
-                         on_top_s=st.on_top_s, deadline=run.deadline,
-                         tail_s=tail_s, layout=st.spelling, rows=st.spelling, config=st.config, target=st.target,
+                         on_top_s=st.on_top_s, deadline=run.deadline, tail_s=plan.tail_s,
+                         tail_each_s=plan.tail_each_s, tail_max_s=plan.tail_max_s, layout=st.spelling,
+                         rows=st.spelling, config=st.config, target=st.target,
                          planned=None if st.plan is None else st.plan.shares)
     with run.step("portfolio", "portfolio_s"):
         pf.collect(port, ref, source, sources, note=lambda what: run.note("portfolio", 0.0, None))

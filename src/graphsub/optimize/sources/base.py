@@ -115,9 +115,11 @@ class Sources:
     passes' (``ort_search_s`` seconds of it; :mod:`graphsub.optimize.sources.ort_search`), ``spelling`` the rules of
     the spelling pass, ``peers`` the peers to run, ``eqsat_s`` and ``on_top_s`` the time of equality saturation and
     of a search on top of each peer (0: none), ``layout`` and ``rows`` the layout passes, ``deadline`` the call's,
-    ``tail_s`` the seconds kept for the phases after the portfolio, ``config`` the call's settings, ``target`` what
-    the call optimizes for (:class:`graphsub.optimize.target.Target`; None: inference in ONNX Runtime), and
-    ``planned`` the planner's shares of the sources it kept (None: not planned, every applicable source runs)."""
+    ``tail_s`` the seconds kept for the phases after the portfolio, ``tail_each_s`` what each candidate beyond the
+    :data:`~graphsub.optimize.budget.TAIL_CANDIDATES` the tail was planned for adds to it (up to ``tail_max_s``:
+    :meth:`tail`), ``config`` the call's settings, ``target`` what the call optimizes for
+    (:class:`graphsub.optimize.target.Target`; None: inference in ONNX Runtime), and ``planned`` the planner's shares
+    of the sources it kept (None: not planned, every applicable source runs)."""
 
     search_fn: SearchFn | None = None
     ort_search_fn: SearchFn | None = None  # the search priced by ORT's kernels, with the passes' rules
@@ -130,20 +132,38 @@ class Sources:
     layout: bool = False  # ``layout`` candidates (graphsub.frontends.onnx_layout) where the original has the pattern
     rows: bool = False  # the spelling candidates also with their sequence activations as rows (frontends.onnx_rows)
     deadline: Deadline = NO_DEADLINE  # the call's
-    tail_s: float = 0.0  # seconds to keep for the phases after the portfolio
+    tail_s: float = 0.0  # seconds to keep for the phases after the portfolio...
+    tail_each_s: float = 0.0  # ...and this much more for each candidate beyond budget.TAIL_CANDIDATES...
+    tail_max_s: float = math.inf  # ...up to this
     config: OptimizeConfig | None = None
     target: Target | None = None
     planned: Mapping[str, float] | None = None
 
-    def left(self, seconds: float, reserve: float = 0.0) -> float:
-        """The time a source that would take ``seconds`` gets now (0 after a stop request)."""
-        return self.deadline.share(seconds, reserve=self.tail_s + reserve)
+    def tail(self, made: int = 0) -> float:
+        """The seconds kept for the tail once the portfolio has ``made`` distinct candidates: ``tail_s``, and
+        ``tail_each_s`` more for each beyond :data:`~graphsub.optimize.budget.TAIL_CANDIDATES`, at most
+        ``tail_max_s`` (each is verified, and screened in a session of its own).
 
-    def spent(self) -> bool:
-        """Whether the portfolio's time is spent: the deadline passed, a stop was requested, or only the time kept for
-        the tail (verifying, timing and writing) is left. No portfolio work starts then: on a 65 MB GPT-2 the
-        spelling passes that ran into the tail left the best candidate too little time to be confirmed."""
-        return self.deadline.expired() or self.left(math.inf) <= 0.0
+        >>> s = Sources(tail_s=30.0, tail_each_s=0.5, tail_max_s=36.0)
+        >>> s.tail(4), s.tail(10), s.tail(40)
+        (30.0, 32.0, 36.0)
+        """
+        from graphsub.optimize.budget import TAIL_CANDIDATES
+
+        grown = self.tail_s + self.tail_each_s * max(0, made - TAIL_CANDIDATES)
+        return max(self.tail_s, min(grown, self.tail_max_s))
+
+    def left(self, seconds: float, reserve: float = 0.0, made: int = 0) -> float:
+        """The time a source that would take ``seconds`` gets now, with ``made`` candidates in the portfolio (0 after a
+        stop request)."""
+        return self.deadline.share(seconds, reserve=self.tail(made) + reserve)
+
+    def spent(self, made: int = 0) -> bool:
+        """Whether the portfolio's time is spent, with ``made`` candidates in it: the deadline passed, a stop was
+        requested, or only the time kept for the tail (verifying, timing and writing) is left. No portfolio work starts
+        then: on a 65 MB GPT-2 the spelling passes that ran into the tail left the best candidate too little time to
+        be confirmed."""
+        return self.deadline.expired() or self.left(math.inf, made=made) <= 0.0
 
     def skipped(self, portfolio: Portfolio, what: str) -> None:
         """Note that ``what`` did not run for lack of time or because a stop was requested."""
@@ -175,12 +195,12 @@ class Context:
         return self.sources.config or OptimizeConfig()
 
     def left(self, seconds: float, reserve: float = 0.0) -> float:
-        """See :meth:`Sources.left`."""
-        return self.sources.left(seconds, reserve)
+        """See :meth:`Sources.left`: the tail grows with the candidates made so far."""
+        return self.sources.left(seconds, reserve, made=len(self.portfolio.distinct))
 
     def spent(self) -> bool:
-        """See :meth:`Sources.spent`."""
-        return self.sources.spent()
+        """See :meth:`Sources.spent`: the tail grows with the candidates made so far."""
+        return self.sources.spent(made=len(self.portfolio.distinct))
 
     def skipped(self, what: str) -> None:
         """See :meth:`Sources.skipped`."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 
 from graphsub.frontends.splice import origin_of
 from graphsub.ir.graph import Graph
@@ -43,21 +44,23 @@ def make(ctx: Context, seconds: float) -> None:
             ctx.skipped(f"{base}+spelling")
             continue
         ctx.attempt("spelling", f"{base}+spelling",
-                    functools.partial(spelled, base, graph, steps, ctx.sources, layout=not free))
+                    functools.partial(spelled, base, graph, steps, ctx.sources, layout=not free, stop=ctx.spent))
 
 
-def spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources, layout: bool = True
-            ) -> Candidate | None:
+def spelled(base: str, graph: Graph, steps: tuple[Step, ...], sources: Sources, layout: bool = True,
+            stop: Callable[[], bool] | None = None) -> Candidate | None:
     """``X+spelling``: the ``ort-spelling`` rules everywhere, then (with ``sources.rows`` and ``layout``, where
     graphsub's types show a rank-3 projection) the rows layout of :mod:`graphsub.frontends.onnx_rows`; None when
-    neither changes anything."""
+    neither changes anything. ``stop``: when to give up (default: ``sources.spent``; a turn passes its context's,
+    whose tail grows with the candidates made)."""
     t = time.perf_counter()
+    stop = sources.spent if stop is None else stop
     layout = layout and sources.rows
-    spelled_graph, new = rewrite_everywhere(graph, sources.spelling, stop=sources.spent)
+    spelled_graph, new = rewrite_everywhere(graph, sources.spelling, stop=stop)
     if not new and not layout:
         return None
     data = export_bytes(spelled_graph)
-    if layout and not sources.spent() and _has_rows(spelled_graph):
+    if layout and not stop() and _has_rows(spelled_graph):
         rows = _rows(data)
         if rows is not None:
             data = rows[0]
