@@ -13,9 +13,9 @@ every phase gets the smaller of its own time and what is left:
   model on one input draw is estimated to take (:func:`verify_estimate_s`: exporting it twice, two sessions and two
   runs cannot be interrupted), planned for :data:`TAIL_CANDIDATES` candidates and grown by :func:`candidate_tail_s`
   for each distinct one the portfolio makes beyond them: the phases before it end that much before the deadline;
-  timing then uses whatever
-  is left (its per-round time shrinks to fit, and its rounds stop at the deadline; the side-by-side rounds stop
-  early enough to leave the leader its paired confirmation rounds, :func:`confirm_reserve_s`);
+  timing then uses whatever is left (its per-round time shrinks to fit, and its rounds stop at the deadline; the
+  side-by-side rounds stop early enough to leave the leader its paired confirmation rounds,
+  :func:`confirm_reserve_s`);
 * the **main search** gets ``SEARCH_SHARE`` of the budget (12 s of the default 75 s), never more than the ``Budget``
   passed to ``optimize`` allows;
 * the **portfolio** is the candidate sources (:mod:`graphsub.optimize.sources`): each declares what it will take
@@ -167,8 +167,8 @@ def tail_estimate_s(graph: Graph, *, budget_ms: float, groups: int | None = None
 
     mb, run_s = model_bytes(graph) / 1e6, max(run_estimate_s(graph), run_s or 0.0)
     side_s = max(budget_ms / 1e3, run_s)
-    return (TAIL_CANDIDATES * candidate_tail_s(graph, run_s=run_s, sizes=sizes)
-            + _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups))
+    confirm = _confirm_s(mb, mb, side_s, GROUPS if groups is None else groups)
+    return TAIL_CANDIDATES * _each_s(mb, run_s, sizes) + confirm
 
 
 def candidate_tail_s(graph: Graph, *, run_s: float | None = None, sizes: bool = False) -> float:
@@ -183,7 +183,10 @@ def candidate_tail_s(graph: Graph, *, run_s: float | None = None, sizes: bool = 
     >>> round(candidate_tail_s(b.build(b.relu(b.input("x", (1, 8))))), 2)
     0.06
     """
-    mb, run_s = model_bytes(graph) / 1e6, max(run_estimate_s(graph), run_s or 0.0)
+    return _each_s(model_bytes(graph) / 1e6, max(run_estimate_s(graph), run_s or 0.0), sizes)
+
+
+def _each_s(mb: float, run_s: float, sizes: bool) -> float:
     session = SESSION_BASE_S + SESSION_S_PER_MB * mb
     # verified against the reference, then screened: measured 14 s for 12 candidates of ConvNeXt-T (110 MB, about
     # 0.6 of a session estimate each, the reference's outputs and some sessions being shared)
