@@ -185,10 +185,11 @@ def _spy(timed: dict[int, set[str]], paths: Mapping[str, str]) -> Timers:
 def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict[str, object]],
                                                 tmp_path: Path) -> None:
     """``graphsub@1`` (``graphsub optimize --threads 1``) is timed at 1 thread only and becomes graphsub's result
-    there; the all-cores run keeps the other thread counts (its 1-thread timing stays on record)."""
+    there; the all-cores run keeps the other thread counts (its 1-thread timing stays on record). So does
+    ``graphsub-own@1`` for graphsub on its own."""
     _, model, _ = suite_run
     paths = {}
-    for tool in (BASELINE, "graphsub", "graphsub@1"):
+    for tool in (BASELINE, "graphsub", "graphsub-own", "graphsub@1", "graphsub-own@1"):
         m = onnx.load(str(model))
         m.producer_name = tool  # same computation, distinct files
         onnx.save(m, str(tmp_path / f"{tool}.onnx"))
@@ -199,11 +200,13 @@ def test_graphsub_decides_at_each_thread_count(suite_run: tuple[Path, Path, dict
     for o in outcomes.values():  # the files compute the same: as if ORT ran them differently (else one is timed)
         o.pop("ort_signature")
     time_all(from_file(model), outcomes, [1, 2], rounds=1, budget_ms=5, seed=0, timers=_spy(timed, paths))
-    assert {n: sorted(v) for n, v in timed.items()} == {1: ["graphsub", "graphsub@1", "ort"], 2: ["graphsub", "ort"]}
-    ours = outcomes["graphsub"]
-    assert "graphsub@1" not in outcomes and ours["at_threads"]["1"]["chosen"] == "graphsub@1"
-    assert set(ours["timing"]) == {"1", "2"} and set(ours["timing_all_cores_run"]) == {"1"}
-    assert ours["timing"]["1"] != ours["timing_all_cores_run"]["1"]
+    assert {n: sorted(v) for n, v in timed.items()} == {
+        1: ["graphsub", "graphsub-own", "graphsub-own@1", "graphsub@1", "ort"], 2: ["graphsub", "graphsub-own", "ort"]}
+    for variant in ("graphsub", "graphsub-own"):
+        ours = outcomes[variant]
+        assert f"{variant}@1" not in outcomes and ours["at_threads"]["1"]["chosen"] == f"{variant}@1"
+        assert set(ours["timing"]) == {"1", "2"} and set(ours["timing_all_cores_run"]) == {"1"}
+        assert ours["timing"]["1"] != ours["timing_all_cores_run"]["1"]
     from graphsub.bench.suite.table import choices
 
     rows = choices([{"model": "m", "tools": outcomes}])[2:]

@@ -74,38 +74,55 @@ def _source_of(tool: str) -> str:
     return tool.partition("+")[2] or BASELINE
 
 
-def at_threads(n: int) -> str:
-    """The tool name of ``graphsub optimize --threads n`` in a record (``graphsub@1``): graphsub decides at the
-    thread count it is told, so each thread count's column is its own run (the plain ``graphsub`` one ran at all
-    cores, graphsub's default)."""
-    return f"{GRAPHSUB}@{n}"
+#: the graphsub variants that decide at the thread count they are told: each thread count's column of each is a run
+#: of its own (:func:`at_threads`)
+VARIANTS = (GRAPHSUB, GRAPHSUB_OWN, GRAPHSUB_RULES)
+
+
+def at_threads(n: int, tool: str = GRAPHSUB) -> str:
+    """The tool name of ``tool`` run with ``--threads n`` in a record (``graphsub@1``, ``graphsub-own@1``): graphsub
+    decides at the thread count it is told, so each thread count's column is its own run (the plain ``graphsub`` one
+    ran at all cores, graphsub's default, or at the first thread count asked when all cores is not among them)."""
+    return f"{tool}@{n}"
+
+
+def thread_runs(tools: Sequence[str], threads: Sequence[int], cores: int) -> tuple[int | None, list[str]]:
+    """The thread count the plain graphsub variants decide at (None: all cores, graphsub's default; the first of
+    ``threads`` when ``cores`` is not among them, so that no run decides at a count that is not timed) and the extra
+    runs, ``variant@N``, for each other thread count but all cores (run last).
+
+    >>> thread_runs(["ort", "graphsub", "graphsub-own"], [1, 2], cores=2)
+    (None, ['graphsub@1', 'graphsub-own@1'])
+    >>> thread_runs(["ort", "graphsub", "graphsub-rules"], [1], cores=2)
+    (1, [])
+    """
+    home = None if not threads or cores in threads else threads[0]
+    extra = [n for n in threads if n not in (cores, home)]
+    return home, [at_threads(n, v) for n in extra for v in VARIANTS if v in tools]
 
 
 def produce(model: SuiteInput, tools: Sequence[str], work: Path, *, graphsub_budget_s: float | None,
             seed: int, threads: Sequence[int] = (), provider: str = "cpu") -> dict[str, dict[str, Any]]:
     """Run every tool on ``model``, each in a fresh process (a crash or hang is a result); per tool: ``status``,
-    ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok). With ``graphsub``
-    among the tools, it also runs as ``graphsub@N`` for each of ``threads`` but all cores (run last)."""
+    ``error``, ``seconds``, what the tool reported (``info``) and ``path`` (the output, when ok). Each graphsub
+    variant among the tools (:data:`VARIANTS`) also runs as ``variant@N`` for each of ``threads`` but all cores (run
+    last; :func:`thread_runs`)."""
     from graphsub.cost.env import all_cores
     from graphsub.optimize.peers import PEERS, PeerFn, PeerInput, run_peer
 
     work.mkdir(parents=True, exist_ok=True)
     meta = PeerInput(transformer=model.transformer,
                      input_shapes={i["name"]: tuple(i["shape"]) for i in model.inputs}, provider=provider)
-    registry: dict[str, PeerFn] = {**PEERS,
-                                   GRAPHSUB: functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed,
-                                                               provider=provider),
-                                   GRAPHSUB_OWN: functools.partial(graphsub_tool, budget_s=graphsub_budget_s,
-                                                                   seed=seed, provider=provider, peers="none"),
-                                   GRAPHSUB_RULES: functools.partial(graphsub_tool, budget_s=graphsub_budget_s,
-                                                                     seed=seed, provider=provider, peers="none",
-                                                                     spelling=False)}
-    extra = [n for n in threads if n != all_cores()] if GRAPHSUB in tools else []
-    for n in extra:
-        registry[at_threads(n)] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, threads=n,
-                                                    provider=provider)
+    home, extra = thread_runs(tools, threads, all_cores())
+    options: dict[str, dict[str, Any]] = {GRAPHSUB: {}, GRAPHSUB_OWN: {"peers": "none"},
+                                          GRAPHSUB_RULES: {"peers": "none", "spelling": False}}
+    registry: dict[str, PeerFn] = dict(PEERS)
+    for tool in [*VARIANTS, *extra]:
+        variant, _, n = tool.partition("@")
+        registry[tool] = functools.partial(graphsub_tool, budget_s=graphsub_budget_s, seed=seed, provider=provider,
+                                           threads=int(n) if n else home, **options[variant])
     out: dict[str, dict[str, Any]] = {}
-    for tool in [*tools, *map(at_threads, extra)]:
+    for tool in [*tools, *extra]:
         src = str(model.path)
         if tool.startswith(f"{GRAPHSUB}+"):
             src = out.get(_source_of(tool), {}).get("path", "")
@@ -208,8 +225,8 @@ def time_all(model: SuiteInput, outcomes: dict[str, dict[str, Any]], threads: Se
         return {"error": "the original does not verify against itself (NaN/inf outputs?)"}
     feeds = make_feeds(model.inputs, seed)
     loads: dict[str, Any] = {}
-    for n in threads:  # graphsub@N is timed at N threads only
-        mine = {t: p for t, p in paths.items() if not t.startswith(f"{GRAPHSUB}@") or t == at_threads(n)}
+    for n in threads:  # variant@N is timed at N threads only
+        mine = {t: p for t, p in paths.items() if "@" not in t or t.endswith(f"@{n}")}
         run = time_variants(mine, feeds, threads=n, rounds=rounds, budget_ms=budget_ms, provider=provider,
                             timers=timers, baseline=BASELINE)
         for tool, s in run.summary(BASELINE).items():
@@ -269,12 +286,12 @@ def head_to_head(outcomes: dict[str, dict[str, Any]], paths: Mapping[str, Path],
 
 
 def fold_threads(outcomes: dict[str, dict[str, Any]]) -> None:
-    """Move each ``graphsub@N`` into ``graphsub`` (in place): its timing at N becomes graphsub's at N (the plain
-    run's is kept as ``timing_all_cores_run``), and what it decided goes under ``at_threads[N]``; so every table's
-    graphsub column at N threads is ``graphsub optimize --threads N``."""
-    ours = outcomes.get(GRAPHSUB)
-    for tool in [t for t in outcomes if t.startswith(f"{GRAPHSUB}@")]:
-        sub, n = outcomes.pop(tool), tool.partition("@")[2]
+    """Move each ``variant@N`` into its variant (in place; ``graphsub@1`` into ``graphsub``): its timing at N becomes
+    the variant's at N (the plain run's is kept as ``timing_all_cores_run``), and what it decided goes under
+    ``at_threads[N]``; so every table's graphsub columns at N threads are ``graphsub optimize --threads N``."""
+    for tool in [t for t in outcomes if "@" in t]:
+        sub, (variant, _, n) = outcomes.pop(tool), tool.partition("@")
+        ours = outcomes.get(variant)
         if ours is None:
             continue
         ours.setdefault("at_threads", {})[n] = {k: v for k, v in sub.items() if k != "timing"}
@@ -370,5 +387,6 @@ def run_suite(models: Sequence[SuiteInput], tools: Sequence[str], threads: Seque
     return [recorded[m.id] for m in models]
 
 
-__all__ = ["BASELINE", "GRAPHSUB", "GRAPHSUB_OWN", "GRAPHSUB_RULES", "SuiteInput", "at_threads", "default_tools",
-           "fold_threads", "graphsub_tool", "inspect", "produce", "run_model", "run_suite", "suite_task", "time_all"]
+__all__ = ["BASELINE", "GRAPHSUB", "GRAPHSUB_OWN", "GRAPHSUB_RULES", "VARIANTS", "SuiteInput", "at_threads",
+           "default_tools", "fold_threads", "graphsub_tool", "inspect", "produce", "run_model", "run_suite",
+           "suite_task", "thread_runs", "time_all"]
