@@ -7,6 +7,9 @@ Every decision compares the original against its twin -- what a noise-driven "fa
 
 * ``decide``: :func:`graphsub.optimize.decide.compare`, as ``graphsub optimize`` confirms a leader (fresh session
   groups, an A/A control, a t-test over the groups; ``alpha`` 0.05, ``min_speedup`` 1.03);
+* ``confirm``: :func:`graphsub.optimize.decide.confirm` with its second look always planned (``graphsub optimize``
+  plans it where the time is left): the first five groups at half of ``alpha``, five more at the other half when the
+  first look is neither faster nor at or below 1.0x;
 * ``old``: the rule it replaced (one session a side, seven paired rounds in alternating blocks, faster when the
   median ratio is above 1.03 and the candidate is faster in 80% of the rounds; as many rounds again when the median
   says faster but the share does not), reproduced here for the comparison.
@@ -15,7 +18,8 @@ Decisions are interleaved: in every repeat, the models in rotating order, at eac
 share of decisions declared faster comes with its 95% Clopper-Pearson interval. Run it alone on the machine:
 
   .venv/bin/python experiments/optimize/decision_fpr.py --repeats 13
-  (8 models x 2 thread counts x 13 repeats = 208 decisions per rule; about 45 minutes here)
+  (8 models x 2 thread counts x 13 repeats = 208 decisions per rule; about 45 minutes here with the rules decide and
+  old; ``--rules decide,confirm,old`` adds the two-look rule)
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ def main() -> None:
     ap.add_argument("--threads", default="1,all")
     ap.add_argument("--budget-ms", type=float, default=200.0)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--rules", default="decide,old", help="of decide, confirm, old: the rules compared")
     args = ap.parse_args()
     manifest = {e["id"]: e for e in json.loads((SUITE / "manifest.json").read_text())["models"]}
     threads = [all_cores() if t == "all" else int(t) for t in args.threads.split(",")]
@@ -111,6 +116,7 @@ def main() -> None:
         cases.append({"model": mid, "data": data, "twin": twin_data, "feeds": make_feeds(entry["inputs"], 0),
                       "same_after_ort": same})
         print(f"{mid}: the twin runs identically after ORT's optimizations: {same}", flush=True)
+    rules = args.rules.split(",")
     rows: list[dict[str, Any]] = []
     load = [os.getloadavg()[0]]
     t0 = time.time()
@@ -118,15 +124,17 @@ def main() -> None:
         k = rep % len(cases)
         for case in cases[k:] + cases[:k]:
             for n in threads:
-                for rule in (("decide", "old") if rep % 2 == 0 else ("old", "decide")):
+                for rule in rules[rep % len(rules):] + rules[:rep % len(rules)]:
                     t = time.time()
-                    if rule == "decide":
-                        v = decide.compare(*decide.session_makers(case["data"], case["twin"], case["feeds"],
-                                                                  threads=n), budget_ms=args.budget_ms,
-                                           min_speedup=decide.MIN_SPEEDUP)
+                    if rule in ("decide", "confirm"):
+                        makers = decide.session_makers(case["data"], case["twin"], case["feeds"], threads=n)
+                        v = decide.compare(*makers, budget_ms=args.budget_ms, min_speedup=decide.MIN_SPEEDUP) \
+                            if rule == "decide" else \
+                            decide.confirm(*makers, budget_ms=args.budget_ms, min_speedup=decide.MIN_SPEEDUP,
+                                           second=lambda need_s: False)
                         rec = {"speedup": v.speedup, "speedup_ci": v.speedup_ci, "aa_ratio": v.aa_ratio,
                                "p_value": v.p_value, "rounds": v.rounds, "groups": v.groups, "faster": v.faster,
-                               "reason": v.reason}
+                               "look": v.look, "reason": v.reason}
                     else:
                         rec = old_rule(case["data"], case["twin"], case["feeds"], n, args.budget_ms)
                     rows.append({"repeat": rep, "model": case["model"], "threads": n, "rule": rule,
@@ -134,7 +142,7 @@ def main() -> None:
                     print(json.dumps({k: v for k, v in rows[-1].items() if k not in ("reason",)}), flush=True)
             load.append(os.getloadavg()[0])
     summary: dict[str, Any] = {}
-    for rule in ("decide", "old"):
+    for rule in rules:
         mine = [r for r in rows if r["rule"] == rule]
         k = sum(r["faster"] for r in mine)
         summary[rule] = {"decisions": len(mine), "declared_faster": k, "share": k / len(mine),

@@ -63,14 +63,14 @@ def test_optimize_refuses_limits_that_do_not_limit(model_path: Path, kw: dict[st
 
 
 def test_plan_keeps_todays_phases_at_the_default_and_shrinks_the_portfolio_to_fit() -> None:
-    full = plan(75.0, 74.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
+    full = plan(100.0, 99.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
     assert (full.search_s, full.eqsat_s, full.peers, full.on_top_s, full.dropped) == (12.0, 5.0, True, 2.0, ())
-    mid = plan(30.0, 29.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
+    mid = plan(40.0, 39.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
     assert mid.dropped == ("searches on top of the peers",) and mid.peers and mid.eqsat_s == 5.0
     small = plan(5.0, 4.0, search_cap=None, eqsat_s=5.0, on_top_s=2.0, n_peers=4, portfolio=True)
     assert not small.peers and small.eqsat_s == small.on_top_s == 0.0 and len(small.notes()) == 3
     assert small.search_s is not None and 0.8 < small.search_s <= 4.0 - small.tail_s  # the search gets their time
-    capped = plan(75.0, 74.0, search_cap=3.0, eqsat_s=5.0, on_top_s=2.0, n_peers=0, portfolio=True)
+    capped = plan(100.0, 99.0, search_cap=3.0, eqsat_s=5.0, on_top_s=2.0, n_peers=0, portfolio=True)
     assert capped.search_s == 3.0
     unbounded = plan(None, math.inf, search_cap=12.0, eqsat_s=5.0, on_top_s=2.0, n_peers=2, portfolio=True)
     assert (unbounded.search_s, unbounded.eqsat_s, unbounded.peers, unbounded.tail_s) == (12.0, 5.0, True, 0.0)
@@ -91,7 +91,7 @@ def test_budget_bounds_optimize_on_a_long_relu_chain(tmp_path: Path) -> None:
 
 def test_the_budget_grows_with_the_weights(model_path: Path) -> None:
     """``time_per_gb_s`` adds that much per GB of the model's weights (and inputs) to ``time_s`` (the command line's
-    default budget: 75 s + 400 s per GB); without it the budget is ``time_s``."""
+    default budget: 100 s + 400 s per GB); without it the budget is ``time_s``."""
     from graphsub.frontends.onnx_io import load
     from graphsub.optimize.budget import model_bytes
 
@@ -530,6 +530,7 @@ def test_a_large_model_keeps_its_tail_and_the_main_search_gives_way_first() -> N
         DROP_ON_TOP,
         DROP_PEERS,
         SEARCH_MIN_S,
+        SEARCH_SHARE,
         TAIL_MAX_SHARE,
         Part,
         plan_parts,
@@ -537,11 +538,11 @@ def test_a_large_model_keeps_its_tail_and_the_main_search_gives_way_first() -> N
 
     parts = [Part("eqsat", 5.0, DROP_EQSAT), Part("peers", 8.0, DROP_PEERS),
              Part("peer+search", 8.0, DROP_ON_TOP, "searches on top of the peers", 2.0), Part("backward-rules", 6.0)]
-    p = plan_parts(120.0, 120.0, search_cap=None, parts=parts, tail_s=50.0)
-    assert p.tail_s == 50.0 and p.dropped == () and p.search_s == pytest.approx(120 * 0.16)
+    p = plan_parts(120.0, 120.0, search_cap=None, parts=parts, tail_s=60.0)
+    assert p.tail_s == 60.0 and p.dropped == () and p.search_s == pytest.approx(120 * SEARCH_SHARE)
     p = plan_parts(60.0, 60.0, search_cap=None, parts=parts, tail_s=500.0)  # capped: 24 s of front for 27 s of parts
     assert p.tail_s == pytest.approx(TAIL_MAX_SHARE * 60.0) and p.dropped == ("searches on top of the peers",)
-    assert SEARCH_MIN_S < p.search_s < 60 * 0.16 and p.search_s + 19.0 == pytest.approx(24.0)
+    assert SEARCH_MIN_S < p.search_s < 60 * SEARCH_SHARE and p.search_s + 19.0 == pytest.approx(24.0)
     assert p.eqsat_s == 5.0 and p.peers and "backward-rules" in p.shares
     q = plan_parts(60.0, 56.0, search_cap=None, parts=parts, tail_s=36.0)  # 20 s: the search at its least, then eqsat
     assert q.dropped == ("searches on top of the peers", "eqsat") and q.peers and q.search_s == pytest.approx(6.0)

@@ -106,7 +106,7 @@ def test_the_planner_plans_what_the_built_in_sources_declare() -> None:
     ctx = Context(Sources(peers=("onnxsim", "onnxslim"), eqsat_s=5.0, on_top_s=2.0, layout=True, rows=True,
                           spelling=get_set("ort-spelling")), graph)
     assert parts(ctx) == inference_parts(eqsat_s=5.0, on_top_s=2.0, n_peers=2)
-    p = plan_parts(75.0, 74.8, search_cap=None, parts=parts(ctx))
+    p = plan_parts(100.0, 99.8, search_cap=None, parts=parts(ctx))
     assert (p.search_s, p.shares, p.dropped) == (12.0, {"eqsat": 5.0, "peers": 8.0, "peer+search": 4.0}, ())
     assert (p.eqsat_s, p.peers, p.on_top_s) == (5.0, True, 2.0)
 
@@ -122,7 +122,7 @@ def test_the_training_sources_apply_only_to_a_training_target() -> None:
     cfg = OptimizeConfig()
     assert not {p.name for p in parts(Context(Sources(config=cfg), joint))} & {"backward-rules", "forward-first"}
     planned = {p.name: p for p in parts(Context(Sources(config=cfg, target=TrainingTarget(spec, fwd)), joint))}
-    assert planned["forward-first"].estimate_s == 12.0 and planned["forward-first"].drop is None  # 16% of 75 s
+    assert planned["forward-first"].estimate_s == 12.0 and planned["forward-first"].drop is None  # 12% of 100 s
     assert 0 < planned["backward-rules"].estimate_s <= 15.0 and planned["backward-rules"].drop is None
     no_forward = Context(Sources(config=cfg.build(cfg, rules="cpu"), target=TrainingTarget(spec, fwd, forward_s=0)),
                          joint)

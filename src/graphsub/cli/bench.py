@@ -107,7 +107,7 @@ def bench_cmd(
                                                             "(see graphsub.bench.suite.halves).")] = None,
     budget: Annotated[float | None, typer.Option("--budget", help="suite, decode: graphsub optimize's --budget per "
                                                                  "run: the whole command's wall time (s; default: "
-                                                                 "graphsub optimize's own, 75 s plus 400 s per GB "
+                                                                 "graphsub optimize's own, 100 s plus 400 s per GB "
                                                                  "of weights, so that its time is the user's).",
                                                   show_default=False)] = None,
     rounds: Annotated[int, typer.Option("--rounds", help="suite, decode: alternating timing rounds.")] = 7,

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from graphsub.cli.common import Exit, JsonOpt, SeedOpt, err, exits, fail, out
 from graphsub.errors import GraphsubError
+from graphsub.optimize.budget import DEFAULT_TIME_S
 
 
 def optimize_many_cmd(
@@ -26,7 +27,7 @@ def optimize_many_cmd(
                                                     "Its nodes must offer the resource graphsub_timing=1.")] = None,
     budget: Annotated[float, typer.Option("--budget", help="Seconds per model (the whole optimize call), plus 400 s "
                                                           "per GB of the model's weights as optimize's default.")
-                      ] = 75.0,
+                      ] = DEFAULT_TIME_S,
     threads: Annotated[int | None, typer.Option("--threads", help="Intra-op threads the models are timed and "
                                                                   "chosen at (default: every core).")] = None,
     rules: Annotated[str, typer.Option("--rules", help="Rule set(s), as for `graphsub optimize`.")] = "default",

@@ -114,8 +114,8 @@ def optimize_cmd(
     budget: Annotated[float | None, typer.Option("--budget", help="Wall-time budget of the whole command in "
                                                                  "seconds (loading, search, portfolio, "
                                                                  "verification, timing, writing; the main search "
-                                                                 "gets 16%, 30% is kept for timing; eqsat and the "
-                                                                 "peers run while they fit). Default: 75 s plus "
+                                                                 "gets 12%, 45% is kept for timing; eqsat and the "
+                                                                 "peers run while they fit). Default: 100 s plus "
                                                                  "400 s per GB of the model's weights.",
                                                   show_default=False)] = None,
     k: Annotated[int | None, typer.Option("--k", help="Maximum number of substitutions applied.")] = None,
@@ -229,10 +229,10 @@ def optimize_cmd(
     and the weights; its outputs 'loss' and 'grad.<weight>'. --json adds max_grad_abs_diff (on the model's
     own weights) and speedup_train (forward + backward per step). Ops without a gradient: exit 3, named.
 
-    Time: --budget (default 75 s, plus 400 s per GB of weights: what grows with the model, sessions, the peers'
-    passes, each candidate's verification and timing) bounds the whole command, from its start to the written file: 16%
+    Time: --budget (default 100 s, plus 400 s per GB of weights: what grows with the model, sessions, the peers'
+    passes, each candidate's verification and timing) bounds the whole command, from its start to the written file: 12%
     for the search (12 s by default), eqsat, the peers and the searches on top of them while
-    they fit (search-ort: 10 s), 30% kept for verifying and timing the candidates. With a small budget the portfolio
+    they fit (search-ort: 10 s), 45% kept for verifying and timing the candidates. With a small budget the portfolio
     shrinks (on-top searches, then eqsat, then the peers are left out) and the search gets their time;
     timing stops at the deadline, and a candidate not confirmed in time is not written (the original is).
     The overshoot is a few seconds at most: the interpreter's start and imports (about 1 s) and one

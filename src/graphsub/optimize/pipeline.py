@@ -18,10 +18,10 @@ took; the HTML report (:mod:`graphsub.optimize.report`) renders it -- the caller
 write one.
 
 **Time.** ``time_s`` (``graphsub optimize --budget``, default :data:`~graphsub.optimize.budget.DEFAULT_TIME_S` =
-75 s, plus ``time_per_gb_s`` = :data:`~graphsub.optimize.budget.PER_GB_S` per GB of the model's weights, known once
+100 s, plus ``time_per_gb_s`` = :data:`~graphsub.optimize.budget.PER_GB_S` per GB of the model's weights, known once
 it is loaded) is the wall-time budget of the whole call, every step above included: one deadline is shared out
-between the steps (:mod:`graphsub.optimize.budget`): 16% for the main search (12 s by default), the portfolio's
-parts while they fit (eqsat ``eqsat_s``, the peers, ``on_top_s`` on top of each), and 30% kept for verifying, timing and
+between the steps (:mod:`graphsub.optimize.budget`): 12% for the main search (12 s by default), the portfolio's
+parts while they fit (eqsat ``eqsat_s``, the peers, ``on_top_s`` on top of each), and 45% kept for verifying, timing and
 writing; every long step checks the deadline, and the rest are short by design. With a small budget the portfolio
 shrinks (the searches on top of the peers, then eqsat, then the peers are left out, and the main search gets their
 time); timing rounds stop at the deadline, and a candidate whose confirmation the budget cut short is not chosen, so

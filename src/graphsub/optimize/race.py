@@ -188,10 +188,13 @@ def time_portfolio(port: Any, timed: list[Any], source: bytes | str, feeds: dict
                                                     timers=tm)
         later_s = sum(confirm_reserve_s(source, d.data, side_s, decide.MIN_GROUPS, session_s_per_mb())
                       for d in leaders[i + 1:])
-        rounds_ = decide.measure(original, candidate, budget_ms=budget_ms, clock=tm.clock,
-                                 stop=_leaving(stop, later_s))
-        v = decide.verdict(rounds_, min_speedup=st.min_speedup, alpha=decide.ALPHA / len(leaders))
+        v = decide.confirm(original, candidate, budget_ms=budget_ms, min_speedup=st.min_speedup,
+                           alpha=decide.ALPHA / len(leaders), clock=tm.clock, stop=_leaving(stop, later_s),
+                           second=_second_look(stop, source, c.data, side_s, later_s))
+        rounds_ = v.measured
         pf.record_confirmation(port, c, v)
+        if v.look == 2:
+            port.notes.append(f"{c.name}: looked at again after {decide.GROUPS} more session groups ({v.reason})")
         if rounds_.groups < decide.GROUPS:  # the deadline cut it (a group starts only while one fits)
             cut = True
             if rounds_.groups < decide.MIN_GROUPS:
@@ -229,6 +232,19 @@ def _leaving(stop: Callable[[float], bool], later_s: float) -> Callable[[float],
         return stop(need_s + (later_s if keep else 0.0))
 
     return check
+
+
+def _second_look(stop: Callable[[float], bool], source: bytes | str, leader: bytes | str, side_s: float,
+                 later_s: float) -> Callable[[float], bool] | None:
+    """The ``stop`` of a leader's second look (:func:`graphsub.optimize.decide.confirm`), or None when the time left
+    now does not hold the first look's :data:`~graphsub.optimize.decide.GROUPS` session groups,
+    :data:`~graphsub.optimize.decide.MIN_GROUPS` more and the later leaders' minimum (``later_s``): the plan is made
+    before anything is measured, so that the first look is decided at its full ``alpha`` where no second can follow.
+    Its groups leave ``later_s`` too."""
+    both_s = confirm_reserve_s(source, leader, side_s, decide.GROUPS + decide.MIN_GROUPS, session_s_per_mb())
+    if stop(both_s + later_s):
+        return None
+    return lambda need_s: stop(need_s + later_s)
 
 
 def _faster_later(c: Any, later: Sequence[Any]) -> bool:

@@ -145,7 +145,7 @@ def graphsub_tool(src: Path, dst: Path, meta: Any, *, budget_s: float | None, se
                   threads: int | None = None, provider: str = "cpu", peers: str = "auto",
                   spelling: bool = True) -> dict[str, Any]:
     """``graphsub optimize SRC -o DST --budget B [--threads N] [--provider P]`` as users run it: its defaults, the
-    whole command bounded by ``budget_s`` (None: ``graphsub optimize``'s default, 75 s plus 400 s per GB of weights,
+    whole command bounded by ``budget_s`` (None: ``graphsub optimize``'s default, 100 s plus 400 s per GB of weights,
     unless the suite's ``--budget`` says otherwise), so that the record's ``seconds`` is the user's time to result;
     what it decided. ``peers="none"``: graphsub on its own (:data:`GRAPHSUB_OWN`); with ``spelling=False`` too, its
     rules and searches alone (:data:`GRAPHSUB_RULES`)."""
