@@ -1,10 +1,13 @@
 """Fixtures shared across test packages: a local two-node Ray cluster (``ray_cluster``); the SST data for the
-tests that need the real treebank."""
+tests that need the real treebank; an op-time cache of the session's own."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,14 @@ _SIBLING_SST = Path(__file__).resolve().parents[1].parent / "shared" / "data" / 
 def pytest_configure(config: pytest.Config) -> None:
     if "GRAPHSUB_SST" not in os.environ and _SIBLING_SST.is_dir():
         os.environ["GRAPHSUB_SST"] = str(_SIBLING_SST)
+    # the measured cost model's op times (graphsub.cost.env.default_cache_path) start empty in every session, as on a
+    # fresh CI machine, and the user's cache is neither read nor written: op times a benchmark had left in
+    # ~/.cache/graphsub made the search of tests/bench/test_training_run.py find no cheaper graph (2026-12-02), and
+    # times measured beside the test workers would mislead a later `graphsub optimize`
+    if "GRAPHSUB_CACHE" not in os.environ:
+        cache = tempfile.mkdtemp(prefix="graphsub-test-op-times-")
+        atexit.register(shutil.rmtree, cache, ignore_errors=True)
+        os.environ["GRAPHSUB_CACHE"] = cache
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
